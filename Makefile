@@ -1,0 +1,62 @@
+# Builds ./train and the tests. `make` works with or without a GPU; CUDA sources are compiled
+# whenever nvcc is found (CI has nvcc and no GPU). `make test` runs the CPU test suite.
+CC      ?= gcc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
+LDLIBS  += -lyaml -lzstd -lpcre2-8 -lm -fopenmp
+BUILD   := build
+
+# DEPS=.deps/root: headers and static libraries unpacked from Debian packages (scripts/fetch_deps.sh),
+# for machines without libyaml-dev / libpcre2-dev / libzstd-dev (the GPU machine).
+ifneq ($(strip $(DEPS)),)
+CFLAGS  += -I$(DEPS)/usr/include
+LDLIBS  := -L$(DEPS)/usr/lib/x86_64-linux-gnu -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
+endif
+
+LIB_C   := common.c $(wildcard model/*.c) $(wildcard data/*.c) $(wildcard fp4/*.c)
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+
+# CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
+CU_SRC  := $(wildcard model/*.cu) $(wildcard fp4/*.cu)
+ifneq ($(strip $(NVCC)),)
+ifneq ($(strip $(CU_SRC)),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVFLAGS ?= -O3 -std=c++17 -I. -MMD -MP -Xcompiler -fopenmp \
+           -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
+endif
+endif
+
+.PHONY: all test clean
+all: train $(TESTS)
+
+train: $(BUILD)/train.o $(BUILD)/libengine.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libengine.a: $(LIB_OBJ) $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libengine.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
+
+test: all
+	bash scripts/run_tests.sh
+
+clean:
+	rm -rf $(BUILD) train
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

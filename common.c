@@ -1,0 +1,124 @@
+// common.c: see common.h.
+#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void die_at(const char *file, int line, const char *fmt, ...) {
+  fflush(stdout);
+  fprintf(stderr, "error (%s:%d): ", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(1);
+}
+
+void *xmalloc_at(const char *file, int line, size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) die_at(file, line, "out of memory allocating %zu bytes", n);
+  return p;
+}
+
+void *xcalloc_at(const char *file, int line, size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) die_at(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+  return p;
+}
+
+FILE *xfopen_at(const char *file, int line, const char *path, const char *mode) {
+  FILE *f = fopen(path, mode);
+  if (!f) die_at(file, line, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
+  return f;
+}
+
+void xfread_at(const char *file, int line, void *p, size_t size, size_t n, FILE *f, const char *what) {
+  if (fread(p, size, n, f) != n)
+    die_at(file, line, "short read of %s (%s)", what, ferror(f) ? strerror(errno) : "unexpected end of file");
+}
+
+void xfwrite_at(const char *file, int line, const void *p, size_t size, size_t n, FILE *f, const char *what) {
+  if (fwrite(p, size, n, f) != n) die_at(file, line, "short write of %s: %s", what, strerror(errno));
+}
+
+char *read_file(const char *path, size_t *len) {
+  FILE *f = xfopen(path, "rb");
+  if (fseek(f, 0, SEEK_END) != 0) die("cannot seek '%s': %s", path, strerror(errno));
+  long n = ftell(f);
+  if (n < 0) die("cannot size '%s': %s", path, strerror(errno));
+  rewind(f);
+  char *buf = xmalloc((size_t)n + 1);
+  if (n) xfread(buf, 1, (size_t)n, f, path);
+  buf[n] = 0;
+  fclose(f);
+  if (len) *len = (size_t)n;
+  return buf;
+}
+
+double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void rng_seed(Rng *r, uint64_t seed) {
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rng_u64(Rng *r) {
+  uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+  s[2] ^= t; s[3] = rotl(s[3], 45);
+  return out;
+}
+
+float rng_uniform(Rng *r) { return (rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+float rng_normal(Rng *r) {
+  float u1 = rng_uniform(r), u2 = rng_uniform(r);
+  if (u1 < 1e-12f) u1 = 1e-12f;
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
+
+static const uint64_t H1 = 0x9E3779B185EBCA87ull, H2 = 0xC2B2AE3D27D4EB4Full, H3 = 0x165667B19E3779F9ull;
+
+static uint64_t lane(uint64_t acc, uint64_t w) {
+  acc += w * H2;
+  acc = rotl(acc, 31);
+  return acc * H1;
+}
+
+uint64_t hash64(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = data;
+  uint64_t a = seed + H1 + H2, b = seed + H2, c = seed, d = seed - H1, w;
+  size_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    memcpy(&w, p + i, 8); a = lane(a, w);
+    memcpy(&w, p + i + 8, 8); b = lane(b, w);
+    memcpy(&w, p + i + 16, 8); c = lane(c, w);
+    memcpy(&w, p + i + 24, 8); d = lane(d, w);
+  }
+  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)len;
+  for (; i + 8 <= len; i += 8) {
+    memcpy(&w, p + i, 8);
+    h = rotl(h ^ lane(0, w), 27) * H1 + H3;
+  }
+  for (; i < len; i++) h = rotl(h ^ (p[i] * H3), 11) * H1;
+  h ^= h >> 33; h *= H2; h ^= h >> 29; h *= H3; h ^= h >> 32;
+  return h;
+}

@@ -1,0 +1,38 @@
+// common.h: error handling, checked allocation and file I/O, timing. Every module includes this.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// die(): print "file:line: message" and exit(1). Use for unrecoverable errors.
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+void die_at(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+
+void *xmalloc_at(const char *file, int line, size_t n);
+void *xcalloc_at(const char *file, int line, size_t n, size_t size);
+#define xmalloc(n) xmalloc_at(__FILE__, __LINE__, (n))
+#define xcalloc(n, s) xcalloc_at(__FILE__, __LINE__, (n), (s))
+
+// Checked stdio: on failure they die naming the path (or "stream") and strerror(errno).
+FILE *xfopen_at(const char *file, int line, const char *path, const char *mode);
+void xfread_at(const char *file, int line, void *p, size_t size, size_t n, FILE *f, const char *what);
+void xfwrite_at(const char *file, int line, const void *p, size_t size, size_t n, FILE *f, const char *what);
+#define xfopen(path, mode) xfopen_at(__FILE__, __LINE__, (path), (mode))
+#define xfread(p, s, n, f, what) xfread_at(__FILE__, __LINE__, (p), (s), (n), (f), (what))
+#define xfwrite(p, s, n, f, what) xfwrite_at(__FILE__, __LINE__, (p), (s), (n), (f), (what))
+
+// Reads a whole file into a malloc'd buffer (NUL-terminated for convenience); dies naming the path.
+char *read_file(const char *path, size_t *len);
+
+double now_seconds(void);  // monotonic wall clock
+
+// Small deterministic RNG (splitmix64 seeding + xoshiro256**), used for init and data shuffling.
+typedef struct { uint64_t s[4]; } Rng;
+void rng_seed(Rng *r, uint64_t seed);
+uint64_t rng_u64(Rng *r);
+float rng_uniform(Rng *r);  // [0, 1)
+float rng_normal(Rng *r);   // N(0, 1), Box-Muller
+
+// 64-bit checksum of a buffer (four multiply-rotate lanes over 8-byte words, then an avalanche).
+// Used by shards and checkpoints; fast enough for multi-GB buffers (~several GB/s).
+uint64_t hash64(const void *data, size_t len, uint64_t seed);

@@ -1,0 +1,330 @@
+// data/loader.c: see loader.h. Two sources behind one window function: shards held in memory, and
+// a synthetic Markov-chain corpus generated per window from (seed, window index).
+#include "data/loader.h"
+
+#include <glob.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data/shard.h"
+
+// One shard's tokens. The loader reads them only through shard_window() below, so replacing the
+// in-memory copy by an mmap of a raw shard touches just that function and loader_open.
+typedef struct {
+  char *path;
+  uint32_t *tokens;
+  uint64_t n_tokens;
+  uint64_t first_window;  // global index of this shard's window 0
+  uint64_t n_windows;
+} LoadedShard;
+
+struct DataLoader {
+  int B, T, rank, world, shuffle;
+  uint64_t seed;
+  uint32_t vocab_size;
+  uint64_t pos;      // window position of the next micro-batch's first row (rank 0), all ranks agree
+  uint32_t *window;  // T+1 scratch tokens
+
+  // shard source
+  LoadedShard *shards;
+  int n_shards;
+  uint64_t n_windows;  // over all shards; 0 marks the synthetic source
+  uint64_t *perm;      // shuffle=1: window order of epoch perm_epoch (NULL until first built)
+  uint64_t perm_epoch;
+
+  // synthetic source
+  uint32_t *succ_base;  // per context token: first of its successors (see synth_window)
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+// Seeds an Rng from a tuple of 64-bit words, so distinct (seed, purpose, index) never share a stream.
+static void rng_seed_tuple(Rng *r, uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t words[3] = {a, b, c};
+  rng_seed(r, hash64(words, sizeof(words), 0x6c6f61646572ull));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic corpus: an order-1 Markov chain. Token 0 stands for BOS, 1 for EOS, 2..V-1 are content.
+// Each context c (BOS or a content token) has SYNTH_K successors 2 + (succ_base[c] + j) mod (V-2),
+// j = 0..3, drawn with probabilities 1/2, 1/4, 1/8, 1/8. After a content token the document ends
+// (EOS) with probability 1/32 instead; EOS is always followed by BOS. Document lengths are thus
+// geometric with mean 32 content tokens. Window i starts at a BOS and is sampled from an Rng seeded
+// by (seed, stream, i), so it needs no history: the state is just the window position.
+
+enum { SYNTH_BOS = 0, SYNTH_EOS = 1, SYNTH_K = 4, SYNTH_MIN_VOCAB = 2 + SYNTH_K };
+static const uint64_t SYNTH_TRAIN_STREAM = 1, SYNTH_HELDOUT_STREAM = 2, PERM_STREAM = 3;
+
+static void synth_build(DataLoader *dl) {
+  dl->succ_base = xmalloc(sizeof(uint32_t) * dl->vocab_size);
+  Rng r;
+  rng_seed_tuple(&r, dl->seed, 0, 0);  // the language depends on the seed only
+  for (uint32_t c = 0; c < dl->vocab_size; c++) dl->succ_base[c] = (uint32_t)(rng_u64(&r) % (dl->vocab_size - 2));
+}
+
+static void synth_window(const DataLoader *dl, uint64_t i, uint32_t *out, int n) {
+  Rng r;
+  rng_seed_tuple(&r, dl->seed, dl->shuffle ? SYNTH_TRAIN_STREAM : SYNTH_HELDOUT_STREAM, i);
+  uint32_t prev = SYNTH_BOS, content = dl->vocab_size - 2;
+  out[0] = prev;
+  for (int t = 1; t < n; t++) {
+    uint64_t u = rng_u64(&r);
+    uint32_t next;
+    if (prev == SYNTH_EOS) next = SYNTH_BOS;
+    else if (prev != SYNTH_BOS && (u >> 59) == 0) next = SYNTH_EOS;  // top 5 bits zero: p = 1/32
+    else {
+      // Low 3 bits pick j with p = 4/8, 2/8, 1/8, 1/8: exact dyadic probabilities, no floats.
+      static const int pick[8] = {0, 0, 0, 0, 1, 1, 2, 3};
+      next = 2 + (dl->succ_base[prev] + (uint32_t)pick[u & 7]) % content;
+    }
+    out[t] = prev = next;
+  }
+}
+
+// Entropy rate of the process above, in nats per token. Per document: BOS after EOS costs 0, the
+// first token after BOS costs H(p), and each of the E[n] = 32 content tokens is followed by EOS or
+// a successor, costing H_b(q) + (1-q) H(p). A document spans E[n] + 2 tokens.
+static double synth_entropy(void) {
+  const double p[SYNTH_K] = {0.5, 0.25, 0.125, 0.125}, q = 1.0 / 32;
+  double hp = 0;
+  for (int j = 0; j < SYNTH_K; j++) hp -= p[j] * log(p[j]);
+  double h_content = -(q * log(q) + (1 - q) * log(1 - q)) + (1 - q) * hp, mean_len = 1 / q;
+  return (hp + mean_len * h_content) / (mean_len + 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shard source.
+
+static void shard_window(const LoadedShard *s, uint64_t w, uint32_t *out, int n) {
+  memcpy(out, s->tokens + w * (uint64_t)(n - 1), sizeof(uint32_t) * (size_t)n);
+}
+
+// Which shard holds global window w: binary search over first_window.
+static const LoadedShard *shard_of(const DataLoader *dl, uint64_t w) {
+  int lo = 0, hi = dl->n_shards - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (dl->shards[mid].first_window <= w) lo = mid;
+    else hi = mid - 1;
+  }
+  return &dl->shards[lo];
+}
+
+// Fisher-Yates shuffle seeded by (seed, epoch). The modulo bias of rng_u64() % (i+1) is below
+// n/2^64, negligible next to anything a training run could notice.
+static void build_perm(DataLoader *dl, uint64_t epoch) {
+  if (!dl->perm) dl->perm = xmalloc(sizeof(uint64_t) * dl->n_windows);
+  for (uint64_t i = 0; i < dl->n_windows; i++) dl->perm[i] = i;
+  Rng r;
+  rng_seed_tuple(&r, dl->seed, PERM_STREAM, epoch);
+  for (uint64_t i = dl->n_windows - 1; i > 0; i--) {
+    uint64_t j = rng_u64(&r) % (i + 1), t = dl->perm[i];
+    dl->perm[i] = dl->perm[j];
+    dl->perm[j] = t;
+  }
+  dl->perm_epoch = epoch;
+}
+
+// Global window id at position p of the endless epoch sequence.
+static uint64_t window_at(DataLoader *dl, uint64_t p) {
+  uint64_t epoch = p / dl->n_windows, k = p % dl->n_windows;
+  if (!dl->shuffle) return k;
+  if (!dl->perm || dl->perm_epoch != epoch) build_perm(dl, epoch);
+  return dl->perm[k];
+}
+
+// Splits spec at commas, expands each entry with glob(3) (sorted), and appends the paths.
+static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err, size_t errlen) {
+  size_t len = strlen(spec);
+  char *copy = xmalloc(len + 1);
+  memcpy(copy, spec, len + 1);
+  int rc = 0, cap = 0;
+  *paths = NULL;
+  *n_paths = 0;
+  // strtok_r would skip empty entries silently; walk the commas by hand so ",," is an error.
+  for (char *item = copy, *next; item; item = next) {
+    next = strchr(item, ',');
+    if (next) *next++ = 0;
+    while (*item == ' ' || *item == '\t') item++;
+    char *end = item + strlen(item);
+    while (end > item && (end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
+    if (!*item) {
+      set_err(err, errlen, "data spec '%s': empty entry", spec);
+      rc = -1;
+      break;
+    }
+    glob_t g;
+    int gr = glob(item, GLOB_ERR, NULL, &g);
+    if (gr != 0) {
+      if (gr == GLOB_NOMATCH) set_err(err, errlen, "data spec entry '%s' matches no file", item);
+      else set_err(err, errlen, "data spec entry '%s': glob failed (read error or out of memory)", item);
+      rc = -1;
+      break;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      if (*n_paths == cap) {
+        cap = cap ? 2 * cap : 16;
+        char **grown = xmalloc(sizeof(char *) * (size_t)cap);
+        if (*n_paths) memcpy(grown, *paths, sizeof(char *) * (size_t)*n_paths);
+        free(*paths);
+        *paths = grown;
+      }
+      size_t plen = strlen(g.gl_pathv[i]);
+      (*paths)[*n_paths] = xmalloc(plen + 1);
+      memcpy((*paths)[(*n_paths)++], g.gl_pathv[i], plen + 1);
+    }
+    globfree(&g);
+  }
+  free(copy);
+  return rc;
+}
+
+static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errlen) {
+  char **paths;
+  int n = 0, rc = expand_spec(spec, &paths, &n, err, errlen);
+  // Headers first: a vocab mismatch or a corrupt header fails before any large read.
+  for (int i = 0; rc == 0 && i < n; i++) {
+    ShardInfo info;
+    rc = shard_read_info(paths[i], &info, err, errlen);
+    if (rc == 0 && info.vocab_size > dl->vocab_size) {
+      set_err(err, errlen, "shard %s: vocab_size %u exceeds the model's vocab_size %u", paths[i], info.vocab_size,
+              dl->vocab_size);
+      rc = -1;
+    }
+  }
+  if (rc == 0) {
+    dl->shards = xcalloc((size_t)n, sizeof(LoadedShard));
+    dl->n_shards = n;
+  }
+  for (int i = 0; rc == 0 && i < n; i++) {
+    LoadedShard *s = &dl->shards[i];
+    ShardInfo info;
+    rc = shard_read(paths[i], &s->tokens, &info, err, errlen);
+    s->path = paths[i];
+    paths[i] = NULL;  // owned by the shard now
+    s->n_tokens = info.n_tokens;
+    s->n_windows = rc == 0 && info.n_tokens > (uint64_t)dl->T ? (info.n_tokens - 1) / (uint64_t)dl->T : 0;
+    s->first_window = dl->n_windows;
+    dl->n_windows += s->n_windows;
+  }
+  if (rc == 0 && dl->n_windows == 0) {
+    set_err(err, errlen, "data spec '%s': no shard holds T+1 = %d tokens", spec, dl->T + 1);
+    rc = -1;
+  }
+  for (int i = 0; i < n; i++) free(paths[i]);
+  free(paths);
+  return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public API.
+
+DataLoader *loader_open(const char *spec, int B, int T, int rank, int world, uint64_t seed, int shuffle,
+                        uint32_t vocab_size, char *err, size_t errlen) {
+  if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world) {
+    set_err(err, errlen, "loader: bad shape B=%d T=%d rank=%d world=%d", B, T, rank, world);
+    return NULL;
+  }
+  if (vocab_size == 0 || vocab_size > (uint32_t)INT32_MAX) {
+    set_err(err, errlen, "loader: vocab_size %u out of range", vocab_size);
+    return NULL;
+  }
+  DataLoader *dl = xcalloc(1, sizeof(*dl));
+  *dl = (DataLoader){.B = B, .T = T, .rank = rank, .world = world, .shuffle = shuffle ? 1 : 0, .seed = seed,
+                     .vocab_size = vocab_size};
+  dl->window = xmalloc(sizeof(uint32_t) * ((size_t)T + 1));
+  while (*spec == ' ') spec++;
+  if (strcmp(spec, "synthetic") == 0) {
+    if (vocab_size < SYNTH_MIN_VOCAB) {
+      set_err(err, errlen, "loader: synthetic data needs vocab_size >= %d, got %u", SYNTH_MIN_VOCAB, vocab_size);
+      loader_close(dl);
+      return NULL;
+    }
+    synth_build(dl);
+  } else if (load_shards(dl, spec, err, errlen) != 0) {
+    loader_close(dl);
+    return NULL;
+  }
+  return dl;
+}
+
+void loader_next(DataLoader *dl, int *inputs, int *targets) {
+  const int T = dl->T;
+  for (int b = 0; b < dl->B; b++) {
+    uint64_t p = dl->pos + (uint64_t)dl->rank * (uint64_t)dl->B + (uint64_t)b;
+    if (dl->succ_base) {
+      synth_window(dl, p, dl->window, T + 1);
+    } else {
+      uint64_t w = window_at(dl, p);
+      const LoadedShard *s = shard_of(dl, w);
+      shard_window(s, w - s->first_window, dl->window, T + 1);
+    }
+    for (int t = 0; t < T; t++) {
+      inputs[(size_t)b * T + t] = (int)dl->window[t];
+      targets[(size_t)b * T + t] = (int)dl->window[t + 1];
+    }
+  }
+  dl->pos += (uint64_t)dl->B * (uint64_t)dl->world;
+}
+
+void loader_get_state(const DataLoader *dl, LoaderState *s) {
+  s->seed = dl->seed;
+  s->n_windows = dl->n_windows;
+  s->epoch = dl->n_windows ? dl->pos / dl->n_windows : 0;
+  s->cursor = dl->n_windows ? dl->pos % dl->n_windows : dl->pos;
+}
+
+int loader_set_state(DataLoader *dl, const LoaderState *s, char *err, size_t errlen) {
+  if (s->seed != dl->seed || s->n_windows != dl->n_windows) {
+    set_err(err, errlen,
+            "loader state is from another data set or seed (state: seed %llu, %llu windows; "
+            "this loader: seed %llu, %llu windows)",
+            (unsigned long long)s->seed, (unsigned long long)s->n_windows, (unsigned long long)dl->seed,
+            (unsigned long long)dl->n_windows);
+    return -1;
+  }
+  if (dl->n_windows == 0) {
+    if (s->epoch != 0) {
+      set_err(err, errlen, "loader state: epoch %llu for synthetic data, which has no epochs", (unsigned long long)s->epoch);
+      return -1;
+    }
+    dl->pos = s->cursor;
+    return 0;
+  }
+  if (s->cursor >= dl->n_windows || s->epoch > (UINT64_MAX - s->cursor) / dl->n_windows) {
+    set_err(err, errlen, "loader state: cursor %llu / epoch %llu out of range for %llu windows",
+            (unsigned long long)s->cursor, (unsigned long long)s->epoch, (unsigned long long)dl->n_windows);
+    return -1;
+  }
+  dl->pos = s->epoch * dl->n_windows + s->cursor;
+  return 0;
+}
+
+void loader_reset(DataLoader *dl) { dl->pos = 0; }
+
+uint64_t loader_tokens_per_epoch(const DataLoader *dl) { return dl->n_windows * (uint64_t)dl->T; }
+
+double loader_synthetic_entropy(const DataLoader *dl) { return dl->succ_base ? synth_entropy() : -1.0; }
+
+void loader_close(DataLoader *dl) {
+  if (!dl) return;
+  for (int i = 0; i < dl->n_shards; i++) {
+    free(dl->shards[i].path);
+    free(dl->shards[i].tokens);
+  }
+  free(dl->shards);
+  free(dl->perm);
+  free(dl->succ_base);
+  free(dl->window);
+  free(dl);
+}

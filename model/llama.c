@@ -1,0 +1,400 @@
+// model/llama.c: parameter layout, activation arena, and the layer graph (llama_forward and
+// llama_backward). All math goes through m->ops, so this file is the same for every backend.
+#include "model/llama.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+// The parameter tensors, in layout order.
+enum {
+  T_EMBED, T_ATTN_NORM, T_WQ, T_WK, T_WV, T_WO, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_FINAL_NORM, T_HEAD, N_TENSORS
+};
+
+// Upper bound on head logits held at once (floats): the head runs max(1, this / V) tokens per chunk.
+#define HEAD_CHUNK_FLOATS (1 << 22)
+
+// The activation arena: what the forward saves for the backward, then scratch. Stacked [L, ...]
+// buffers hold one slice per layer. void* buffers hold ops->act_bytes-sized elements.
+typedef struct {
+  void *res;                    // [L+1, N, D] stream entering block l; slice L enters the final norm
+  void *res_mid;                // [L, N, D] stream after the attention half
+  void *attn_in;                // [L, N, D] rmsnorm(res) * attn_norm
+  void *q, *k, *v;              // [L, N, H*hd], [L, N, KV*hd] x2; q and k after RoPE
+  void *att;                    // [L, N, H*hd] attention output, the input of wo
+  void *ffn_in;                 // [L, N, D] rmsnorm(res_mid) * ffn_norm
+  void *gate, *up, *swi;        // [L, N, F] x3; swi = silu(gate) * up, the input of w_down
+  void *final;                  // [N, D] final rmsnorm output, the input of the head
+  float *attn_rstd, *ffn_rstd;  // [L, N]
+  float *lse;                   // [L, B, H, T] attention log-sum-exp
+  float *final_rstd;            // [N]
+  int *inputs, *targets;        // [N] the micro-batch, in backend memory
+  void *tmp;                    // [N, D] a block's output before the residual add
+  float *logits;                // [head_chunk, V] head scratch (act-typed in llama_logits)
+  // backward only, reused by every layer
+  void *dres;                   // [N, D] gradient of the residual stream
+  void *dnorm;                  // [N, D] gradient of a norm's output
+  void *dq, *dk, *dv, *datt;    // [N, H*hd], [N, KV*hd] x2, [N, H*hd]
+  void *dgate, *dup, *dswi;     // [N, F] x3
+} Acts;
+
+struct Llama {
+  LlamaConfig c;
+  int B, T, N;                     // B sequences of T tokens, N = B*T
+  int hd, qdim, kvdim;             // head dim, H*hd, KV*hd
+  const Ops *ops;
+  ParamTensor tensors[N_TENSORS];
+  size_t n_params;
+  float *params, *grads;           // one allocation each, same layout
+  float *rope_cos, *rope_sin;      // [T, hd/2]
+  Acts a;
+  void *arena;                     // the one allocation behind every Acts pointer
+  int head_chunk;                  // tokens per chunk of the fused head + cross-entropy
+  int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
+};
+
+// ---- parameters ---------------------------------------------------------------------------------
+
+static void add_tensor(Llama *m, int id, const char *name, int decay, int ndim, const int64_t *shape) {
+  ParamTensor *t = &m->tensors[id];
+  t->name = name;
+  t->ndim = ndim;
+  t->numel = 1;
+  for (int i = 0; i < ndim; i++) t->numel *= (size_t)(t->shape[i] = shape[i]);
+  t->offset = m->n_params;
+  t->decay = decay;
+  m->n_params += t->numel;
+}
+
+static void layout_params(Llama *m) {
+  const LlamaConfig *c = &m->c;
+  int64_t V = c->vocab_size, D = c->dim, L = c->n_layers, F = c->ffn_dim, Q = m->qdim, K = m->kvdim;
+  m->n_params = 0;
+  add_tensor(m, T_EMBED, "tok_embedding", 1, 2, (int64_t[]){V, D});
+  add_tensor(m, T_ATTN_NORM, "attn_norm", 0, 2, (int64_t[]){L, D});
+  add_tensor(m, T_WQ, "wq", 1, 3, (int64_t[]){L, Q, D});
+  add_tensor(m, T_WK, "wk", 1, 3, (int64_t[]){L, K, D});
+  add_tensor(m, T_WV, "wv", 1, 3, (int64_t[]){L, K, D});
+  add_tensor(m, T_WO, "wo", 1, 3, (int64_t[]){L, D, Q});
+  add_tensor(m, T_FFN_NORM, "ffn_norm", 0, 2, (int64_t[]){L, D});
+  add_tensor(m, T_GATE, "w_gate", 1, 3, (int64_t[]){L, F, D});
+  add_tensor(m, T_UP, "w_up", 1, 3, (int64_t[]){L, F, D});
+  add_tensor(m, T_DOWN, "w_down", 1, 3, (int64_t[]){L, D, F});
+  add_tensor(m, T_FINAL_NORM, "final_norm", 0, 1, (int64_t[]){D});
+  add_tensor(m, T_HEAD, "head", 1, 2, (int64_t[]){V, D});
+  if ((int64_t)m->n_params != llama_num_params(c))
+    die("parameter layout has %zu floats but llama_num_params says %lld", m->n_params, (long long)llama_num_params(c));
+}
+
+// One block's weights (or gradients, with base = m->grads).
+typedef struct {
+  float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} LayerWeights;
+
+static float *layer_slice(const Llama *m, float *base, int id, int l) {
+  const ParamTensor *t = &m->tensors[id];
+  return base + t->offset + (size_t)l * (t->numel / (size_t)m->c.n_layers);
+}
+
+static LayerWeights layer_weights(const Llama *m, float *base, int l) {
+  return (LayerWeights){
+      .attn_norm = layer_slice(m, base, T_ATTN_NORM, l),
+      .wq = layer_slice(m, base, T_WQ, l),
+      .wk = layer_slice(m, base, T_WK, l),
+      .wv = layer_slice(m, base, T_WV, l),
+      .wo = layer_slice(m, base, T_WO, l),
+      .ffn_norm = layer_slice(m, base, T_FFN_NORM, l),
+      .w_gate = layer_slice(m, base, T_GATE, l),
+      .w_up = layer_slice(m, base, T_UP, l),
+      .w_down = layer_slice(m, base, T_DOWN, l),
+  };
+}
+
+static float *whole(const Llama *m, float *base, int id) { return base + m->tensors[id].offset; }
+
+// ---- activations --------------------------------------------------------------------------------
+
+// Sizes and carves the arena: with base == NULL only returns the byte count. The only place that
+// knows how big each activation buffer is.
+static size_t layout_acts(Llama *m, char *base) {
+  Acts *a = &m->a;
+  const size_t N = m->N, D = m->c.dim, L = m->c.n_layers, F = m->c.ffn_dim, Q = m->qdim, K = m->kvdim;
+  const size_t ab = m->ops->act_bytes, fb = sizeof(float), lb = ab > fb ? ab : fb;
+  size_t off = 0;
+#define CARVE(field, count, elem_bytes)                                \
+  do { /* 256-byte aligned, as GPU kernels and cuBLAS like */            \
+    a->field = base ? (void *)(base + off) : NULL;                       \
+    off += ((size_t)(count) * (elem_bytes) + 255) & ~(size_t)255;        \
+  } while (0)
+  CARVE(res, (L + 1) * N * D, ab);
+  CARVE(res_mid, L * N * D, ab);
+  CARVE(attn_in, L * N * D, ab);
+  CARVE(q, L * N * Q, ab);
+  CARVE(k, L * N * K, ab);
+  CARVE(v, L * N * K, ab);
+  CARVE(att, L * N * Q, ab);
+  CARVE(ffn_in, L * N * D, ab);
+  CARVE(gate, L * N * F, ab);
+  CARVE(up, L * N * F, ab);
+  CARVE(swi, L * N * F, ab);
+  CARVE(final, N * D, ab);
+  CARVE(attn_rstd, L * N, fb);
+  CARVE(ffn_rstd, L * N, fb);
+  CARVE(lse, L * N * m->c.n_heads, fb);
+  CARVE(final_rstd, N, fb);
+  CARVE(inputs, N, sizeof(int));
+  CARVE(targets, N, sizeof(int));
+  CARVE(tmp, N * D, ab);
+  CARVE(logits, (size_t)m->head_chunk * m->c.vocab_size, lb);
+  CARVE(dres, N * D, ab);
+  CARVE(dnorm, N * D, ab);
+  CARVE(dq, N * Q, ab);
+  CARVE(dk, N * K, ab);
+  CARVE(dv, N * K, ab);
+  CARVE(datt, N * Q, ab);
+  CARVE(dgate, N * F, ab);
+  CARVE(dup, N * F, ab);
+  CARVE(dswi, N * F, ab);
+#undef CARVE
+  return off;
+}
+
+// Element i of an activation buffer.
+static void *act(const Llama *m, void *buf, size_t i) { return (char *)buf + i * (size_t)m->ops->act_bytes; }
+
+// One block's slices of the stacked activations.
+typedef struct {
+  void *res_in, *attn_in, *q, *k, *v, *att, *res_mid, *ffn_in, *gate, *up, *swi, *res_out;
+  float *attn_rstd, *ffn_rstd, *lse;
+} LayerActs;
+
+static LayerActs layer_acts(const Llama *m, int l) {
+  const Acts *a = &m->a;
+  const size_t N = m->N, D = m->c.dim, F = m->c.ffn_dim, Q = m->qdim, K = m->kvdim;
+  return (LayerActs){
+      .res_in = act(m, a->res, l * N * D),
+      .attn_in = act(m, a->attn_in, l * N * D),
+      .q = act(m, a->q, l * N * Q),
+      .k = act(m, a->k, l * N * K),
+      .v = act(m, a->v, l * N * K),
+      .att = act(m, a->att, l * N * Q),
+      .res_mid = act(m, a->res_mid, l * N * D),
+      .ffn_in = act(m, a->ffn_in, l * N * D),
+      .gate = act(m, a->gate, l * N * F),
+      .up = act(m, a->up, l * N * F),
+      .swi = act(m, a->swi, l * N * F),
+      .res_out = act(m, a->res, (l + 1) * N * D),
+      .attn_rstd = a->attn_rstd + l * N,
+      .ffn_rstd = a->ffn_rstd + l * N,
+      .lse = a->lse + l * N * m->c.n_heads,
+  };
+}
+
+// ---- lifetime -----------------------------------------------------------------------------------
+
+Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
+  if (c->vocab_size < 1 || c->dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->ffn_dim < 1)
+    die("model: vocab_size %d, dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d must all be >= 1",
+        c->vocab_size, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
+  if (c->dim % c->n_heads) die("model.dim %d is not divisible by model.n_heads %d", c->dim, c->n_heads);
+  if (c->n_heads % c->n_kv_heads)
+    die("model.n_heads %d is not divisible by model.n_kv_heads %d", c->n_heads, c->n_kv_heads);
+  if (llama_head_dim(c) % 2) die("head dim (model.dim / model.n_heads = %d) must be even for RoPE", llama_head_dim(c));
+  if (B < 1 || T < 1) die("micro-batch B=%d, T=%d: both must be >= 1", B, T);
+  if (T > c->max_seq_len) die("seq_len %d exceeds model.max_seq_len %d", T, c->max_seq_len);
+  if ((int64_t)B * T > INT32_MAX / 2) die("micro-batch of %d x %d tokens is too large", B, T);
+
+  Llama *m = xcalloc(1, sizeof *m);
+  m->c = *c;
+  m->B = B, m->T = T, m->N = B * T;
+  m->hd = llama_head_dim(c);
+  m->qdim = c->n_heads * m->hd, m->kvdim = c->n_kv_heads * m->hd;
+  m->ops = ops;
+  layout_params(m);
+  m->params = ops->alloc(m->n_params * sizeof(float));
+  m->grads = ops->alloc(m->n_params * sizeof(float));
+  ops->zero(m->grads, m->n_params * sizeof(float));
+
+  // RoPE tables for positions 0..T-1, computed once on the host.
+  size_t half = (size_t)m->hd / 2, tb = (size_t)T * half * sizeof(float);
+  float *cos_h = xmalloc(tb), *sin_h = xmalloc(tb);
+  rope_tables(cos_h, sin_h, T, m->hd, c);
+  m->rope_cos = ops->alloc(tb), m->rope_sin = ops->alloc(tb);
+  ops->upload(m->rope_cos, cos_h, tb);
+  ops->upload(m->rope_sin, sin_h, tb);
+  free(cos_h);
+  free(sin_h);
+
+  int chunk = HEAD_CHUNK_FLOATS / c->vocab_size;
+  m->head_chunk = chunk < 1 ? 1 : chunk > m->N ? m->N : chunk;
+  m->arena = ops->alloc(layout_acts(m, NULL));
+  layout_acts(m, m->arena);
+  return m;
+}
+
+void llama_free(Llama *m) {
+  if (!m) return;
+  const Ops *op = m->ops;
+  op->release(m->params);
+  op->release(m->grads);
+  op->release(m->rope_cos);
+  op->release(m->rope_sin);
+  op->release(m->arena);
+  free(m);
+}
+
+const LlamaConfig *llama_config(const Llama *m) { return &m->c; }
+float *llama_params(Llama *m) { return m->params; }
+float *llama_grads(Llama *m) { return m->grads; }
+size_t llama_param_count(const Llama *m) { return m->n_params; }
+int llama_num_tensors(const Llama *m) { return N_TENSORS; }
+
+const ParamTensor *llama_tensor(const Llama *m, int i) {
+  if (i < 0 || i >= N_TENSORS) die("llama_tensor: index %d outside [0, %d)", i, N_TENSORS);
+  return &m->tensors[i];
+}
+
+const ParamTensor *llama_find_tensor(const Llama *m, const char *name) {
+  for (int i = 0; i < N_TENSORS; i++)
+    if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+  return NULL;
+}
+
+void llama_zero_grad(Llama *m) { m->ops->zero(m->grads, m->n_params * sizeof(float)); }
+
+void llama_init(Llama *m, uint64_t seed) {
+  // Generated on the host in blocks and uploaded. Each 64K-element chunk of a tensor has its own
+  // RNG stream keyed by (seed, tensor, chunk), so the values do not depend on the thread count.
+  enum { CHUNK = 1 << 16, BLOCK = 256 * CHUNK };
+  size_t largest = 0;
+  for (int id = 0; id < N_TENSORS; id++) largest = m->tensors[id].numel > largest ? m->tensors[id].numel : largest;
+  float *host = xmalloc((largest < BLOCK ? largest : BLOCK) * sizeof(float));
+  for (int id = 0; id < N_TENSORS; id++) {
+    const ParamTensor *t = &m->tensors[id];
+    for (size_t b0 = 0; b0 < t->numel; b0 += BLOCK) {
+      size_t nb = t->numel - b0 < BLOCK ? t->numel - b0 : BLOCK;
+      if (!t->decay) {  // RMSNorm weights start at 1
+        for (size_t i = 0; i < nb; i++) host[i] = 1.0f;
+      } else {
+#pragma omp parallel for schedule(static)
+        for (size_t c0 = 0; c0 < nb; c0 += CHUNK) {
+          uint64_t key[3] = {seed, (uint64_t)id, (b0 + c0) / CHUNK};
+          Rng r;
+          rng_seed(&r, hash64(key, sizeof key, 0));
+          size_t end = c0 + CHUNK < nb ? c0 + CHUNK : nb;
+          for (size_t i = c0; i < end; i++) host[i] = 0.02f * rng_normal(&r);
+        }
+      }
+      m->ops->upload(m->params + t->offset + b0, host, nb * sizeof(float));
+    }
+  }
+  free(host);
+}
+
+// ---- the graph ----------------------------------------------------------------------------------
+
+static LinearId lin(int layer, LinearKind kind) { return (LinearId){layer, kind}; }
+
+// Embedding, the blocks and the final norm: fills every saved activation up to a->final.
+static void forward_blocks(Llama *m, const int *inputs) {
+  const Ops *op = m->ops;
+  const LlamaConfig *c = &m->c;
+  Acts *a = &m->a;
+  const int B = m->B, T = m->T, N = m->N, D = c->dim, F = c->ffn_dim, H = c->n_heads, KV = c->n_kv_heads;
+  const int hd = m->hd, Q = m->qdim, K = m->kvdim;
+  const float eps = c->norm_eps;
+
+  op->upload(a->inputs, inputs, (size_t)N * sizeof(int));
+  op->embed_fwd(a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
+  for (int l = 0; l < c->n_layers; l++) {
+    LayerWeights w = layer_weights(m, m->params, l);
+    LayerActs s = layer_acts(m, l);
+    // attention: res_mid = res_in + wo(attention(rope(q), rope(k), v)), q/k/v from rmsnorm(res_in)
+    op->rmsnorm_fwd(s.attn_in, s.attn_rstd, s.res_in, w.attn_norm, N, D, eps);
+    op->matmul_fwd(op->ctx, lin(l, LIN_Q), s.q, s.attn_in, w.wq, N, D, Q);
+    op->matmul_fwd(op->ctx, lin(l, LIN_K), s.k, s.attn_in, w.wk, N, D, K);
+    op->matmul_fwd(op->ctx, lin(l, LIN_V), s.v, s.attn_in, w.wv, N, D, K);
+    op->rope_fwd(s.q, m->rope_cos, m->rope_sin, B, T, H, hd);
+    op->rope_fwd(s.k, m->rope_cos, m->rope_sin, B, T, KV, hd);
+    op->attention_fwd(s.att, s.lse, s.q, s.k, s.v, B, T, H, KV, hd);
+    op->matmul_fwd(op->ctx, lin(l, LIN_O), a->tmp, s.att, w.wo, N, Q, D);
+    op->residual_fwd(s.res_mid, s.res_in, a->tmp, (size_t)N * D);
+    // feed-forward: res_out = res_mid + w_down(silu(w_gate m) * (w_up m)), m = rmsnorm(res_mid)
+    op->rmsnorm_fwd(s.ffn_in, s.ffn_rstd, s.res_mid, w.ffn_norm, N, D, eps);
+    op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s.gate, s.ffn_in, w.w_gate, N, D, F);
+    op->matmul_fwd(op->ctx, lin(l, LIN_UP), s.up, s.ffn_in, w.w_up, N, D, F);
+    op->swiglu_fwd(s.swi, s.gate, s.up, (size_t)N * F);
+    op->matmul_fwd(op->ctx, lin(l, LIN_DOWN), a->tmp, s.swi, w.w_down, N, F, D);
+    op->residual_fwd(s.res_out, s.res_mid, a->tmp, (size_t)N * D);
+  }
+  void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
+  op->rmsnorm_fwd(a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, eps);
+}
+
+float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_index) {
+  if (!inputs || !targets) die("llama_forward: inputs and targets are required (use llama_logits for logits only)");
+  const Ops *op = m->ops;
+  forward_blocks(m, inputs);
+  op->upload(m->a.targets, targets, (size_t)m->N * sizeof(int));
+  m->have_targets = 1;
+  m->ignore_index = ignore_index;
+  // loss only: the backward recomputes the logits, so no [N, V] buffer is kept between the passes
+  return op->head_ce(NULL, NULL, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N,
+                     m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, 0.0f);
+}
+
+void llama_backward(Llama *m, float dloss) {
+  if (!m->have_targets)
+    die("llama_backward: call llama_forward first (llama_logits overwrites the activations it saved)");
+  const Ops *op = m->ops;
+  const LlamaConfig *c = &m->c;
+  Acts *a = &m->a;
+  const int B = m->B, T = m->T, N = m->N, D = c->dim, F = c->ffn_dim, H = c->n_heads, KV = c->n_kv_heads;
+  const int hd = m->hd, Q = m->qdim, K = m->kvdim;
+  float *p = m->params, *g = m->grads;
+
+  // head + loss -> d(final), then the final norm puts d(residual stream) into dres
+  op->head_ce(a->dnorm, whole(m, g, T_HEAD), a->logits, a->final, whole(m, p, T_HEAD), a->targets, N, D,
+              c->vocab_size, m->head_chunk, m->ignore_index, dloss);
+  op->zero(a->dres, (size_t)N * D * op->act_bytes);
+  void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
+  op->rmsnorm_bwd(a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
+                  N, D);
+
+  // dres holds d(res_out) of block l on entry and d(res_in) on exit: the residual adds pass it
+  // through unchanged and each norm's backward adds its branch into it.
+  for (int l = c->n_layers - 1; l >= 0; l--) {
+    LayerWeights w = layer_weights(m, p, l), dw = layer_weights(m, g, l);
+    LayerActs s = layer_acts(m, l);
+    // feed-forward
+    op->matmul_bwd(op->ctx, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
+    op->swiglu_bwd(a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
+    op->matmul_bwd(op->ctx, lin(l, LIN_GATE), a->dnorm, dw.w_gate, a->dgate, s.ffn_in, w.w_gate, N, D, F, 0);
+    op->matmul_bwd(op->ctx, lin(l, LIN_UP), a->dnorm, dw.w_up, a->dup, s.ffn_in, w.w_up, N, D, F, 1);
+    op->rmsnorm_bwd(a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);
+    // attention
+    op->matmul_bwd(op->ctx, lin(l, LIN_O), a->datt, dw.wo, a->dres, s.att, w.wo, N, Q, D, 0);
+    op->attention_bwd(a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, B, T, H, KV, hd);
+    op->rope_bwd(a->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
+    op->rope_bwd(a->dk, m->rope_cos, m->rope_sin, B, T, KV, hd);
+    op->matmul_bwd(op->ctx, lin(l, LIN_Q), a->dnorm, dw.wq, a->dq, s.attn_in, w.wq, N, D, Q, 0);
+    op->matmul_bwd(op->ctx, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
+    op->matmul_bwd(op->ctx, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
+    op->rmsnorm_bwd(a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
+  }
+  op->embed_bwd(whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
+}
+
+void llama_logits(Llama *m, const int *inputs, float *out) {
+  const Ops *op = m->ops;
+  const int N = m->N, D = m->c.dim, V = m->c.vocab_size;
+  forward_blocks(m, inputs);
+  m->have_targets = 0;  // the saved activations no longer match the last llama_forward's targets
+  for (int n0 = 0; n0 < N; n0 += m->head_chunk) {
+    int nc = N - n0 < m->head_chunk ? N - n0 : m->head_chunk;
+    op->matmul_fwd(op->ctx, lin(-1, LIN_HEAD), m->a.logits, act(m, m->a.final, (size_t)n0 * D),
+                   whole(m, m->params, T_HEAD), nc, D, V);
+    op->acts_to_f32(out + (size_t)n0 * V, m->a.logits, (size_t)nc * V);
+  }
+}

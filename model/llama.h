@@ -1,0 +1,58 @@
+// model/llama.h: the Llama-3 model: parameters, activations, forward and backward, computed as
+// Hugging Face transformers' LlamaForCausalLM does (untied head, GQA, RoPE with optional Llama-3.1
+// scaling, SwiGLU, RMSNorm). The math runs through a backend's Ops table (model/ops.h); with
+// ops_cpu everything lives in host memory in fp32.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llama_config.h"
+#include "ops.h"
+
+// One named tensor of the parameter (and, same layout, gradient) buffer. Per-layer kinds are
+// stacked over layers, like llm.c: wq is [L, H*hd, D], layer l at offset + l * numel / L.
+// offset and numel count floats. decay is 0 for RMSNorm weights, 1 for everything else.
+typedef struct {
+  const char *name;
+  int ndim;
+  int64_t shape[4];
+  size_t offset, numel;
+  int decay;
+} ParamTensor;
+
+typedef struct Llama Llama;
+
+// A model for micro-batches of B sequences of T tokens (T <= c->max_seq_len). Dies with a message
+// naming the offending field if the config is inconsistent. ops must outlive the model.
+Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops);
+void llama_free(Llama *m);
+const LlamaConfig *llama_config(const Llama *m);
+
+// HF's init: normal(0, 0.02) for embeddings and linear weights, 1 for RMSNorm weights.
+// Deterministic in seed, independent of the thread count.
+void llama_init(Llama *m, uint64_t seed);
+
+// The fp32 parameters and gradients, in backend memory (host memory for ops_cpu), laid out as
+// the tensor table says: tok_embedding [V, D]; attn_norm [L, D]; wq [L, H*hd, D];
+// wk, wv [L, KV*hd, D]; wo [L, D, H*hd]; ffn_norm [L, D]; w_gate, w_up [L, F, D];
+// w_down [L, D, F]; final_norm [D]; head [V, D]. Weights are [out, in] as in PyTorch, so a HF
+// checkpoint maps onto them by plain copies.
+float *llama_params(Llama *m);
+float *llama_grads(Llama *m);
+size_t llama_param_count(const Llama *m);
+int llama_num_tensors(const Llama *m);
+const ParamTensor *llama_tensor(const Llama *m, int i);
+const ParamTensor *llama_find_tensor(const Llama *m, const char *name);  // NULL if no such tensor
+
+// Runs the micro-batch inputs [B*T] (host memory) through the model and returns the mean
+// cross-entropy over targets [B*T] that are not ignore_index (0 if none are). Positions restart
+// at 0 for every sequence. Saves what llama_backward needs; on its own it is the eval pass.
+float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_index);
+
+// Gradients of the last llama_forward, scaled by dloss = d(objective)/d(mean loss), e.g.
+// 1/grad_accum_steps, ADDED to llama_grads(). The head's logits are recomputed chunk by chunk.
+void llama_backward(Llama *m, float dloss);
+void llama_zero_grad(Llama *m);
+
+// The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).
+void llama_logits(Llama *m, const int *inputs, float *out);

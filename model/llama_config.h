@@ -1,0 +1,34 @@
+// model/llama_config.h: the Llama-3 architecture hyperparameters, presets, parameter count and the
+// paper's FLOPs-per-token formula.
+#pragma once
+#include <stdint.h>
+
+typedef struct {
+  int vocab_size;
+  int dim;          // d_model
+  int n_layers;
+  int n_heads;      // query heads
+  int n_kv_heads;   // key/value heads (GQA); n_heads % n_kv_heads == 0
+  int ffn_dim;      // SwiGLU hidden size
+  int max_seq_len;  // largest sequence the RoPE tables cover
+  float norm_eps;   // RMSNorm epsilon
+  float rope_theta;
+  // Llama-3.1 RoPE frequency scaling (HF rope_type "llama3"); off when rope_scaling == 0.
+  int rope_scaling;
+  float rope_factor;
+  float rope_low_freq_factor;
+  float rope_high_freq_factor;
+  int rope_original_max_pos;
+} LlamaConfig;
+
+static inline int llama_head_dim(const LlamaConfig *c) { return c->dim / c->n_heads; }
+
+// Fills *c from a preset name: "tiny" (CPU tests/demo), "small" (~150M non-embedding, replication),
+// "llama3_8b" (Llama-3.1-8B). Returns 0 on success, -1 if the name is unknown.
+int llama_preset(const char *name, LlamaConfig *c);
+const char *llama_preset_names(void);  // "tiny, small, llama3_8b" for error messages
+
+int64_t llama_num_params(const LlamaConfig *c);           // all parameters (embedding, blocks, norm, head)
+int64_t llama_num_embedding_params(const LlamaConfig *c); // the input embedding only (paper's N_emb)
+// The paper's (torchtitan's) convention: 6*(N - N_emb) + 12*L*H*d_head*S.
+double llama_flops_per_token(const LlamaConfig *c, int seq_len);

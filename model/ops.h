@@ -1,0 +1,139 @@
+// model/ops.h: the backend operations table. model/llama.c runs the layer graph only through these
+// function pointers, so a CUDA backend (BF16 activations, fp32 master weights and gradients) can
+// fill the same table and reuse the graph unchanged.
+//
+// Conventions shared by every op:
+// - N = B*T tokens, row-major [N, width] activations; token n is position n % T of sequence n / T.
+// - Activations are void* in the backend's activation type (Ops.act_bytes per element).
+//   Parameters and their gradients are fp32 (float*), as are per-row statistics (rstd, lse).
+// - Linear weights are stored PyTorch-style [out, in]: y = x W^T.
+// - Backward ops ACCUMULATE (+=) into parameter gradients. Activation gradients are overwritten,
+//   except where a comment says "+=" (rmsnorm_bwd's dx, and matmul_bwd's dx when asked), which is
+//   how the graph sums the branches of the residual stream and of q/k/v, gate/up.
+//
+// Below the table are the plain-C CPU reference implementations (one file per op), with typed
+// signatures; tests call them directly, ops_cpu.c wraps them into ops_cpu.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llama_config.h"
+
+// Which linear layer a matmul call is: FP4 recipes (per-kind, per-block overrides) key on this.
+typedef enum { LIN_Q, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, LIN_HEAD, LIN_NKINDS } LinearKind;
+typedef struct {
+  int layer;  // block index; -1 for the output head
+  LinearKind kind;
+} LinearId;
+
+static inline const char *linear_kind_name(LinearKind k) {
+  static const char *names[LIN_NKINDS] = {"q", "k", "v", "o", "gate", "up", "down", "head"};
+  return (unsigned)k < LIN_NKINDS ? names[k] : "?";
+}
+
+typedef struct Ops {
+  const char *name;  // "cpu", "cuda", ...
+  int act_bytes;     // bytes per activation element: 4 (fp32) on the CPU, 2 for BF16
+  void *ctx;         // handed to the linear entry (recipe and quantizer state); NULL on the CPU
+
+  // Memory: buffers the ops read and write live where the backend wants them (host or device).
+  void *(*alloc)(size_t bytes);
+  void (*release)(void *p);
+  void (*zero)(void *p, size_t bytes);
+  void (*upload)(void *dst, const void *host_src, size_t bytes);
+  void (*download)(void *host_dst, const void *src, size_t bytes);
+  void (*acts_to_f32)(float *host_dst, const void *src, size_t n);  // n activations -> host floats
+
+  // out[n] = table[tokens[n]]. Dies on a token outside [0, V).
+  void (*embed_fwd)(void *out, const int *tokens, const float *table, int N, int D, int V);
+  // dtable[tokens[n]] += dout[n]
+  void (*embed_bwd)(float *dtable, const void *dout, const int *tokens, int N, int D);
+
+  // out = x * rsqrt(mean(x^2) + eps) * w; rstd[n] saved for backward.
+  void (*rmsnorm_fwd)(void *out, float *rstd, const void *x, const float *w, int N, int D, float eps);
+  // dx += ..., dw += ...
+  void (*rmsnorm_bwd)(void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
+                      int N, int D);
+
+  // The single linear entry. out[N, out_dim] = x[N, in] W^T with W [out_dim, in].
+  void (*matmul_fwd)(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in, int out_dim);
+  // dW += dout^T x; dx = dout W (or dx += dout W when dx_accumulate). dx or dw may be NULL.
+  void (*matmul_bwd)(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                     int N, int in, int out_dim, int dx_accumulate);
+
+  // In-place rotary embedding of x [B*T, n_heads*hd] with cos/sin tables [T, hd/2]; the backward
+  // rotates by the opposite angle (the transpose).
+  void (*rope_fwd)(void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+  void (*rope_bwd)(void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+
+  // Causal GQA attention: q [N, H*hd], k, v [N, KV*hd] -> out [N, H*hd]; lse [B, H, T] is the
+  // log-sum-exp of each row's scaled scores, saved so the backward can rebuild the probabilities.
+  void (*attention_fwd)(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
+                        int KV, int hd);
+  void (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
+                        const void *out, const float *lse, int B, int T, int H, int KV, int hd);
+
+  // out = silu(gate) * up, elementwise over n values.
+  void (*swiglu_fwd)(void *out, const void *gate, const void *up, size_t n);
+  void (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
+
+  // out = a + b (out may alias a).
+  void (*residual_fwd)(void *out, const void *a, const void *b, size_t n);
+
+  // Output head fused with cross-entropy, `chunk` tokens at a time so the fp32 logits of the
+  // whole batch never exist: logits = x W^T per chunk, loss = mean over targets != ignore_index
+  // of logsumexp - logit[target] (0 when no target counts). Returns that mean loss. When dx is
+  // not NULL it also writes dx (overwrite) and accumulates dw, for d(objective)/d(loss) = dloss.
+  // scratch holds chunk*V floats.
+  float (*head_ce)(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets, int N,
+                   int D, int V, int chunk, int ignore_index, float dloss);
+} Ops;
+
+extern const Ops ops_cpu;
+
+// ---- CPU reference implementations (fp32, OpenMP, deterministic) -------------------------------
+// Every output element is computed by one thread in a fixed order, so results are bit-identical
+// for any thread count. Argument meanings are those of the table above.
+
+// model/embedding.c
+void embedding_forward(float *out, const int *tokens, const float *table, int N, int D, int V);
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D);
+
+// model/rmsnorm.c
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
+                      int N, int D);
+
+// model/matmul.c
+void matmul_forward(float *out, const float *x, const float *w, int N, int in, int out_dim);
+// The same with W already transposed (wt [in, out_dim], from matmul_transpose_weight, malloc'd),
+// for callers that apply one weight several times (the chunked head).
+float *matmul_transpose_weight(const float *w, int in, int out_dim);
+void matmul_forward_wt(float *out, const float *x, const float *wt, int N, int in, int out_dim);
+void matmul_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, int N, int in,
+                     int out_dim, int dx_accumulate);
+
+// model/rope.c
+// inv_freq[i], i < hd/2: 1/theta^(2i/hd), then HF's "llama3" rescaling when c->rope_scaling.
+void rope_inv_freq(float *inv_freq, int hd, const LlamaConfig *c);
+// cos/sin [T, hd/2] of position * inv_freq (angle in double, stored as float).
+void rope_tables(float *cos, float *sin, int T, int hd, const LlamaConfig *c);
+void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+
+// model/attention.c
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                       int KV, int hd);
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *out, const float *lse, int B, int T, int H, int KV, int hd);
+
+// model/swiglu.c
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+
+// model/residual.c
+void residual_forward(float *out, const float *a, const float *b, size_t n);
+
+// model/crossentropy.c
+float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
+                        int N, int D, int V, int chunk, int ignore_index, float dloss);
