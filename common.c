@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 void die_at(const char *file, int line, const char *fmt, ...) {
@@ -121,4 +122,27 @@ uint64_t hash64(const void *data, size_t len, uint64_t seed) {
   for (; i < len; i++) h = rotl(h ^ (p[i] * H3), 11) * H1;
   h ^= h >> 33; h *= H2; h ^= h >> 29; h *= H3; h ^= h >> 32;
   return h;
+}
+
+int make_dirs(const char *dir, char *err, size_t errlen) {
+  size_t n = strlen(dir);
+  char *p = xmalloc(n + 1);
+  memcpy(p, dir, n + 1);
+  int rc = 0;
+  for (size_t i = 1; i <= n && !rc; i++) {
+    if (p[i] != '/' && p[i]) continue;
+    char c = p[i];
+    p[i] = 0;  // p is now one prefix of the path
+    struct stat st;
+    if (mkdir(p, 0755) && errno != EEXIST) {
+      snprintf(err, errlen, "cannot create directory '%s': %s", p, strerror(errno));
+      rc = -1;
+    } else if (stat(p, &st) || !S_ISDIR(st.st_mode)) {
+      snprintf(err, errlen, "cannot create directory '%s': '%s' is not a directory", dir, p);
+      rc = -1;
+    }
+    p[i] = c;
+  }
+  free(p);
+  return rc;
 }

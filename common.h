@@ -36,3 +36,6 @@ float rng_normal(Rng *r);   // N(0, 1), Box-Muller
 // 64-bit checksum of a buffer (four multiply-rotate lanes over 8-byte words, then an avalanche).
 // Used by shards and checkpoints; fast enough for multi-GB buffers (~several GB/s).
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
+
+// mkdir -p: creates dir and its missing parents. Returns 0, or -1 with a message naming the path.
+int make_dirs(const char *dir, char *err, size_t errlen);

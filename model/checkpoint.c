@@ -402,27 +402,6 @@ int ckpt_latest(const char *dir, char *path, size_t pathlen, int64_t *step) {
 // ---------------------------------------------------------------------------------------------
 // Writing.
 
-static int mkdir_p(const char *dir, char *err, size_t errlen) {
-  if (!dir[0]) return fail(err, errlen, "checkpoint directory is an empty string");
-  char *p = xmalloc(strlen(dir) + 1);
-  strcpy(p, dir);
-  int rc = 0;
-  for (char *s = p + 1; !rc; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;  // p is now one prefix of the path
-    struct stat st;
-    if (mkdir(p, 0755) && errno != EEXIST)
-      rc = fail(err, errlen, "cannot create checkpoint directory '%s': %s", p, strerror(errno));
-    else if (stat(p, &st) || !S_ISDIR(st.st_mode))
-      rc = fail(err, errlen, "cannot create checkpoint directory '%s': '%s' is not a directory", dir, p);
-    *s = c;
-    if (!c) break;
-  }
-  free(p);
-  return rc;
-}
-
 // fsync on the directory makes the rename itself durable. File systems that cannot sync a
 // directory answer EINVAL; there is nothing more to do on those.
 static int sync_dir(const char *dir) {
@@ -515,7 +494,8 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
     for (int j = 0; j < i; j++)
       if (!strcmp(secs[j].name, name)) return fail(err, errlen, "checkpoint section name '%s' appears twice", name);
   }
-  if (mkdir_p(dir, err, errlen)) return -1;
+  if (!dir[0]) return fail(err, errlen, "checkpoint directory is an empty string");
+  if (make_dirs(dir, err, errlen)) return -1;
   remove_stale_temps(dir);
 
   // Header and table in one buffer: that is exactly what the header checksum covers.
