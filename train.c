@@ -47,7 +47,8 @@ static void usage(FILE *f) {
           "  --set section.key=value   override a config key (repeatable)\n"
           "  --resume                  resume from the latest checkpoint in checkpoint.dir\n"
           "  --max-steps N             stop (and checkpoint) after optimizer step N, keeping the schedule\n"
-          "  --print-config            print the effective config as YAML and exit\n");
+          "  --print-config            print the effective config as YAML and exit\n"
+          "  --dry-run                 print the model size and FLOPs per token and exit\n");
 }
 
 // Names the first field where a checkpoint's meta differs from this run's.
@@ -162,13 +163,14 @@ int main(int argc, char **argv) {
   config_defaults(cfg);
   const char *cfg_path = argv[1];
   if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-  int force_resume = 0, print_config = 0;
+  int force_resume = 0, print_config = 0, dry_run = 0;
   int64_t max_steps = -1;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       if (config_set(cfg, argv[++i], err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
     } else if (!strcmp(argv[i], "--resume")) force_resume = 1;
     else if (!strcmp(argv[i], "--print-config")) print_config = 1;
+    else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       max_steps = strtoll(argv[++i], &end, 10);
@@ -178,6 +180,15 @@ int main(int argc, char **argv) {
   if (force_resume) cfg->resume = 1;
   if (config_validate(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
   if (print_config) { config_write_yaml(cfg, stdout); return 0; }
+  if (dry_run) {  // sizes only: nothing is allocated, so this works for the 8B config on a laptop
+    const LlamaConfig *c = &cfg->model;
+    int64_t np = llama_num_params(c);
+    printf("model: %s, %lld parameters (%lld embedding), %.2f GFLOP/token at seq %d\n",
+           cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np,
+           (long long)llama_num_embedding_params(c), llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
+    printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
+    return 0;
+  }
   if (cfg->resume && !cfg->ckpt_dir[0]) { fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n"); return 1; }
 
   if (!strcmp(cfg->backend, "cuda")) die("parallel.backend: the CUDA backend is not built into this binary yet");

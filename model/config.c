@@ -413,6 +413,12 @@ static int invalid(char *err, size_t n, const char *where, const int *lines, con
   return -1;
 }
 
+// Of two keys in one cross-field rule, the one to blame: the one the file set, if only one was.
+static const char *blame(const int *lines, const char *a, const char *b) {
+  int ia = key_index(a), ib = key_index(b);
+  return (ia >= 0 && lines[ia] > 0) || ib < 0 || lines[ib] <= 0 ? a : b;
+}
+
 static int validate(const TrainConfig *c, const int *lines, const char *where, char *err, size_t n) {
 #define FAIL(key, ...) return invalid(err, n, where, lines, key, __VA_ARGS__)
   // Every value on its own first: range, enum, preset name, string length. A struct built or
@@ -425,9 +431,12 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
     if (set_value(&scratch, &KEYS[i], text, msg, sizeof msg)) FAIL(KEYS[i].name, "%s", msg);
   }
   const LlamaConfig *m = &c->model;
-  if (m->dim % m->n_heads) FAIL("model.dim", "%d is not divisible by model.n_heads (%d)", m->dim, m->n_heads);
+  if (m->dim % m->n_heads)
+    FAIL(blame(lines, "model.n_heads", "model.dim"), "model.dim %d is not divisible by model.n_heads %d", m->dim,
+         m->n_heads);
   if (m->n_heads % m->n_kv_heads)
-    FAIL("model.n_kv_heads", "%d does not divide model.n_heads (%d)", m->n_kv_heads, m->n_heads);
+    FAIL(blame(lines, "model.n_kv_heads", "model.n_heads"), "model.n_heads %d is not divisible by model.n_kv_heads %d",
+         m->n_heads, m->n_kv_heads);
   if (llama_head_dim(m) % 2)  // RoPE rotates pairs of channels
     FAIL("model.n_heads", "head dimension model.dim / model.n_heads = %d / %d = %d is odd", m->dim, m->n_heads,
          llama_head_dim(m));

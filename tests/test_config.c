@@ -238,8 +238,8 @@ int main(void) {
                NULL);
   expect_error("parallel:\n  data_parallel: 3\n", "batch.global_batch: 16 is not divisible by batch.micro_batch (8) x "
                "parallel.data_parallel (3)", NULL);
-  expect_error("model:\n  n_heads: 3\n", "t.yaml: model.dim: 64 is not divisible by model.n_heads (3)", NULL);
-  expect_error("model:\n  n_kv_heads: 3\n", "t.yaml:2: model.n_kv_heads: 3 does not divide model.n_heads (4)", NULL);
+  expect_error("model:\n  n_heads: 3\n", "t.yaml:2: model.n_heads: model.dim 64 is not divisible by model.n_heads 3", NULL);
+  expect_error("model:\n  n_kv_heads: 3\n", "t.yaml:2: model.n_kv_heads: model.n_heads 4 is not divisible by model.n_kv_heads 3", NULL);
   expect_error("model:\n  dim: 36\n  n_heads: 4\n  n_kv_heads: 1\n", "t.yaml:3: model.n_heads: head dimension", "= 9 is odd");
   expect_error("batch:\n  seq_len: 65\n", "t.yaml:2: batch.seq_len: 65 exceeds model.max_seq_len (64)", NULL);
   expect_error("schedule:\n  warmup_steps: 301\n", "t.yaml:2: schedule.warmup_steps: 301 exceeds schedule.total_steps (300)",

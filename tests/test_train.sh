@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of ./train on the CPU backend: a run stopped after N steps and resumed gives
+# End-to-end checks of ./train (CPU backend): a run stopped after N steps and resumed gives
 # bit-identical losses to an uninterrupted run; SIGTERM saves a checkpoint; bad CLI input and a
 # mismatched checkpoint are refused with clear errors.
 cd "$(dirname "$0")/.." || exit 1
@@ -36,4 +36,7 @@ check "inconsistent heads are refused naming file and key" 'echo "$out" | grep -
 pid=$!; sleep 3; kill -TERM $pid; wait $pid; rc=$?
 check "SIGTERM exits cleanly" '[ $rc -eq 0 ]'
 check "SIGTERM leaves a checkpoint" 'ls "$tmp/sig"/ckpt_*.bin >/dev/null 2>&1'
+out=$(./train configs/llama3_8b.yaml --dry-run 2>&1)
+check "llama3_8b has 8,030,261,248 parameters" 'echo "$out" | grep -q "8030261248 parameters (525336576 embedding)"'
+check "llama3_8b costs 57.91 GFLOP/token at seq 8192" 'echo "$out" | grep -q "57.91 GFLOP/token at seq 8192"'
 echo "$pass passed, $fail failed"
