@@ -4,6 +4,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // die(): print "file:line: message" and exit(1). Use for unrecoverable errors.
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 void die_at(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
@@ -39,3 +43,7 @@ uint64_t hash64(const void *data, size_t len, uint64_t seed);
 
 // mkdir -p: creates dir and its missing parents. Returns 0, or -1 with a message naming the path.
 int make_dirs(const char *dir, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

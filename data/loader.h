@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // POD, saved in checkpoints. Position of the next micro-batch = epoch * n_windows + cursor.
 // For "synthetic", n_windows is 0 (unbounded), epoch stays 0 and cursor counts windows.
 typedef struct {
@@ -46,3 +50,7 @@ uint64_t loader_tokens_per_epoch(const DataLoader *dl);
 // expected loss (about 1.27). Returns -1 for shard data.
 double loader_synthetic_entropy(const DataLoader *dl);
 void loader_close(DataLoader *dl);
+
+#ifdef __cplusplus
+}
+#endif

@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SHARD_MAGIC "TOKSHARD"  // 8 bytes, no terminator in the file
 #define SHARD_VERSION 1
 #define SHARD_HEADER_BYTES 64
@@ -41,3 +45,7 @@ int shard_read_info(const char *path, ShardInfo *info, char *err, size_t errlen)
 // size, the token checksum and that every id is < vocab_size. Returns 0, or -1 with a message in err
 // and *tokens == NULL: never unverified tokens.
 int shard_read(const char *path, uint32_t **tokens, ShardInfo *info, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

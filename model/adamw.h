@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Sum of squares of g[0..n) in double: fixed 64K-element chunks summed in order. Exposed so the
 // caller can add the sums of several buffers (or ranks) before taking one square root.
 double grad_sumsq(const float *g, size_t n);
@@ -27,3 +31,7 @@ float clip_scale(float norm, float clip);
 // are not decayed (norms, by the caller's policy).
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, float grad_scale, int64_t t);
+
+#ifdef __cplusplus
+}
+#endif

@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CKPT_NAME_MAX 63  // longest section name, in bytes
 
 typedef struct {
@@ -49,3 +53,7 @@ int ckpt_read_section(const char *path, const char *name, void **data, size_t *b
 // Checks the header, file size and every section checksum of path, without keeping any data.
 // *step (if not NULL) gets the step. This is what ckpt_latest runs on each candidate.
 int ckpt_verify(const char *path, int64_t *step, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

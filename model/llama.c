@@ -214,6 +214,7 @@ Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
   layout_params(m);
   m->params = ops->alloc(m->n_params * sizeof(float));
   m->grads = ops->alloc(m->n_params * sizeof(float));
+  ops->bind_params(m->params, m->n_params);
   ops->zero(m->grads, m->n_params * sizeof(float));
 
   // RoPE tables for positions 0..T-1, computed once on the host.
@@ -290,6 +291,7 @@ void llama_init(Llama *m, uint64_t seed) {
     }
   }
   free(host);
+  m->ops->params_changed();
 }
 
 // ---- the graph ----------------------------------------------------------------------------------

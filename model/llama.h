@@ -9,6 +9,10 @@
 #include "llama_config.h"
 #include "ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // One named tensor of the parameter (and, same layout, gradient) buffer. Per-layer kinds are
 // stacked over layers, like llm.c: wq is [L, H*hd, D], layer l at offset + l * numel / L.
 // offset and numel count floats. decay is 0 for RMSNorm weights, 1 for everything else.
@@ -56,3 +60,7 @@ void llama_zero_grad(Llama *m);
 
 // The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).
 void llama_logits(Llama *m, const int *inputs, float *out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -3,6 +3,10 @@
 #pragma once
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
   int vocab_size;
   int dim;          // d_model
@@ -32,3 +36,7 @@ int64_t llama_num_params(const LlamaConfig *c);           // all parameters (emb
 int64_t llama_num_embedding_params(const LlamaConfig *c); // the input embedding only (paper's N_emb)
 // The paper's (torchtitan's) convention: 6*(N - N_emb) + 12*L*H*d_head*S.
 double llama_flops_per_token(const LlamaConfig *c, int seq_len);
+
+#ifdef __cplusplus
+}
+#endif

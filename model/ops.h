@@ -19,6 +19,10 @@
 
 #include "llama_config.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Which linear layer a matmul call is: FP4 recipes (per-kind, per-block overrides) key on this.
 typedef enum { LIN_Q, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, LIN_HEAD, LIN_NKINDS } LinearKind;
 typedef struct {
@@ -43,6 +47,19 @@ typedef struct Ops {
   void (*upload)(void *dst, const void *host_src, size_t bytes);
   void (*download)(void *host_dst, const void *src, size_t bytes);
   void (*acts_to_f32)(float *host_dst, const void *src, size_t n);  // n activations -> host floats
+  void (*sync)(void);  // wait for queued work (a no-op on the CPU)
+
+  // Parameters. The model binds its fp32 parameter buffer once after allocating it. A backend may
+  // keep derived copies (the CUDA backend keeps BF16 weights for the GEMMs, indexed by the offset of
+  // the fp32 pointer an op receives); params_changed() refreshes them after the fp32 values were
+  // written from outside (init, checkpoint load). adamw() refreshes them itself.
+  void (*bind_params)(float *params, size_t n);
+  void (*params_changed)(void);
+
+  // Optimizer on backend memory, with model/adamw.h's exact semantics.
+  double (*grad_sumsq)(const float *g, size_t n);
+  void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, float grad_scale, int64_t t);
 
   // out[n] = table[tokens[n]]. Dies on a token outside [0, V).
   void (*embed_fwd)(void *out, const int *tokens, const float *table, int N, int D, int V);
@@ -90,6 +107,12 @@ typedef struct Ops {
 } Ops;
 
 extern const Ops ops_cpu;
+#ifdef HAVE_CUDA
+// The CUDA backend (model/ops_cuda.cu): BF16 activations, fp32 master weights and gradients.
+// cuda_backend_init picks the device and creates the library handles; it returns NULL (with a
+// reason in err) when no usable GPU is present, so ./train can fall back to the CPU.
+const Ops *cuda_backend_init(int device, char *err, size_t errlen);
+#endif
 
 // ---- CPU reference implementations (fp32, OpenMP, deterministic) -------------------------------
 // Every output element is computed by one thread in a fixed order, so results are bit-identical
@@ -137,3 +160,7 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 // model/crossentropy.c
 float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
                         int N, int D, int V, int chunk, int ignore_index, float dloss);
+
+#ifdef __cplusplus
+}
+#endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/adamw.h"
 #include "model/ops.h"
 
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
@@ -12,6 +13,10 @@ static void cpu_release(void *p) { free(p); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_acts_to_f32(float *dst, const void *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+
+static void cpu_sync(void) {}
+static void cpu_bind_params(float *params, size_t n) {}
+static void cpu_params_changed(void) {}
 
 static void cpu_embed_fwd(void *out, const int *tokens, const float *table, int N, int D, int V) {
   embedding_forward(out, tokens, table, N, D, V);
@@ -68,6 +73,11 @@ const Ops ops_cpu = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .acts_to_f32 = cpu_acts_to_f32,
+    .sync = cpu_sync,
+    .bind_params = cpu_bind_params,
+    .params_changed = cpu_params_changed,
+    .grad_sumsq = grad_sumsq,
+    .adamw = adamw_update,
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
