@@ -48,7 +48,9 @@ static void usage(FILE *f) {
           "  --resume                  resume from the latest checkpoint in checkpoint.dir\n"
           "  --max-steps N             stop (and checkpoint) after optimizer step N, keeping the schedule\n"
           "  --print-config            print the effective config as YAML and exit\n"
-          "  --dry-run                 print the model size and FLOPs per token and exit\n");
+          "  --dry-run                 print the model size and FLOPs per token and exit\n"
+          "  --compare-dump DIR        write params, one batch, its logits, loss, gradients and 10 AdamW\n"
+          "                            steps to DIR for scripts/hf_compare.py, and exit\n");
 }
 
 // Names the first field where a checkpoint's meta differs from this run's.
@@ -75,24 +77,35 @@ static int meta_mismatch(const RunMeta *a, const RunMeta *b, char *msg, size_t l
 
 typedef struct {
   TrainConfig cfg;
+  const Ops *ops;  // the backend: ops_cpu, or the CUDA table
   Llama *model;
   float *adam_m, *adam_v;
   DataLoader *train, *val;
   int *inputs, *targets;
+  float *host_stage;  // device backends: a host buffer for one state tensor on its way to/from a checkpoint
   RunMeta meta;
   int64_t step;  // optimizer steps completed
 } Run;
 
+// The host address of a backend state buffer for a checkpoint: the buffer itself on the CPU, else
+// the staging buffer (filled from the device when saving).
+static int on_host(const Run *r) { return r->ops == &ops_cpu; }
+
 static void save_checkpoint(Run *r) {
   if (!r->cfg.ckpt_dir[0]) return;
-  size_t n = llama_param_count(r->model);
+  size_t n = llama_param_count(r->model), bytes = n * sizeof(float);
+  float *state[3] = {llama_params(r->model), r->adam_m, r->adam_v}, *host[3];
+  for (int i = 0; i < 3; i++) {
+    host[i] = on_host(r) ? state[i] : r->host_stage + i * n;
+    if (!on_host(r)) r->ops->download(host[i], state[i], bytes);
+  }
   LoaderState ls;
   loader_get_state(r->train, &ls);
   CkptSection secs[] = {
       {"meta", &r->meta, sizeof r->meta},
-      {"params", llama_params(r->model), n * sizeof(float)},
-      {"adam_m", r->adam_m, n * sizeof(float)},
-      {"adam_v", r->adam_v, n * sizeof(float)},
+      {"params", host[0], bytes},
+      {"adam_m", host[1], bytes},
+      {"adam_v", host[2], bytes},
       {"loader", &ls, sizeof ls},
   };
   char err[512];
@@ -120,19 +133,42 @@ static void resume(Run *r) {
   RunMeta want = r->meta;
   want.tokens_seen = old.tokens_seen;
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
-  size_t n = llama_param_count(r->model);
+  size_t n = llama_param_count(r->model), bytes = n * sizeof(float);
+  float *state[3] = {llama_params(r->model), r->adam_m, r->adam_v}, *host[3];
+  for (int i = 0; i < 3; i++) host[i] = on_host(r) ? state[i] : r->host_stage + i * n;
   LoaderState ls;
   CkptSection secs[] = {
-      {"params", llama_params(r->model), n * sizeof(float)},
-      {"adam_m", r->adam_m, n * sizeof(float)},
-      {"adam_v", r->adam_v, n * sizeof(float)},
+      {"params", host[0], bytes},
+      {"adam_m", host[1], bytes},
+      {"adam_v", host[2], bytes},
       {"loader", &ls, sizeof ls},
   };
   if (ckpt_load(path, secs, 4, &step, err, sizeof err)) die("%s", err);
+  if (!on_host(r))
+    for (int i = 0; i < 3; i++) r->ops->upload(state[i], host[i], bytes);
+  r->ops->params_changed();
   if (loader_set_state(r->train, &ls, err, sizeof err)) die("checkpoint %s: %s", path, err);
   r->meta.tokens_seen = old.tokens_seen;
   r->step = step;
   printf("resumed from %s at step %lld\n", path, (long long)step);
+}
+
+// Clips by the global gradient norm and applies AdamW to every tensor (norms not decayed). Returns
+// -1 without touching the weights when the gradient is not finite.
+static int optimizer_step(Run *r, float lr, float *norm_out) {
+  const TrainConfig *c = &r->cfg;
+  const Ops *op = r->ops;
+  float *g = llama_grads(r->model), *p = llama_params(r->model);
+  float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(r->model)));
+  *norm_out = norm;
+  if (!isfinite(norm)) return -1;
+  float scale = clip_scale(norm, c->grad_clip);
+  for (int i = 0; i < llama_num_tensors(r->model); i++) {
+    const ParamTensor *t = llama_tensor(r->model, i);
+    op->adamw(p + t->offset, g + t->offset, r->adam_m + t->offset, r->adam_v + t->offset, t->numel, lr, c->beta1,
+              c->beta2, c->eps, t->decay ? c->weight_decay : 0.0f, scale, r->step + 1);
+  }
+  return 0;
 }
 
 static float eval_loss(Run *r) {
@@ -143,6 +179,105 @@ static float eval_loss(Run *r) {
     sum += llama_forward(r->model, r->inputs, r->targets, r->cfg.ignore_index);
   }
   return (float)(sum / r->cfg.eval_batches);
+}
+
+static void write_floats(const char *dir, const char *name, const float *p, size_t n) {
+  char path[2048];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = xfopen(path, "wb");
+  xfwrite(p, sizeof(float), n, f, path);
+  fclose(f);
+}
+
+// --compare-dump DIR: what an outside oracle (scripts/hf_compare.py runs HF transformers) needs to
+// check this engine: the initial parameters and their layout, one micro-batch, its logits, loss
+// and every gradient, then the losses of 10 AdamW steps on that same batch.
+static void compare_dump(Run *r, const char *dir) {
+  char err[512], path[2048];
+  if (make_dirs(dir, err, sizeof err)) die("--compare-dump: %s", err);
+  const TrainConfig *c = &r->cfg;
+  const LlamaConfig *mc = &c->model;
+  const Ops *op = r->ops;
+  size_t n = llama_param_count(r->model), N = (size_t)c->micro_batch * c->seq_len;
+  float *host = xmalloc((n > N * mc->vocab_size ? n : N * mc->vocab_size) * sizeof(float));
+  op->download(host, llama_params(r->model), n * sizeof(float));
+  write_floats(dir, "params.bin", host, n);
+
+  snprintf(path, sizeof path, "%s/model.json", dir);
+  FILE *f = xfopen(path, "w");
+  fprintf(f, "{\"vocab_size\": %d, \"dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, \"ffn_dim\": %d,\n",
+          mc->vocab_size, mc->dim, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->ffn_dim);
+  fprintf(f, " \"max_seq_len\": %d, \"norm_eps\": %.9g, \"rope_theta\": %.9g, \"rope_scaling\": %d, \"rope_factor\": %.9g,\n",
+          mc->max_seq_len, mc->norm_eps, mc->rope_theta, mc->rope_scaling, mc->rope_factor);
+  fprintf(f, " \"rope_low_freq_factor\": %.9g, \"rope_high_freq_factor\": %.9g, \"rope_original_max_pos\": %d,\n",
+          mc->rope_low_freq_factor, mc->rope_high_freq_factor, mc->rope_original_max_pos);
+  fprintf(f, " \"B\": %d, \"T\": %d, \"ignore_index\": %d, \"backend\": \"%s\",\n", c->micro_batch, c->seq_len,
+          c->ignore_index, op->name);
+  fprintf(f, " \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g,\n",
+          c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip);
+  fprintf(f, " \"tensors\": [\n");
+  for (int i = 0; i < llama_num_tensors(r->model); i++) {
+    const ParamTensor *t = llama_tensor(r->model, i);
+    fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"decay\": %d, \"shape\": [", t->name, t->offset,
+            t->numel, t->decay);
+    for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    fprintf(f, "]}%s\n", i + 1 < llama_num_tensors(r->model) ? "," : "");
+  }
+  fprintf(f, " ]}\n");
+  fclose(f);
+
+  loader_next(r->train, r->inputs, r->targets);
+  snprintf(path, sizeof path, "%s/batch.bin", dir);
+  f = xfopen(path, "wb");
+  xfwrite(r->inputs, sizeof(int), N, f, path);
+  xfwrite(r->targets, sizeof(int), N, f, path);
+  fclose(f);
+
+  llama_logits(r->model, r->inputs, host);
+  write_floats(dir, "logits.bin", host, N * mc->vocab_size);
+  llama_zero_grad(r->model);
+  float loss0 = llama_forward(r->model, r->inputs, r->targets, c->ignore_index);
+  llama_backward(r->model, 1.0f);
+  op->download(host, llama_grads(r->model), n * sizeof(float));
+  write_floats(dir, "grads.bin", host, n);
+
+  enum { STEPS = 10 };
+  float losses[STEPS], lrs[STEPS], norms[STEPS];
+  for (int s = 0; s < STEPS; s++) {  // AdamW on the same batch: the loss must fall the same way
+    llama_zero_grad(r->model);
+    losses[s] = llama_forward(r->model, r->inputs, r->targets, c->ignore_index);
+    llama_backward(r->model, 1.0f);
+    lrs[s] = lr_at(c, r->step);
+    if (optimizer_step(r, lrs[s], &norms[s])) die("--compare-dump: non-finite gradient at step %d", s);
+    r->step++;
+  }
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  f = xfopen(path, "w");
+  fprintf(f, "{\"loss\": %.9g,\n \"step_losses\": [", loss0);
+  for (int s = 0; s < STEPS; s++) fprintf(f, "%s%.9g", s ? ", " : "", losses[s]);
+  fprintf(f, "],\n \"lrs\": [");
+  for (int s = 0; s < STEPS; s++) fprintf(f, "%s%.9g", s ? ", " : "", lrs[s]);
+  fprintf(f, "],\n \"grad_norms\": [");
+  for (int s = 0; s < STEPS; s++) fprintf(f, "%s%.9g", s ? ", " : "", norms[s]);
+  fprintf(f, "]}\n");
+  fclose(f);
+  free(host);
+  printf("compare dump written to %s (loss %.6f, after %d AdamW steps %.6f)\n", dir, loss0, STEPS, losses[STEPS - 1]);
+}
+
+// parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
+static const Ops *pick_backend(const char *want) {
+  if (!strcmp(want, "cpu")) return &ops_cpu;
+#ifdef HAVE_CUDA
+  char err[512];
+  const Ops *cuda = cuda_backend_init(0, err, sizeof err);
+  if (cuda) return cuda;
+  if (!strcmp(want, "cuda")) die("parallel.backend: cuda: %s", err);
+  printf("no usable GPU (%s): using the CPU backend\n", err);
+#else
+  if (!strcmp(want, "cuda")) die("parallel.backend: cuda, but this binary was built without CUDA (no nvcc found)");
+#endif
+  return &ops_cpu;
 }
 
 static void format_eta(double s, char *buf, size_t len) {
@@ -164,6 +299,7 @@ int main(int argc, char **argv) {
   const char *cfg_path = argv[1];
   if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
   int force_resume = 0, print_config = 0, dry_run = 0;
+  const char *dump_dir = NULL;
   int64_t max_steps = -1;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
@@ -171,6 +307,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--resume")) force_resume = 1;
     else if (!strcmp(argv[i], "--print-config")) print_config = 1;
     else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
+    else if (!strcmp(argv[i], "--compare-dump") && i + 1 < argc) dump_dir = argv[++i];
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       max_steps = strtoll(argv[++i], &end, 10);
@@ -191,18 +328,21 @@ int main(int argc, char **argv) {
   }
   if (cfg->resume && !cfg->ckpt_dir[0]) { fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n"); return 1; }
 
-  if (!strcmp(cfg->backend, "cuda")) die("parallel.backend: the CUDA backend is not built into this binary yet");
-  if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but the CPU backend runs one process (set it to 1)", cfg->data_parallel);
+  if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+  run.ops = pick_backend(cfg->backend);
   const int world = cfg->data_parallel, B = cfg->micro_batch, T = cfg->seq_len;
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;
 
-  run.model = llama_create(mc, B, T, &ops_cpu);
+  run.model = llama_create(mc, B, T, run.ops);
   llama_init(run.model, cfg->seed);
   size_t n = llama_param_count(run.model);
-  run.adam_m = xcalloc(n, sizeof(float));
-  run.adam_v = xcalloc(n, sizeof(float));
+  run.adam_m = run.ops->alloc(n * sizeof(float));
+  run.adam_v = run.ops->alloc(n * sizeof(float));
+  run.ops->zero(run.adam_m, n * sizeof(float));
+  run.ops->zero(run.adam_v, n * sizeof(float));
+  if (!on_host(&run)) run.host_stage = xmalloc(3 * n * sizeof(float));
   run.inputs = xmalloc((size_t)B * T * sizeof(int));
   run.targets = xmalloc((size_t)B * T * sizeof(int));
   run.train = loader_open(cfg->train_data, B, T, 0, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
@@ -215,6 +355,10 @@ int main(int argc, char **argv) {
                        .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
   snprintf(run.meta.recipe, sizeof run.meta.recipe, "%s", cfg->recipe);
   if (cfg->resume) resume(&run);
+  if (dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
+    compare_dump(&run, dump_dir);
+    return 0;
+  }
 
   FILE *log = NULL;
   if (cfg->log_file[0]) log = xfopen(cfg->log_file, run.step > 0 ? "a" : "w");
@@ -224,8 +368,11 @@ int main(int argc, char **argv) {
   const double tokens_per_step = (double)cfg->global_batch * T;
   printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n", cfg->model_preset[0] ? cfg->model_preset : "custom",
          (long long)llama_num_params(mc), llama_flops_per_token(mc, T) / 1e9, T);
-  printf("backend cpu (%d threads), recipe %s (fp32 on the CPU), batch %d x %d x %d accum = %d seqs of %d tokens\n",
-         omp_get_max_threads(), cfg->recipe, B, world, accum, cfg->global_batch, T);
+  if (on_host(&run))
+    printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
+  else
+    printf("backend %s, recipe %s", run.ops->name, cfg->recipe);
+  printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
   if (loader_synthetic_entropy(run.train) > 0)
     printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run.train));
   else
@@ -243,21 +390,14 @@ int main(int argc, char **argv) {
       loss += llama_forward(run.model, run.inputs, run.targets, cfg->ignore_index) / accum;
       llama_backward(run.model, 1.0f / accum);
     }
-    float *g = llama_grads(run.model), *p = llama_params(run.model);
-    float norm = grad_global_norm(g, n), scale = clip_scale(norm, cfg->grad_clip);
-    float lr = lr_at(cfg, run.step);
-    if (!isfinite(norm) || !isfinite(loss)) {  // never let one bad batch poison the weights
+    float lr = lr_at(cfg, run.step), norm;
+    if (optimizer_step(&run, lr, &norm) || !isfinite(loss)) {  // never let one bad batch poison the weights
       if (++bad_steps > 10) die("%d consecutive non-finite steps; stopping (last good checkpoint kept)", bad_steps);
       printf("step %6lld: non-finite loss %g / grad norm %g, skipping the update\n", (long long)run.step + 1, loss, norm);
       run.step++;
       continue;
     }
     bad_steps = 0;
-    for (int i = 0; i < llama_num_tensors(run.model); i++) {
-      const ParamTensor *t = llama_tensor(run.model, i);
-      adamw_update(p + t->offset, g + t->offset, run.adam_m + t->offset, run.adam_v + t->offset, t->numel, lr,
-                   cfg->beta1, cfg->beta2, cfg->eps, t->decay ? cfg->weight_decay : 0.0f, scale, run.step + 1);
-    }
     run.step++;
     run.meta.tokens_seen += (int64_t)tokens_per_step;
 
@@ -293,6 +433,8 @@ int main(int argc, char **argv) {
   loader_close(run.train);
   if (run.val) loader_close(run.val);
   llama_free(run.model);
-  free(run.adam_m); free(run.adam_v); free(run.inputs); free(run.targets);
+  run.ops->release(run.adam_m);
+  run.ops->release(run.adam_v);
+  free(run.host_stage); free(run.inputs); free(run.targets);
   return 0;
 }
