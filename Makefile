@@ -19,20 +19,31 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
+# model/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/fetch_deps.sh).
 CU_SRC  := $(wildcard model/*.cu) $(wildcard fp4/*.cu)
+CPP_SRC := $(wildcard model/*.cpp)
+GPU_TESTS :=
 ifneq ($(strip $(NVCC)),)
 ifneq ($(strip $(CU_SRC)),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVFLAGS ?= -O3 -std=c++17 -I. -MMD -MP -Xcompiler -fopenmp \
+CUDNN_FE ?= .deps/cudnn_fe/include
+CXX     ?= g++
+NVFLAGS ?= -O3 -std=c++17 -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA \
            -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
-CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+CXXFLAGS_CUDNN := -O2 -std=c++17 -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++
+GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/gpu_tests/%,$(wildcard tests/gpu_test_*.cu))
+ifeq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
+$(error cuDNN frontend headers not found in $(CUDNN_FE): run scripts/fetch_deps.sh (or set CUDNN_FE=path/include))
+endif
 endif
 endif
 
-.PHONY: all test clean
-all: train $(TESTS)
+.PHONY: all test clean gpu-tests
+all: train $(TESTS) $(GPU_TESTS)
+gpu-tests: $(GPU_TESTS)
 
 train: $(BUILD)/train.o $(BUILD)/libengine.a
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -48,6 +59,16 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/%.cpp.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
+
+# GPU tests: built everywhere nvcc is, run only on a GPU machine (scripts/gpu_check.sh).
+$(BUILD)/gpu_tests/%: tests/%.cu $(BUILD)/libengine.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@.o
+	$(CXX) -o $@ $@.o $(BUILD)/libengine.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)

@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/adamw.h"
+#include "model/bench.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/llama.h"
@@ -50,7 +51,10 @@ static void usage(FILE *f) {
           "  --print-config            print the effective config as YAML and exit\n"
           "  --dry-run                 print the model size and FLOPs per token and exit\n"
           "  --compare-dump DIR        write params, one batch, its logits, loss, gradients and 10 AdamW\n"
-          "                            steps to DIR for scripts/hf_compare.py, and exit\n");
+          "                            steps to DIR for scripts/hf_compare.py, and exit\n"
+          "  --bench [--layers a,b] [--bench-steps N]\n"
+          "                            time training steps at depths a and b (default 2,4), extrapolate\n"
+          "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n");
 }
 
 // Names the first field where a checkpoint's meta differs from this run's.
@@ -299,7 +303,8 @@ int main(int argc, char **argv) {
   const char *cfg_path = argv[1];
   if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
   int force_resume = 0, print_config = 0, dry_run = 0;
-  const char *dump_dir = NULL;
+  const char *dump_dir = NULL, *bench_layers = NULL;
+  int bench_steps = 5;
   int64_t max_steps = -1;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
@@ -308,6 +313,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--print-config")) print_config = 1;
     else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
     else if (!strcmp(argv[i], "--compare-dump") && i + 1 < argc) dump_dir = argv[++i];
+    else if (!strcmp(argv[i], "--bench")) bench_layers = "2,4";
+    else if (!strcmp(argv[i], "--layers") && i + 1 < argc) bench_layers = argv[++i];
+    else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) bench_steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       max_steps = strtoll(argv[++i], &end, 10);
@@ -328,6 +336,11 @@ int main(int argc, char **argv) {
   }
   if (cfg->resume && !cfg->ckpt_dir[0]) { fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n"); return 1; }
 
+  if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
+    cfg->data_parallel = 1;
+    if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+    return bench_main(cfg, pick_backend(cfg->backend), bench_layers, bench_steps > 0 ? bench_steps : 5);
+  }
   if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   run.ops = pick_backend(cfg->backend);

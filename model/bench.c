@@ -1,0 +1,146 @@
+// model/bench.c: see bench.h. Method (the same as ../shared/peers/torch_llama_peer.py, so the two are
+// comparable): time a training step (forward, backward, global-norm clip, AdamW) at depths a and b,
+// take the per-layer time (t_b - t_a) / (b - a), extrapolate t_L = t_a + (L - a) * per_layer, and
+// report tokens/s and MFU by the paper's formula at L layers. The optimizer is stepped every
+// micro-batch, as the peer does; a second figure amortizes it over gradient accumulation
+// (global_batch / micro_batch micro-batches per optimizer step).
+#include "model/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/adamw.h"
+#include "model/llama.h"
+#ifdef HAVE_CUDA
+#include "model/ops_cuda.h"
+#endif
+
+#define PEAK_BF16_FLOPS 989e12  // H200 dense BF16 datasheet peak, the paper's MFU denominator
+
+typedef struct {
+  int layers;
+  double step_s;      // forward + backward + optimizer
+  double fwdbwd_s;    // forward + backward only
+  double opt_s;       // optimizer only (grad norm + AdamW over all tensors)
+  double mem_gb;      // peak device memory of this depth
+  float loss;
+} Timing;
+
+static void optimizer(const Ops *op, Llama *m, float *am, float *av, const TrainConfig *c, int64_t t) {
+  float *g = llama_grads(m), *p = llama_params(m);
+  float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(m)));
+  float scale = clip_scale(norm, c->grad_clip);
+  for (int i = 0; i < llama_num_tensors(m); i++) {
+    const ParamTensor *pt = llama_tensor(m, i);
+    op->adamw(p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1, c->beta2,
+              c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
+  }
+}
+
+static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps, int profile) {
+  LlamaConfig mc = cfg->model;
+  mc.n_layers = layers;
+  const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
+  Llama *m = llama_create(&mc, B, T, op);
+  llama_init(m, cfg->seed);
+  size_t n = llama_param_count(m);
+  float *am = op->alloc(n * sizeof(float)), *av = op->alloc(n * sizeof(float));
+  op->zero(am, n * sizeof(float));
+  op->zero(av, n * sizeof(float));
+  int *inputs = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
+  Rng r;
+  rng_seed(&r, cfg->seed);
+  for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
+  for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
+
+  Timing tm = {.layers = layers};
+  int64_t t = 0;
+  for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
+    llama_zero_grad(m);
+    llama_forward(m, inputs, targets, cfg->ignore_index);
+    llama_backward(m, 1.0f);
+    optimizer(op, m, am, av, cfg, ++t);
+  }
+  op->sync();
+  double t0 = now_seconds();
+  for (int s = 0; s < steps; s++) {
+    llama_zero_grad(m);
+    tm.loss = llama_forward(m, inputs, targets, cfg->ignore_index);
+    llama_backward(m, 1.0f);
+    optimizer(op, m, am, av, cfg, ++t);
+  }
+  op->sync();
+  tm.step_s = (now_seconds() - t0) / steps;
+  t0 = now_seconds();
+  for (int s = 0; s < steps; s++) {
+    llama_zero_grad(m);
+    llama_forward(m, inputs, targets, cfg->ignore_index);
+    llama_backward(m, 1.0f);
+  }
+  op->sync();
+  tm.fwdbwd_s = (now_seconds() - t0) / steps;
+  t0 = now_seconds();
+  for (int s = 0; s < steps; s++) optimizer(op, m, am, av, cfg, ++t);
+  op->sync();
+  tm.opt_s = (now_seconds() - t0) / steps;
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) {
+    tm.mem_gb = cuda_mem_peak() / 1e9;
+    if (profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
+      cuda_profile_reset();
+      cuda_profile_enable(1);
+      llama_zero_grad(m);
+      llama_forward(m, inputs, targets, cfg->ignore_index);
+      llama_backward(m, 1.0f);
+      optimizer(op, m, am, av, cfg, ++t);
+      op->sync();
+      cuda_profile_enable(0);
+      printf("\nwhere the time goes: one step at %d layers, B=%d, T=%d\n", layers, B, T);
+      cuda_profile_report(stdout, 1);
+    }
+  }
+#endif
+  free(inputs);
+  free(targets);
+  op->release(am);
+  op->release(av);
+  llama_free(m);
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) cuda_mem_reset_peak();
+#endif
+  return tm;
+}
+
+int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
+  int la, lb;
+  if (sscanf(layers, "%d,%d", &la, &lb) != 2 || la < 1 || lb <= la)
+    die("--layers: expected two increasing depths like 2,4, got '%s'", layers);
+  const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len;
+  const double tokens = (double)B * T, flops = llama_flops_per_token(&cfg->model, T);
+  const int accum = cfg->global_batch / cfg->micro_batch;
+  printf("bench: %s backend, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
+         op->name, cfg->model_preset, la, lb, L, B, T, steps);
+  fflush(stdout);
+  Timing a = time_depth(cfg, op, la, steps, 0);
+  Timing b = time_depth(cfg, op, lb, steps, 1);
+
+  double per_layer = (b.step_s - a.step_s) / (lb - la), t_full = a.step_s + (L - la) * per_layer;
+  double pl_fb = (b.fwdbwd_s - a.fwdbwd_s) / (lb - la), fb_full = a.fwdbwd_s + (L - la) * pl_fb;
+  double pl_opt = (b.opt_s - a.opt_s) / (lb - la), opt_full = a.opt_s + (L - la) * pl_opt;
+  double t_amort = fb_full + opt_full / accum;
+  double tps = tokens / t_full, tps_amort = tokens / t_amort;
+  double mem_layer = (b.mem_gb - a.mem_gb) / (lb - la);
+  printf("\n| depth | step ms | fwd+bwd ms | optimizer ms | peak mem GB | loss |\n|---|---|---|---|---|---|\n");
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", la, a.step_s * 1e3, a.fwdbwd_s * 1e3, a.opt_s * 1e3, a.mem_gb, a.loss);
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb, b.loss);
+  printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
+         pl_fb * 1e3, pl_opt * 1e3, mem_layer);
+  printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
+         a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
+  printf("BENCH %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, tps, 100 * tps * flops / PEAK_BF16_FLOPS);
+  printf("BENCH %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, accum, tps_amort,
+         100 * tps_amort * flops / PEAK_BF16_FLOPS);
+  return 0;
+}

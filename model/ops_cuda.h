@@ -1,0 +1,208 @@
+// model/ops_cuda.h: the CUDA backend. Its operations table (model/ops.h) keeps activations in BF16,
+// parameters, gradients and optimizer state in fp32, and a BF16 shadow of the parameters for the
+// GEMMs. Every kernel and library call runs on cuda_stream(); the only host syncs are in the ops
+// that must hand a value or a check to the host (download, head_ce's loss, grad_sumsq, and the
+// token checks of embed_fwd / embed_bwd, which read the N token ids back).
+//
+// The first part is plain C (train.c, model/bench.c): init, profiling, memory statistics. The
+// second part, compiled only by nvcc, is the backend's internal interface between ops_cuda.cu and
+// the kernel files (model/embedding.cu, rmsnorm.cu, rope.cu, swiglu.cu, residual.cu,
+// crossentropy.cu, adamw.cu), each the GPU twin of the .c file of the same name.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Picks the device and creates the stream. Returns the table, or NULL with the CUDA error text in
+// err when there is no usable GPU. Prints nothing. (Also declared in ops.h under HAVE_CUDA.)
+const Ops *cuda_backend_init(int device, char *err, size_t errlen);
+
+// Profiling. While enabled, every op of the table records a CUDA event pair around its GPU work
+// and adds the elapsed time, a call, the bytes it moves (reads + writes, from its arguments) and
+// its FLOPs (GEMMs, attention) to an entry named after the op; GEMMs are named per use and layer
+// kind ("gemm fwd q", "gemm dgrad down", "gemm wgrad head"). Timing costs a few microseconds of
+// host time per op; results are collected at sync() and in the report.
+void cuda_profile_enable(int on);
+void cuda_profile_reset(void);
+// One row per entry, by time: calls and milliseconds per step (totals / steps), share of the
+// total, achieved TB/s (memory-bound ops) or TFLOP/s (GEMMs, attention), the ceiling and the
+// fraction of it. Ceilings: 4.28 TB/s copy bandwidth; for GEMMs gemm_ceiling_tflops at each shape
+// the entry ran (measured here, once per shape, so call it outside timed regions); none for
+// attention.
+void cuda_profile_report(FILE *f, int steps);
+
+// Bytes currently held by the table's allocations (alloc, the BF16 shadow, kernel scratch), and
+// the most held at once since the start or the last reset. cuBLASLt's and cuDNN's own workspaces
+// are not included.
+size_t cuda_mem_used(void);
+size_t cuda_mem_peak(void);
+void cuda_mem_reset_peak(void);
+
+// The BF16 copy of parameter w (a device pointer into the bound parameter buffer); dies if w is
+// not inside it. For tests and debugging.
+const void *cuda_param_bf16(const float *w);
+
+// Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
+// picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
+void cuda_head_ce_set_chunk(int tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+// ---- internal: shared by the backend's .cu files ------------------------------------------------
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+#include "model/cuda_common.h"
+
+typedef __nv_bfloat16 bf16;
+
+// Tracked device memory: dies naming `what`, the bytes asked for and the free memory on failure.
+void *cuda_malloc_tracked(size_t bytes, const char *what);
+void cuda_free_tracked(void *p);  // NULL is fine
+
+// A grow-only device buffer for a kernel's scratch: reallocated only when a call needs more.
+typedef struct {
+  void *p;
+  size_t bytes;
+} CudaScratch;
+void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what);
+
+// Host <-> device copies on the stream, returning when done (the host buffer is free at once).
+void cuda_upload(void *dst, const void *src, size_t bytes);
+void cuda_download(void *dst, const void *src, size_t bytes);
+
+// A grid of `threads`-wide blocks for a grid-stride loop over `work` items: enough blocks to fill
+// every SM (8 blocks of 256 threads each), fewer when there is less work.
+int cuda_grid(size_t work, int threads);
+
+// Profiling hooks (no-ops while disabled): begin records the start event and returns a mark for
+// end, which records the stop event and books the interval to `name`.
+typedef enum { PROF_MEM, PROF_GEMM, PROF_ATTN } ProfKind;
+typedef struct {
+  int out_fp32, a_t, b_t, M, N, K;
+} GemmShape;
+int cuda_prof_begin(void);
+void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, double flops, const GemmShape *shape);
+
+// gemm_bf16 (model/gemm.h), booked to the profile entry `name`.
+void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
+               int N, int K, float alpha, float beta);
+
+// ---- the kernels' host entry points (typed twins of the CPU references in ops.h) ----
+// model/embedding.cu. Both read the N token ids back to the host: forward to check them (dies on
+// an id outside [0, V)), backward to group the positions by token, so each table row is summed by
+// one CTA in position order (deterministic, no atomics). Backward returns the distinct-token count.
+void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V);
+int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D);
+
+// model/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768.
+void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
+// Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
+int rmsnorm_backward_cuda(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
+                          int N, int D);
+
+// model/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
+void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign);
+
+// model/swiglu.cu, model/residual.cu
+void swiglu_forward_cuda(bf16 *out, const bf16 *gate, const bf16 *up, size_t n);
+void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate, const bf16 *up, size_t n);
+void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
+
+// model/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
+// chunking and its memory.
+float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
+                             int V, int ignore_index, float dloss, int chunk_tokens);
+
+// model/adamw.cu. adamw_update_cuda also writes bf16(p) into p16 when p16 is not NULL.
+void adamw_update_cuda(float *p, bf16 *p16, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
+double grad_sumsq_cuda(const float *g, size_t n);  // synchronizes to return
+void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
+
+// ---- device helpers: 16-byte vectors of 8 BF16 or 4 fp32, fp32 math -----------------------------
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// VEC consecutive elements <-> floats. VEC is 8 (one 16-byte access for BF16, two for fp32) or 1.
+template <int VEC>
+__device__ __forceinline__ void load_vec(float *f, const bf16 *p) {
+  if constexpr (VEC == 8) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float2 t = __bfloat1622float2(h[k]);
+      f[2 * k] = t.x, f[2 * k + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(p[k]);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void store_vec(bf16 *p, const float *f) {
+  if constexpr (VEC == 8) {
+    uint4 u;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *reinterpret_cast<uint4 *>(p) = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = __float2bfloat16_rn(f[k]);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void load_vec(float *f, const float *p) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      float4 t = *reinterpret_cast<const float4 *>(p + k);
+      f[k] = t.x, f[k + 1] = t.y, f[k + 2] = t.z, f[k + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = p[k];
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void store_vec(float *p, const float *f) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) *reinterpret_cast<float4 *>(p + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = f[k];
+  }
+}
+
+// Sums over a warp / a block, the same bits in every thread (butterflies add the same pairs in
+// every lane), in a fixed order: deterministic. block_sum needs blockDim.x a multiple of 32 and
+// every thread of the block to call it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with part[]
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < nwarps ? part[lane] : 0.0f);
+}
+#endif  // __CUDACC__

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call, for the GPU machine (no internet; see scripts/fetch_deps.sh):
+# build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
+# short summary table. Logs go to $OUT (or out/) when set.
+#   bash scripts/gpu_check.sh [build] [tests] [hf] [bench] [peer]      (default: all of them)
+set -u
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-out}; mkdir -p "$OUT"
+steps=${*:-build tests hf bench peer}
+declare -a summary
+note() { summary+=("$1"); echo "== $1"; }
+has() { [[ " $steps " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"
+
+if has build; then
+  t0=$SECONDS
+  if make -j"$(nproc)" all DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
+       >"$OUT/build.log" 2>&1; then note "build ok ($((SECONDS - t0))s)"
+  else tail -n 40 "$OUT/build.log"; note "build FAILED"; printf '%s\n' "${summary[@]}"; exit 1; fi
+fi
+
+if has tests; then
+  r=$(bash scripts/run_tests.sh 2>&1 | tee "$OUT/cpu_tests.log" | tail -n 1); note "cpu tests: $r"
+  for t in build/gpu_tests/gpu_test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    timeout 300 "$t" >"$OUT/$name.log" 2>&1; rc=$?
+    grep -E "^FAIL|rror" "$OUT/$name.log" | head -n 20
+    note "$name: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.log" | tail -n 1 || true) (exit $rc)"
+  done
+fi
+
+if has hf; then
+  for be in cuda cpu; do
+    timeout 400 python3 scripts/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
+    tail -n 45 "$OUT/hf_$be.log"
+    note "hf_compare --backend $be: $(grep -E '^hf_compare:' "$OUT/hf_$be.log" | tail -n 1)"
+  done
+fi
+
+if has bench; then
+  timeout 500 ./train configs/llama3_8b.yaml --bench --layers 2,4 >"$OUT/bench.log" 2>&1
+  cat "$OUT/bench.log"
+  while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
+fi
+
+if has peer; then
+  timeout 500 python3 scripts/torch_llama_peer.py --layers 2,4 >"$OUT/peer.log" 2>&1
+  tail -n 5 "$OUT/peer.log"
+  while read -r l; do note "PEER $l"; done < <(grep '^pytorch' "$OUT/peer.log")
+fi
+
+echo; echo "=== summary ($(cat "$OUT/gpu.txt" | tr '\n' ' '))"
+printf '%s\n' "${summary[@]}"
