@@ -249,8 +249,7 @@ static void compare_dump(Run *r, const char *dir) {
   float losses[STEPS], lrs[STEPS], norms[STEPS];
   for (int s = 0; s < STEPS; s++) {  // AdamW on the same batch: the loss must fall the same way
     llama_zero_grad(r->model);
-    losses[s] = llama_forward(r->model, r->inputs, r->targets, c->ignore_index);
-    llama_backward(r->model, 1.0f);
+    losses[s] = llama_forward_backward(r->model, r->inputs, r->targets, c->ignore_index, 1.0f);
     lrs[s] = lr_at(c, r->step);
     if (optimizer_step(r, lrs[s], &norms[s])) die("--compare-dump: non-finite gradient at step %d", s);
     r->step++;
@@ -304,7 +303,7 @@ int main(int argc, char **argv) {
   if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
   int force_resume = 0, print_config = 0, dry_run = 0;
   const char *dump_dir = NULL, *bench_layers = NULL;
-  int bench_steps = 5;
+  int bench_steps = 10;
   int64_t max_steps = -1;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
@@ -339,7 +338,7 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    return bench_main(cfg, pick_backend(cfg->backend), bench_layers, bench_steps > 0 ? bench_steps : 5);
+    return bench_main(cfg, pick_backend(cfg->backend), bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
   if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
@@ -400,8 +399,7 @@ int main(int argc, char **argv) {
     double loss = 0;
     for (int a = 0; a < accum; a++) {
       loader_next(run.train, run.inputs, run.targets);
-      loss += llama_forward(run.model, run.inputs, run.targets, cfg->ignore_index) / accum;
-      llama_backward(run.model, 1.0f / accum);
+      loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
     }
     float lr = lr_at(cfg, run.step), norm;
     if (optimizer_step(&run, lr, &norm) || !isfinite(loss)) {  // never let one bad batch poison the weights

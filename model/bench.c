@@ -28,6 +28,16 @@ typedef struct {
   float loss;
 } Timing;
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static void optimizer(const Ops *op, Llama *m, float *am, float *av, const TrainConfig *c, int64_t t) {
   float *g = llama_grads(m), *p = llama_params(m);
   float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(m)));
@@ -59,32 +69,31 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   int64_t t = 0;
   for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
     llama_zero_grad(m);
-    llama_forward(m, inputs, targets, cfg->ignore_index);
-    llama_backward(m, 1.0f);
+    llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
     optimizer(op, m, am, av, cfg, ++t);
   }
-  op->sync();
-  double t0 = now_seconds();
-  for (int s = 0; s < steps; s++) {
-    llama_zero_grad(m);
-    tm.loss = llama_forward(m, inputs, targets, cfg->ignore_index);
-    llama_backward(m, 1.0f);
-    optimizer(op, m, am, av, cfg, ++t);
+  // Each quantity is the median of `steps` individually synced repetitions, robust to the odd slow
+  // step (clock changes, host hiccups) that a mean over a handful of steps is not.
+  double *ts = xmalloc(steps * sizeof(double));
+  for (int phase = 0; phase < 3; phase++) {
+    for (int s = 0; s < steps; s++) {
+      op->sync();
+      double t0 = now_seconds();
+      if (phase < 2) {
+        llama_zero_grad(m);
+        float loss = llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
+        if (phase == 0) tm.loss = loss;
+      }
+      if (phase != 1) optimizer(op, m, am, av, cfg, ++t);
+      op->sync();
+      ts[s] = now_seconds() - t0;
+    }
+    double med = median(ts, steps);
+    if (phase == 0) tm.step_s = med;
+    else if (phase == 1) tm.fwdbwd_s = med;
+    else tm.opt_s = med;
   }
-  op->sync();
-  tm.step_s = (now_seconds() - t0) / steps;
-  t0 = now_seconds();
-  for (int s = 0; s < steps; s++) {
-    llama_zero_grad(m);
-    llama_forward(m, inputs, targets, cfg->ignore_index);
-    llama_backward(m, 1.0f);
-  }
-  op->sync();
-  tm.fwdbwd_s = (now_seconds() - t0) / steps;
-  t0 = now_seconds();
-  for (int s = 0; s < steps; s++) optimizer(op, m, am, av, cfg, ++t);
-  op->sync();
-  tm.opt_s = (now_seconds() - t0) / steps;
+  free(ts);
 #ifdef HAVE_CUDA
   if (op != &ops_cpu) {
     tm.mem_gb = cuda_mem_peak() / 1e9;
@@ -92,8 +101,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
       cuda_profile_reset();
       cuda_profile_enable(1);
       llama_zero_grad(m);
-      llama_forward(m, inputs, targets, cfg->ignore_index);
-      llama_backward(m, 1.0f);
+      llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
       optimizer(op, m, am, av, cfg, ++t);
       op->sync();
       cuda_profile_enable(0);

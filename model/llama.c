@@ -346,9 +346,9 @@ float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_
                      m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, 0.0f);
 }
 
-void llama_backward(Llama *m, float dloss) {
-  if (!m->have_targets)
-    die("llama_backward: call llama_forward first (llama_logits overwrites the activations it saved)");
+// The backward from d(final norm output) (in a->dnorm, written by the fused head) down to the
+// embedding.
+static void backward_blocks(Llama *m) {
   const Ops *op = m->ops;
   const LlamaConfig *c = &m->c;
   Acts *a = &m->a;
@@ -356,9 +356,6 @@ void llama_backward(Llama *m, float dloss) {
   const int hd = m->hd, Q = m->qdim, K = m->kvdim;
   float *p = m->params, *g = m->grads;
 
-  // head + loss -> d(final), then the final norm puts d(residual stream) into dres
-  op->head_ce(a->dnorm, whole(m, g, T_HEAD), a->logits, a->final, whole(m, p, T_HEAD), a->targets, N, D,
-              c->vocab_size, m->head_chunk, m->ignore_index, dloss);
   op->zero(a->dres, (size_t)N * D * op->act_bytes);
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
   op->rmsnorm_bwd(a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
@@ -386,6 +383,31 @@ void llama_backward(Llama *m, float dloss) {
     op->rmsnorm_bwd(a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
   }
   op->embed_bwd(whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
+}
+
+void llama_backward(Llama *m, float dloss) {
+  if (!m->have_targets)
+    die("llama_backward: call llama_forward first (llama_logits overwrites the activations it saved)");
+  Acts *a = &m->a;
+  // head + loss again (llama_forward kept no logits) -> d(final norm output) in dnorm
+  m->ops->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
+                  m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
+  backward_blocks(m);
+}
+
+float llama_forward_backward(Llama *m, const int *inputs, const int *targets, int ignore_index, float dloss) {
+  if (!inputs || !targets) die("llama_forward_backward: inputs and targets are required");
+  const Ops *op = m->ops;
+  Acts *a = &m->a;
+  forward_blocks(m, inputs);
+  op->upload(a->targets, targets, (size_t)m->N * sizeof(int));
+  m->have_targets = 1;
+  m->ignore_index = ignore_index;
+  // one pass of the fused head: the loss and its gradient together, no logits recomputed
+  float loss = op->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
+                           a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, dloss);
+  backward_blocks(m);
+  return loss;
 }
 
 void llama_logits(Llama *m, const int *inputs, float *out) {

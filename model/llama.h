@@ -56,6 +56,9 @@ float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_
 // Gradients of the last llama_forward, scaled by dloss = d(objective)/d(mean loss), e.g.
 // 1/grad_accum_steps, ADDED to llama_grads(). The head's logits are recomputed chunk by chunk.
 void llama_backward(Llama *m, float dloss);
+// A training micro-batch in one call: llama_forward then llama_backward, but with the head's logits
+// computed once (the fused head produces the loss and its gradient together). Returns the loss.
+float llama_forward_backward(Llama *m, const int *inputs, const int *targets, int ignore_index, float dloss);
 void llama_zero_grad(Llama *m);
 
 // The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).

@@ -12,7 +12,7 @@ declare -a summary
 note() { summary+=("$1"); echo "== $1"; }
 has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"
+echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"
 
 if has build; then
   t0=$SECONDS
@@ -22,6 +22,7 @@ if has build; then
 fi
 
 if has tests; then
+  export TOKENIZER_MODEL=${TOKENIZER_MODEL:-.deps/tokenizer.model}  # ../shared is not on the GPU machine
   r=$(bash scripts/run_tests.sh 2>&1 | tee "$OUT/cpu_tests.log" | tail -n 1); note "cpu tests: $r"
   for t in build/gpu_tests/gpu_test_*; do
     [ -x "$t" ] || continue

@@ -349,7 +349,7 @@ static void test_accumulation(void) {
 }
 
 // Loss and gradients of one step of a fresh tiny-preset model, with the given thread count.
-static float run_step(int threads, float *grads_out) {
+static float run_step(int threads, float *grads_out, int fused) {
   LlamaConfig c;
   if (llama_preset("tiny", &c)) die("no tiny preset");
   const int B = 4, T = 32, N = B * T;
@@ -359,8 +359,13 @@ static float run_step(int threads, float *grads_out) {
   int *in = xmalloc(N * sizeof(int)), *tg = xmalloc(N * sizeof(int));
   make_batch(in, tg, N, c.vocab_size, 9);
   llama_zero_grad(m);
-  float loss = llama_forward(m, in, tg, IGN);
-  llama_backward(m, 1.0f);
+  float loss;
+  if (fused) {
+    loss = llama_forward_backward(m, in, tg, IGN, 1.0f);
+  } else {
+    loss = llama_forward(m, in, tg, IGN);
+    llama_backward(m, 1.0f);
+  }
   memcpy(grads_out, llama_grads(m), llama_param_count(m) * sizeof(float));
   free(in), free(tg);
   llama_free(m);
@@ -374,11 +379,13 @@ static void test_determinism(void) {
   llama_preset("tiny", &c);
   size_t n = (size_t)llama_num_params(&c);
   float *ga = xmalloc(n * sizeof(float)), *gb = xmalloc(n * sizeof(float)), *gc = xmalloc(n * sizeof(float));
-  float la = run_step(2, ga), lb = run_step(2, gb), lc = run_step(1, gc);
-  printf("  loss %.7f (2 threads), %.7f (again), %.7f (1 thread)\n", la, lb, lc);
+  float *gd = xmalloc(n * sizeof(float));
+  float la = run_step(2, ga, 0), lb = run_step(2, gb, 0), lc = run_step(1, gc, 0), ld = run_step(2, gd, 1);
+  printf("  loss %.7f (2 threads), %.7f (again), %.7f (1 thread), %.7f (llama_forward_backward)\n", la, lb, lc, ld);
   CHECK(la == lb && !memcmp(ga, gb, n * sizeof(float)), "two runs with 2 threads differ");
   CHECK(la == lc && !memcmp(ga, gc, n * sizeof(float)), "1 thread and 2 threads differ");
-  free(ga), free(gb), free(gc);
+  CHECK(la == ld && !memcmp(ga, gd, n * sizeof(float)), "llama_forward_backward differs from forward + backward");
+  free(ga), free(gb), free(gc), free(gd);
 }
 
 int main(void) {
