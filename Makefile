@@ -60,6 +60,10 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# The FP4 quantizers must be bit-identical to their C references: no fused multiply-add contraction.
+$(BUILD)/fp4/%.cu.o: NVFLAGS += -fmad=false
+$(BUILD)/gpu_tests/gpu_test_fp4%: NVFLAGS += -fmad=false
+
 $(BUILD)/%.cpp.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
