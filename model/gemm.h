@@ -9,6 +9,9 @@
 // The three uses of a linear layer (N tokens, W [out,in]):
 //   forward  Y[N,out]  = X[N,in] W^T         gemm_bf16(Y,0,  X,0,  W,1, N,out,in, 1, 0)
 //   dgrad    dX[N,in] (+)= dY[N,out] W        gemm_bf16(dX,0, dY,0, W,0, N,in,out, 1, acc ? 1 : 0)
+//            or, with Wt = W^T [in,out] stored  gemm_bf16(dX,0, dY,0, Wt,1, N,in,out, 1, acc ? 1 : 0)
+//            (the forward's layout, both operands contiguous along K: 15-20% faster on an H200;
+//            the CUDA backend keeps such copies, see ops_cuda.h)
 //   wgrad    dW[out,in] += dY^T X  (fp32)    gemm_bf16(dW,1, dY,1, X,0, out,in,N, 1, 1)
 //
 // Requirements (checked, with a message naming the offending value): M, N, K positive multiples of

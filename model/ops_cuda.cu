@@ -1,6 +1,6 @@
 // model/ops_cuda.cu: the CUDA backend's operations table (see ops_cuda.h): device memory with
-// usage tracking, the BF16 parameter shadow, thin wrappers from the table's void* signatures to
-// the typed kernels of the other .cu files, and the per-op profiler.
+// usage tracking, the BF16 parameter shadow and the W^T copies for the dgrad, thin wrappers from
+// the table's void* signatures to the typed kernels of the other .cu files, and the per-op profiler.
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,9 +302,74 @@ static bf16 *shadow_of(const float *w, size_t count, const char *what) {
 }
 
 const void *cuda_param_bf16(const float *w) { return shadow_of(w, 1, "cuda_param_bf16"); }
+
 void cuda_head_ce_set_chunk(int tokens) {
   if (tokens < 0 || tokens % 8) die("cuda_head_ce_set_chunk: %d tokens: must be 0 (automatic) or a positive multiple of 8", tokens);
   g_head_chunk = tokens;
+}
+
+// ---- W^T copies for the dgrad GEMM (see ops_cuda.h) ----------------------------------------------
+
+typedef struct {
+  size_t offset;     // of W in the bound parameter buffer: the key, as for the BF16 shadow
+  int in, out_dim;   // W is [out_dim, in]
+  bf16 *t;           // W^T [in, out_dim]
+  uint64_t version;  // g_wversion when t was transposed (0: never)
+} WeightT;
+
+static WeightT *g_wt;
+static int g_nwt, g_capwt;
+static uint64_t g_wversion = 1;  // bumped whenever the BF16 shadow may have changed
+static int g_dgrad_transposed = 1;
+
+static void wt_free_all(void) {
+  for (int i = 0; i < g_nwt; i++) cuda_free_tracked(g_wt[i].t);
+  g_nwt = 0;
+}
+
+// W^T of w [out_dim, in], re-transposed from the shadow when older than the current weights. A
+// linear search: a few hundred weights, once per dgrad GEMM of milliseconds.
+static const bf16 *transposed_of(const float *w, int in, int out_dim, const char *what) {
+  const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, what);
+  size_t off = (size_t)(w - g_params);
+  WeightT *e = NULL;
+  for (int i = 0; i < g_nwt && !e; i++)
+    if (g_wt[i].offset == off) e = &g_wt[i];
+  if (e && (e->in != in || e->out_dim != out_dim))
+    die("cuda backend: %s: the weight at parameter offset %zu is used as [out=%d, in=%d], but was [out=%d, in=%d] "
+        "before (its W^T copy is per weight)", what, off, out_dim, in, e->out_dim, e->in);
+  if (!e) {  // first dgrad of this weight (the first backward): allocate its copy
+    if (g_nwt == g_capwt) {
+      g_capwt = g_capwt ? 2 * g_capwt : 64;
+      WeightT *grown = (WeightT *)xmalloc((size_t)g_capwt * sizeof *grown);
+      if (g_nwt) memcpy(grown, g_wt, (size_t)g_nwt * sizeof *grown);
+      free(g_wt);
+      g_wt = grown;
+    }
+    bf16 *t = (bf16 *)cuda_malloc_tracked((size_t)in * out_dim * sizeof(bf16), "a transposed BF16 weight (W^T)");
+    e = &g_wt[g_nwt++];
+    *e = WeightT{off, in, out_dim, t, 0};
+  }
+  if (e->version != g_wversion) {
+    int mk = cuda_prof_begin();
+    transpose_bf16_cuda(e->t, w16, out_dim, in);
+    cuda_prof_end(mk, "transpose w", PROF_MEM, 4.0 * in * out_dim, 0, NULL);
+    e->version = g_wversion;
+  }
+  return e->t;
+}
+
+void cuda_set_dgrad_transposed(int on) {
+  if (on != 0 && on != 1) die("cuda_set_dgrad_transposed(%d): expected 0 or 1", on);
+  if (!on) {
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // queued GEMMs may still read the copies
+    wt_free_all();
+  }
+  g_dgrad_transposed = on;
+}
+
+const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim) {
+  return transposed_of(w, in, out_dim, "cuda_param_bf16_transposed");
 }
 
 // ---- the table's entries ------------------------------------------------------------------------
@@ -315,7 +380,8 @@ static bf16 *mb(void *p) { return (bf16 *)p; }
 static void *cu_alloc(size_t bytes) { return cuda_malloc_tracked(bytes, "Ops.alloc"); }
 
 static void cu_release(void *p) {
-  if (p && p == (void *)g_params) {  // the model's parameters go: so does their shadow
+  if (p && p == (void *)g_params) {  // the model's parameters go: so do their shadow and W^T copies
+    wt_free_all();
     cuda_free_tracked(g_shadow);
     g_shadow = NULL, g_params = NULL, g_nparams = 0;
   }
@@ -348,6 +414,7 @@ static void cu_sync(void) {
 }
 
 static void cu_bind_params(float *params, size_t n) {
+  wt_free_all();  // keyed by offsets into the previous buffer
   cuda_free_tracked(g_shadow);
   g_shadow = (bf16 *)cuda_malloc_tracked(n * sizeof(bf16), "the BF16 parameter shadow");
   g_params = params, g_nparams = n;
@@ -355,6 +422,7 @@ static void cu_bind_params(float *params, size_t n) {
 
 static void cu_params_changed(void) {
   if (!g_shadow) die("cuda backend: params_changed: no parameter buffer is bound (bind_params was not called)");
+  g_wversion++;  // every W^T copy is stale now
   int mk = cuda_prof_begin();
   f32_to_bf16_cuda(g_shadow, g_params, g_nparams);
   cuda_prof_end(mk, "params to bf16", PROF_MEM, 6.0 * g_nparams, 0, NULL);
@@ -373,6 +441,7 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
   // outside it (an optimizer test, say) has no copy to refresh.
   uintptr_t lo = (uintptr_t)g_params, hi = lo + g_nparams * sizeof(float), a = (uintptr_t)p;
   bf16 *p16 = g_shadow && a >= lo && a < hi ? shadow_of(p, n, "adamw") : NULL;
+  if (p16) g_wversion++;  // W^T copies are re-transposed at their next dgrad (one counter for all)
   int mk = cuda_prof_begin();
   adamw_update_cuda(p, p16, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
   cuda_prof_end(mk, "adamw", PROF_MEM, (28.0 + (p16 ? 2 : 0)) * n, 0, NULL);
@@ -415,8 +484,12 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
 static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
                           const float *w, int N, int in, int out_dim, int dx_accumulate) {
   char name[40];
-  if (dx) {
+  if (dx && g_dgrad_transposed) {  // dX [N, in] (+)= dY [N, out] (W^T [in, out])^T: the forward's TN layout
     snprintf(name, sizeof name, "gemm dgrad %s", linear_kind_name(id.kind));
+    const bf16 *wt = transposed_of(w, in, out_dim, name);
+    cuda_gemm(name, dx, 0, dout, 0, wt, 1, N, in, out_dim, 1.0f, dx_accumulate ? 1.0f : 0.0f);
+  } else if (dx) {  // dX (+)= dY W on W [out, in] itself
+    snprintf(name, sizeof name, "gemm dgrad %s NN", linear_kind_name(id.kind));
     const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, name);
     cuda_gemm(name, dx, 0, dout, 0, w16, 0, N, in, out_dim, 1.0f, dx_accumulate ? 1.0f : 0.0f);
   }

@@ -7,7 +7,7 @@
 // The first part is plain C (train.c, model/bench.c): init, profiling, memory statistics. The
 // second part, compiled only by nvcc, is the backend's internal interface between ops_cuda.cu and
 // the kernel files (model/embedding.cu, rmsnorm.cu, rope.cu, swiglu.cu, residual.cu,
-// crossentropy.cu, adamw.cu), each the GPU twin of the .c file of the same name.
+// crossentropy.cu, adamw.cu, each the GPU twin of the .c file of the same name, and transpose.cu).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -37,9 +37,9 @@ void cuda_profile_reset(void);
 // attention.
 void cuda_profile_report(FILE *f, int steps);
 
-// Bytes currently held by the table's allocations (alloc, the BF16 shadow, kernel scratch), and
-// the most held at once since the start or the last reset. cuBLASLt's and cuDNN's own workspaces
-// are not included.
+// Bytes currently held by the table's allocations (alloc, the BF16 shadow and W^T copies, kernel
+// scratch), and the most held at once since the start or the last reset. cuBLASLt's and cuDNN's
+// own workspaces are not included.
 size_t cuda_mem_used(void);
 size_t cuda_mem_peak(void);
 void cuda_mem_reset_peak(void);
@@ -47,6 +47,23 @@ void cuda_mem_reset_peak(void);
 // The BF16 copy of parameter w (a device pointer into the bound parameter buffer); dies if w is
 // not inside it. For tests and debugging.
 const void *cuda_param_bf16(const float *w);
+
+// Transposed weights for the dgrad GEMM. cuBLASLt runs "TN" GEMMs (both operands contiguous along
+// K) 15-20% faster on an H200 than the other layouts, and the forward Y = X W^T is one; the dgrad
+// dX = dY W (K = out) is not, W [out, in] being contiguous along in. So matmul_bwd keeps, per
+// weight, a BF16 copy of W^T [in, out] and runs dX = dY (W^T)^T, the forward's layout. The copies
+// are made lazily: params_changed() and adamw() bump a weights version, and a copy older than it is
+// re-transposed from the BF16 shadow ("transpose w" in the profile) at its weight's next dgrad, i.e.
+// once per optimizer step per weight, however many micro-batches accumulate.
+// Memory: one more BF16 copy of every matrix that goes through matmul_bwd (2 bytes per weight:
+// about 14 GB for Llama-3 8B's 7B matrix parameters, not the embedding or the head), allocated at
+// each weight's first dgrad and freed when the parameter buffer is released or rebound.
+// cuda_set_dgrad_transposed(0) frees them and runs the dgrad on W directly (the "NN" layout,
+// profiled as "gemm dgrad <kind> NN"); 1, the default, turns the copies back on.
+void cuda_set_dgrad_transposed(int on);
+// The up-to-date W^T copy [in, out_dim] of the weight w [out_dim, in] (transposing it now if it is
+// stale); dies if w is not inside the bound buffer or was seen before with another shape. For tests.
+const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim);
 
 // Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
 // picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
@@ -121,6 +138,10 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 // chunking and its memory.
 float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
                              int V, int ignore_index, float dloss, int chunk_tokens);
+
+// model/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
+// 16-byte aligned, no aliasing.
+void transpose_bf16_cuda(bf16 *dst, const bf16 *src, int rows, int cols);
 
 // model/adamw.cu. adamw_update_cuda also writes bf16(p) into p16 when p16 is not NULL.
 void adamw_update_cuda(float *p, bf16 *p16, const float *g, float *m, float *v, size_t n, float lr, float beta1,

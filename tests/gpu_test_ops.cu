@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "model/adamw.h"
+#include "model/gemm.h"
 #include "model/llama.h"
 #include "model/ops.h"
 #include "model/ops_cuda.h"
@@ -379,6 +380,124 @@ static void test_matmul(int N, int in, int out_dim) {
   free(dwg), free(inc_g), free(inc_c), free(dxo), free(dxo_ref);
 }
 
+// ---- dgrad through the transposed weight copies --------------------------------------------------
+
+// Elements where the W^T copy of w [rows, cols] differs from the transpose of its BF16 shadow.
+static size_t transposed_mismatches(const float *w, int rows, int cols) {
+  const size_t n = (size_t)rows * cols;
+  bf16 *s = (bf16 *)xmalloc(n * sizeof(bf16)), *t = (bf16 *)xmalloc(n * sizeof(bf16));
+  G->download(s, cuda_param_bf16(w), n * sizeof(bf16));
+  G->download(t, cuda_param_bf16_transposed(w, cols, rows), n * sizeof(bf16));
+  size_t bad = 0;
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) bad += memcmp(&t[(size_t)c * rows + r], &s[(size_t)r * cols + c], sizeof(bf16)) != 0;
+  free(s), free(t);
+  return bad;
+}
+
+// matmul_bwd's dx = dy W on bound weight w [out_dim, in], read back to the host.
+static float *dgrad(const float *w, const void *d_dy, void *d_dx, int N, int in, int out_dim) {
+  LinearId id = {0, LIN_Q};
+  G->matmul_bwd(G->ctx, id, d_dx, NULL, d_dy, NULL, w, N, in, out_dim, 0);
+  return host_bf16(d_dx, (size_t)N * in);
+}
+
+// The CPU's dx of both weights of test_dgrad_transposed, with bf16(W) of `params` (wr: scratch).
+static void dgrad_refs(float *ref1, float *ref2, float *wr, const float *params, size_t total, size_t off2,
+                       const float *dy1, const float *dy2, int N, int in, int out_dim) {
+  for (size_t i = 0; i < total; i++) wr[i] = bf16r(params[i]);
+  matmul_backward(ref1, NULL, dy1, NULL, wr, N, in, out_dim, 0);
+  matmul_backward(ref2, NULL, dy2, NULL, wr + off2, N, out_dim, in, 0);
+}
+
+// Two weights in one bound buffer (the copies are keyed by their offset): w1 [out_dim, in] and w2
+// [in, out_dim], shapes that are not multiples of the transpose's 64 x 256 CTA tile. The TN dgrad
+// (on W^T) and the direct NN GEMM (on W) multiply the same BF16 products, summed in fp32 in
+// different orders and rounded once to BF16, so they agree to TOL_BF16 like any single-rounding op.
+// Then the staleness rules: an adamw step or params_changed must re-transpose (a stale copy gives
+// the old weights' gradient, ~0.4 relative away here: far outside the tolerance), and nothing else
+// may (the copy is made once per weights version, not per call).
+static void test_dgrad_transposed(int N, int in, int out_dim) {
+  char what[120];
+  const size_t nw = (size_t)out_dim * in, off2 = nw + 8, total = off2 + nw + 8;
+  float *p0 = randn(total, 0.05f, 0), *dy1 = randn((size_t)N * out_dim, 1.0f, 1), *dy2 = randn((size_t)N * in, 1.0f, 1);
+  float *d_p = bind_params(p0, total), *w1 = d_p, *w2 = d_p + off2;
+  void *d_dy1 = dev_bf16(dy1, (size_t)N * out_dim), *d_dy2 = dev_bf16(dy2, (size_t)N * in);
+  void *d_dx1 = G->alloc((size_t)N * in * sizeof(bf16)), *d_dx2 = G->alloc((size_t)N * out_dim * sizeof(bf16));
+  void *d_ref = G->alloc((size_t)N * (in > out_dim ? in : out_dim) * sizeof(bf16));
+
+  // CPU references with bf16(W) of the given parameters
+  float *wr = (float *)xmalloc(total * sizeof(float));
+  float *ref1 = (float *)xmalloc((size_t)N * in * sizeof(float));
+  float *ref2 = (float *)xmalloc((size_t)N * out_dim * sizeof(float));
+  dgrad_refs(ref1, ref2, wr, p0, total, off2, dy1, dy2, N, in, out_dim);
+
+  float *dx1 = dgrad(w1, d_dy1, d_dx1, N, in, out_dim), *dx2 = dgrad(w2, d_dy2, d_dx2, N, out_dim, in);
+  size_t bad1 = transposed_mismatches(w1, out_dim, in), bad2 = transposed_mismatches(w2, in, out_dim);
+  printf("  W^T copies: %zu + %zu elements differ from the shadow's transpose\n", bad1, bad2);
+  CHECK(bad1 == 0 && bad2 == 0, "W^T copy [%d, %d]: %zu differ; [%d, %d]: %zu differ", in, out_dim, bad1, out_dim, in,
+        bad2);
+  gemm_bf16(d_ref, 0, d_dy1, 0, cuda_param_bf16(w1), 0, N, in, out_dim, 1.0f, 0.0f);  // the direct NN path
+  float *nn1 = host_bf16(d_ref, (size_t)N * in);
+  snprintf(what, sizeof what, "dgrad N=%d in=%d out=%d: TN on W^T vs NN on W", N, in, out_dim);
+  check_rel(what, dx1, nn1, (size_t)N * in, TOL_BF16);
+  snprintf(what, sizeof what, "dgrad N=%d in=%d out=%d: TN on W^T vs cpu", N, in, out_dim);
+  check_rel(what, dx1, ref1, (size_t)N * in, TOL_BF16);
+  snprintf(what, sizeof what, "dgrad N=%d in=%d out=%d: 2nd weight, TN vs cpu", N, out_dim, in);
+  check_rel(what, dx2, ref2, (size_t)N * out_dim, TOL_BF16);
+
+  // Laziness: zero w1's shadow behind the backend's back; without a version bump the dgrad must
+  // still use the copy made above, bit for bit. params_changed then restores the shadow.
+  CUDA_CHECK(cudaMemsetAsync((void *)cuda_param_bf16(w1), 0, nw * sizeof(bf16), cuda_stream()));
+  float *again = dgrad(w1, d_dy1, d_dx1, N, in, out_dim);
+  CHECK(!memcmp(again, dx1, (size_t)N * in * sizeof(float)),
+        "dgrad re-transposed W without a weights change (the copy should be made once per version)");
+  G->params_changed();
+  free(again);
+
+  // adamw (large lr, every weight moves by ~lr = 40% of its scale): the next dgrad must see it.
+  float *d_m = (float *)G->alloc(total * sizeof(float)), *d_v = (float *)G->alloc(total * sizeof(float));
+  G->zero(d_m, total * sizeof(float));
+  G->zero(d_v, total * sizeof(float));
+  float *g = randn(total, 1.0f, 0), *d_g = dev_f32(g, total);
+  G->adamw(d_p, d_g, d_m, d_v, total, 2e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
+  float *p1 = host_f32(d_p, total), *old1 = copy_of(ref1, (size_t)N * in);
+  dgrad_refs(ref1, ref2, wr, p1, total, off2, dy1, dy2, N, in, out_dim);
+  double moved = rel_err(old1, ref1, (size_t)N * in);
+  printf("  adamw moved the cpu dgrad by %.2e relative (what a stale W^T copy would miss)\n", moved);
+  CHECK(moved > 10 * TOL_BF16, "adamw step too small to detect a stale copy: %.2e", moved);
+  float *ax1 = dgrad(w1, d_dy1, d_dx1, N, in, out_dim), *ax2 = dgrad(w2, d_dy2, d_dx2, N, out_dim, in);
+  check_rel("dgrad after adamw: new weights (w1)", ax1, ref1, (size_t)N * in, TOL_BF16);
+  check_rel("dgrad after adamw: new weights (w2)", ax2, ref2, (size_t)N * out_dim, TOL_BF16);
+  bad1 = transposed_mismatches(w1, out_dim, in), bad2 = transposed_mismatches(w2, in, out_dim);
+  CHECK(bad1 == 0 && bad2 == 0, "after adamw: W^T copies differ from the shadow's transpose at %zu + %zu", bad1, bad2);
+
+  // params_changed after new values were uploaded (a checkpoint load): back to p0.
+  G->upload(d_p, p0, total * sizeof(float));
+  G->params_changed();
+  dgrad_refs(ref1, ref2, wr, p0, total, off2, dy1, dy2, N, in, out_dim);
+  float *cx1 = dgrad(w1, d_dy1, d_dx1, N, in, out_dim);
+  check_rel("dgrad after upload + params_changed", cx1, ref1, (size_t)N * in, TOL_BF16);
+
+  // Turned off: the copies are freed and the dgrad is the direct NN GEMM (the same plan as above,
+  // so the same bits).
+  size_t held = cuda_mem_used();
+  cuda_set_dgrad_transposed(0);
+  size_t freed = held - cuda_mem_used();
+  CHECK(freed == 2 * nw * sizeof(bf16), "cuda_set_dgrad_transposed(0) freed %zu bytes, want %zu (two W^T copies)",
+        freed, 2 * nw * sizeof(bf16));
+  float *off1 = dgrad(w1, d_dy1, d_dx1, N, in, out_dim);
+  CHECK(!memcmp(off1, nn1, (size_t)N * in * sizeof(float)), "dgrad with the copies off differs from the NN GEMM");
+  CHECK(cuda_mem_used() == held - freed, "dgrad with the copies off allocated memory");
+  cuda_set_dgrad_transposed(1);
+
+  G->release(d_p);  // frees the shadow and the copies
+  void *bufs[] = {d_dy1, d_dy2, d_dx1, d_dx2, d_ref, d_m, d_v, d_g};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->release(bufs[i]);
+  free(p0), free(dy1), free(dy2), free(wr), free(ref1), free(ref2), free(dx1), free(dx2), free(nn1), free(g), free(p1);
+  free(old1), free(ax1), free(ax2), free(cx1), free(off1);
+}
+
 // ---- optimizer ----------------------------------------------------------------------------------
 
 // AdamW over `n` elements starting `at` floats into a bound buffer of n + at + 5 floats, three
@@ -515,7 +634,8 @@ static void *filled(size_t n, int bf16_elems, uint32_t seed, float scale) {
 
 // Every memory-bound op at Llama-3 8B shapes (N = 8192 tokens, D = 4096, F = 14336, 32/8 heads of
 // 128, V = 128256 for the head), once to warm up, then `reps` profiled calls; the profiler's table
-// shows TB/s against 4.28 (and the head's GEMMs against their measured ceilings).
+// shows TB/s against 4.28 (and the GEMMs of the head and of the "down" dgrad, on W^T and on W,
+// against their measured ceilings).
 static void speed(void) {
   const int N = 8192, D = 4096, F = 14336, H = 32, hd = 128, V = 128256, reps = 10;
   const size_t nd = (size_t)N * D, nf = (size_t)N * F, np = (size_t)V * D;
@@ -532,6 +652,7 @@ static void speed(void) {
   for (int n = 0; n < N; n++) tok[n] = (int)(rng_u64(&rng) % V);
   int *d_tok = dev_int(tok, N);
   float *wn = params + np;
+  const LinearId down = {0, LIN_DOWN};
 
   for (int pass = 0; pass < 2; pass++) {  // pass 0 warms up (GEMM plans, scratch), pass 1 is profiled
     if (pass == 1) {
@@ -553,8 +674,18 @@ static void speed(void) {
       G->grad_sumsq(grads, np);
       G->params_changed();
       G->head_ce(z, grads, NULL, x, params, d_tok, N, D, V, 32, -100, 1.0f);
+      // a "down" weight [D, F] (the first D*F parameters): adamw made its W^T copy stale, so
+      // this transposes it, then runs the dgrad GEMM on the copy
+      G->matmul_bwd(G->ctx, down, o, NULL, x, NULL, params, N, F, D, 0);
     }
   }
+  // the same dgrad on W directly, for comparison ("gemm dgrad down NN")
+  cuda_set_dgrad_transposed(0);
+  cuda_profile_enable(0);
+  G->matmul_bwd(G->ctx, down, o, NULL, x, NULL, params, N, F, D, 0);  // warm-up: its GEMM plan
+  cuda_profile_enable(1);
+  for (int r = 0; r < reps; r++) G->matmul_bwd(G->ctx, down, o, NULL, x, NULL, params, N, F, D, 0);
+  cuda_set_dgrad_transposed(1);
   G->sync();
   cuda_profile_enable(0);
   printf("  per call, %d calls each (N=%d, D=%d, F=%d, q heads %dx%d, V=%d; adamw etc. over %zu floats):\n", reps, N,
@@ -597,6 +728,9 @@ int main(void) {
   test_head_ce(256, 4096, 1000, 10, 0);
   TEST_SECTION("linear entry: matmul forward, backward (dx accumulate and overwrite, dW accumulate)");
   test_matmul(64, 256, 136);
+  TEST_SECTION("dgrad through the W^T copies: vs NN and cpu, refreshed by adamw / params_changed only");
+  test_dgrad_transposed(64, 520, 136);
+  test_dgrad_transposed(256, 4096, 1024);
   TEST_SECTION("optimizer: adamw (with the BF16 shadow), grad_sumsq, params_changed");
   test_adamw((size_t)1 << 20 | 3, 4);
   test_adamw(1001, 1);
