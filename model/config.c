@@ -3,6 +3,8 @@
 // reference are all driven by it. Only the cross-field checks in validate() are written per key.
 #include "config.h"
 
+#include "fp4/recipe.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -91,6 +93,19 @@ static const Key KEYS[] = {
 
     KENUM("precision.recipe", recipe, "bf16", "bf16|mxfp4|nvfp4",
           "linear-layer recipe (the CPU backend computes in fp32)"),
+    KENUM("precision.sr", sr, "auto", "auto|none|dgrad|dgrad_wgrad",
+          "stochastic rounding of dY: for Dgrad only (mxfp4 default), or Dgrad and Wgrad (nvfp4 default)"),
+    KENUM("precision.hadamard", hadamard, "auto", "auto|none|h16|h32",
+          "Hadamard on both Wgrad operands along tokens (mxfp4: h32, nvfp4: h16)"),
+    KENUM("precision.weight_2d", weight_2d, "auto", "auto|on|off",
+          "2D weight scales (32x32 MXFP4, 16x16 NVFP4) so W and W^T share codes (default on)"),
+    KENUM("precision.scale_rounding", scale_rounding, "auto", "auto|up|down",
+          "MXFP4 block exponent: up = the paper's encode-centric 2^ceil(log2 amax), down = OCP's floor - 2"),
+    KENUM("precision.fp4_gemm", fp4_gemm, "auto", "auto|reference|fp8|fp4",
+          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding), fp4 (Blackwell native)"),
+    KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
+    KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
+         "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),
 
     KSTR("checkpoint.dir", ckpt_dir, "", "checkpoint directory; empty: no checkpoints"),
     KINT("checkpoint.interval", ckpt_interval, "0", 0, BIG, "steps between checkpoints; 0: only at the end"),
@@ -434,6 +449,21 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   if (m->dim % m->n_heads)
     FAIL(blame(lines, "model.n_heads", "model.dim"), "model.dim %d is not divisible by model.n_heads %d", m->dim,
          m->n_heads);
+  {  // the recipe's own consistency rules (fp4/recipe.c), with the GPU unknown here (cc 0)
+    Recipe r;
+    char msg[256];
+    if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm,
+                       c->bf16_first_blocks, c->bf16_last_blocks, 0, msg, sizeof msg)) {
+      const char *colon = strchr(msg, ':');  // messages start with their key
+      char key[64];
+      snprintf(key, sizeof key, "%.*s", colon ? (int)(colon - msg) : 0, msg);
+      FAIL(colon ? key : "precision.recipe", "%s", colon ? colon + 2 : msg);
+    }
+  }
+  if (c->bf16_first_blocks + c->bf16_last_blocks > m->n_layers)
+    FAIL(blame(lines, "precision.bf16_last_blocks", "precision.bf16_first_blocks"),
+         "precision.bf16_first_blocks %d + precision.bf16_last_blocks %d exceed model.n_layers %d",
+         c->bf16_first_blocks, c->bf16_last_blocks, m->n_layers);
   if (m->n_heads % m->n_kv_heads)
     FAIL(blame(lines, "model.n_kv_heads", "model.n_heads"), "model.n_heads %d is not divisible by model.n_kv_heads %d",
          m->n_heads, m->n_kv_heads);

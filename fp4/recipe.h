@@ -1,0 +1,40 @@
+// fp4/recipe.h: a precision recipe as data. Which operand of which GEMM is quantized how; the layer
+// graph never branches on it, only the linear layer's implementation reads it.
+#pragma once
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FMT_BF16, FMT_MXFP4, FMT_NVFP4 } FP4Format;
+typedef enum { GEMM_REFERENCE, GEMM_FP8_EMBED, GEMM_FP4_NATIVE } FP4GemmBackend;
+
+typedef struct {
+  FP4Format format;           // of every linear layer not overridden to BF16
+  int sr_dgrad;               // dY stochastically rounded for Dgrad (row copy)
+  int sr_wgrad;               // dY stochastically rounded for Wgrad too (column copy)
+  int hadamard;               // 0, 16 or 32: fixed-sign Hadamard along tokens on both Wgrad operands
+  int weight_2d;              // 2D weight tiles (32x32 MX, 16x16 NV): W and W^T share codes
+  int scale_round_up;         // MXFP4: 2^ceil(log2 amax) (the paper) rather than OCP's floor - 2
+  FP4GemmBackend gemm;        // how the quantized GEMMs run
+  int bf16_first, bf16_last;  // blocks kept in BF16 at either end
+} Recipe;
+
+// Fills *r from the config's strings (the precision.* keys; "auto" = the recipe's default):
+//   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
+//   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
+// gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90, the
+// reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). Returns 0, or -1 with err.
+int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *hadamard, const char *weight_2d,
+                   const char *scale_rounding, const char *gemm, int bf16_first, int bf16_last, int cc, char *err,
+                   int errlen);
+
+// The format block `layer` of `n_layers` runs in (BF16 when overridden).
+FP4Format recipe_block_format(const Recipe *r, int layer, int n_layers);
+
+// One line describing the resolved recipe, for the run's banner and checkpoint metadata.
+void recipe_describe(const Recipe *r, char *buf, int len);
+
+#ifdef __cplusplus
+}
+#endif
