@@ -56,6 +56,11 @@ typedef struct Ops {
   void (*bind_params)(float *params, size_t n);
   void (*params_changed)(void);
 
+  // Where the run is: the FP4 recipes key their stochastic-rounding random bits on (step, micro-batch)
+  // so that a resumed run draws exactly the bits the uninterrupted one would. Call before each
+  // micro-batch's forward. A no-op where nothing is random.
+  void (*set_step)(int64_t step, int micro);
+
   // Optimizer on backend memory, with model/adamw.h's exact semantics.
   double (*grad_sumsq)(const float *g, size_t n);
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,

@@ -17,6 +17,7 @@ static void cpu_acts_to_f32(float *dst, const void *src, size_t n) { memcpy(dst,
 static void cpu_sync(void) {}
 static void cpu_bind_params(float *params, size_t n) {}
 static void cpu_params_changed(void) {}
+static void cpu_set_step(int64_t step, int micro) {}
 
 static void cpu_embed_fwd(void *out, const int *tokens, const float *table, int N, int D, int V) {
   embedding_forward(out, tokens, table, N, D, V);
@@ -76,6 +77,7 @@ const Ops ops_cpu = {
     .sync = cpu_sync,
     .bind_params = cpu_bind_params,
     .params_changed = cpu_params_changed,
+    .set_step = cpu_set_step,
     .grad_sumsq = grad_sumsq,
     .adamw = adamw_update,
     .embed_fwd = cpu_embed_fwd,

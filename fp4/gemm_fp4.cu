@@ -1,0 +1,681 @@
+// fp4/gemm_fp4.cu: the FP4 GEMM back ends (see gemm_fp4.h): Hopper FP8 block-scaled cuBLASLt, the
+// exact BF16 reference, and Blackwell native FP4 (untested on hardware).
+//
+// cuBLASLt is column-major; as in model/gemm.cu we ask it for out^T = B . A^T, which it writes
+// column-major, i.e. exactly our row-major out[M,N]. So cuBLAS "A" is our B (stored [N,K] row-major =
+// column-major K x N, transa = T), cuBLAS "B" is our A (column-major K x M, transb = N), and the
+// problem is m = N, n = M, k = K: the TN form FP8 and FP4 need. The probe
+// (shared/probes/mx_embed_probe.cu) ran exactly this with cuBLAS-A = weights in BLK128x128 and
+// cuBLAS-B = activations in VEC128; BLK128x128 on both sides is not supported, VEC128 on both is.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "fp4/fp8_embed.h"
+#include "fp4/gemm_fp4.h"
+#include "fp4/mxfp4.h"
+#include "fp4/nvfp4.h"
+#include "model/cuda_common.h"
+#include "model/gemm.h"
+
+enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
+static const size_t WORKSPACE_BYTES = 64u << 20;  // as model/gemm.cu
+static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
+static const double TUNE_TARGET_MS = 2.0, BENCH_TARGET_MS = 10.0;
+
+// ---------------------------------------------------------------------------------------------
+// Plans: one per (kind, out type, scale modes, shape, beta != 0, alignment). All ints for memcmp.
+// KIND_BF16_DEV: the reference path's BF16 GEMM with a device-side alpha (NVFP4 tensor scales), so
+// it needs no host sync; gemm_bf16 takes host scalars only.
+enum { KIND_FP8 = 0, KIND_NATIVE = 1, KIND_BF16_DEV = 2 };
+
+typedef struct {
+  int kind, out_fp32;
+  int a_blk, b_blk;  // FP8: our A / our B in BLK128x128 (else VEC128); other kinds: 0
+  int M, N, K;
+  int accumulate, align;
+} PlanKey;
+
+typedef struct {
+  PlanKey key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lout;  // cuBLAS A (our B), cuBLAS B (our A), C = D (out)
+  cublasLtMatmulAlgo_t algo;
+  int n_candidates;                     // 0: cuBLASLt offers nothing for this key
+  long calls;
+} Plan;
+
+// The pointers of one call. alpha/beta are host floats (FP8) or device floats (native).
+typedef struct {
+  void *out;
+  const void *a, *b, *sa, *sb;
+  const float *alpha, *beta;
+} Call;
+
+static cublasLtHandle_t g_lt;
+static void *g_ws;
+static int g_autotune;
+static cudaEvent_t g_ev[2];
+static Plan *g_plans;
+static int g_nplans, g_capplans;
+
+// Grow-only device scratch (reference operands, swizzled scales, device alpha/beta).
+typedef struct {
+  void *p;
+  size_t cap;
+} Scratch;
+static Scratch g_ref_a, g_ref_b, g_sw_a, g_sw_b, g_dev_scalars;
+
+static void *scratch(Scratch *s, size_t bytes) {
+  if (bytes > s->cap) {
+    if (s->p) CUDA_CHECK(cudaFree(s->p));  // cudaFree waits for queued work that may still read it
+    CUDA_CHECK(cudaMalloc(&s->p, bytes));
+    s->cap = bytes;
+  }
+  return s->p;
+}
+
+static void lt_init(void) {
+  if (g_lt) return;
+  const char *e = getenv("GEMM_AUTOTUNE");
+  if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
+    die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top %d)", e, CANDIDATES);
+  g_autotune = !(e && strcmp(e, "0") == 0);
+  CUBLAS_CHECK(cublasLtCreate(&g_lt));
+  CUDA_CHECK(cudaMalloc(&g_ws, WORKSPACE_BYTES));
+  CUDA_CHECK(cudaEventCreate(&g_ev[0]));
+  CUDA_CHECK(cudaEventCreate(&g_ev[1]));
+}
+
+static void describe(char *buf, size_t n, const PlanKey *k) {
+  static const char *kinds[3] = {"fp8", "fp4-native", "bf16 (device alpha)"};
+  int fp8 = k->kind == KIND_FP8;
+  snprintf(buf, n, "%s A[%d,%d]%s . B[%d,%d]%s^T out=%s beta%s0 align=%d", kinds[k->kind], k->M, k->K,
+           !fp8 ? "" : k->a_blk ? "(BLK128x128)" : "(VEC128)", k->N, k->K, !fp8 ? "" : k->b_blk ? "(BLK128x128)" : "(VEC128)",
+           k->out_fp32 ? "fp32" : "bf16", k->accumulate ? "!=" : "=", k->align);
+}
+
+static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, n));
+}
+
+static void plan_build(Plan *p) {
+  const PlanKey *k = &p->key;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  int32_t mode_a, mode_b;  // cuBLAS A = our B, cuBLAS B = our A
+  cudaDataType_t t;
+  if (k->kind == KIND_FP8) {
+    // FAST_ACCUM stays at its default 0: block scales need the promoted fp32 accumulation.
+    mode_a = k->b_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    mode_b = k->a_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    t = CUDA_R_8F_E4M3;
+  } else {
+    mode_a = mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    t = k->kind == KIND_NATIVE ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
+    int32_t pm = CUBLASLT_POINTER_MODE_DEVICE;  // alpha carries device-side tensor scales
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
+  }
+  if (k->kind != KIND_BF16_DEV) {
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b);
+    // Placeholder scale pointers (aligned, non-NULL) so the heuristic sees a complete descriptor, as
+    // in the probe; every launch sets the call's own.
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g_ws, sizeof g_ws);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g_ws, sizeof g_ws);
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, t, k->K, k->N, k->K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t, k->K, k->M, k->K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lout, k->out_fp32 ? CUDA_R_32F : CUDA_R_16BF, k->N, k->M, k->N));
+}
+
+static void plan_destroy(Plan *p) {
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lout));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+  CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+// Up to `max` heuristic results with state SUCCESS, in the heuristic's order (0 if none).
+static int plan_candidates(const Plan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE_BYTES,
+                                                    sizeof WORKSPACE_BYTES));
+  uint32_t align = (uint32_t)p->key.align;
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align));
+  // Split-K only with fp32 partials reduced in a fixed order (as model/gemm.cu: deterministic).
+  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                                    sizeof reductions));
+  int n = 0;
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->lout, p->lout, pref, max, res, &n);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  int valid = 0;
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) res[valid++] = res[i];
+  return valid;
+}
+
+static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c) {
+  // Scale pointers are per call; setting them is a host-side write into the descriptor. (A BF16
+  // plan has none: a scale pointer there would be read as a scalar scale.)
+  if (p->key.kind != KIND_BF16_DEV) {
+    cublasStatus_t st =
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c->sb, sizeof c->sb);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->sa, sizeof c->sa);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+  }
+  return cublasLtMatmul(g_lt, p->desc, c->alpha, c->b, p->la, c->a, p->lb, c->beta, c->out, p->lout, c->out, p->lout,
+                        algo, g_ws, WORKSPACE_BYTES, cuda_stream());
+}
+
+// Mean ms per call over `reps` back-to-back calls, or -1 if the algorithm refuses to run.
+static double time_calls(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c, int reps) {
+  CUDA_CHECK(cudaEventRecord(g_ev[0], cuda_stream()));
+  for (int r = 0; r < reps; r++)
+    if (launch(p, algo, c) != CUBLAS_STATUS_SUCCESS) return -1;
+  CUDA_CHECK(cudaEventRecord(g_ev[1], cuda_stream()));
+  CUDA_CHECK(cudaEventSynchronize(g_ev[1]));
+  CUDA_CHECK_LAUNCH();
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, g_ev[0], g_ev[1]));
+  return ms / reps;
+}
+
+// Times candidates 0..n-1 (a warm-up call sizes the passes; rounds interleave the candidates) and
+// returns the fastest's index, its ms in *best_ms; -1 if none ran.
+static int pick_fastest(const Plan *p, const cublasLtMatmulHeuristicResult_t *res, int n, const Call *c, int rounds,
+                        double target_ms, double *best_ms) {
+  double ms[CANDIDATES];
+  int reps[CANDIDATES];
+  for (int i = 0; i < n; i++) {
+    ms[i] = time_calls(p, &res[i].algo, c, 1);
+    double r = ms[i] > 0 ? target_ms / ms[i] : 1;
+    reps[i] = r < 1 ? 1 : r > 200 ? 200 : (int)r;
+  }
+  for (int round = 0; round < rounds; round++)
+    for (int i = 0; i < n; i++) {
+      if (ms[i] < 0) continue;
+      double t = time_calls(p, &res[i].algo, c, reps[i]);
+      if (t > 0 && t < ms[i]) ms[i] = t;
+    }
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
+  if (best >= 0) *best_ms = ms[best];
+  return best;
+}
+
+// First call of a key with real operands: keep heuristic #0, or time the candidates (on a scratch
+// copy of out when beta != 0, since timed calls keep accumulating).
+static void plan_tune(Plan *p, const Call *c) {
+  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
+  int n = plan_candidates(p, res, g_autotune ? CANDIDATES : 1);
+  p->n_candidates = n;
+  if (n == 0) return;
+  p->algo = res[0].algo;
+  if (!c || n < 2) return;
+  cudaStreamCaptureStatus cap;
+  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
+  if (cap != cudaStreamCaptureStatusNone) return;  // no timing (syncs) inside a graph capture
+  Call t = *c;
+  size_t bytes = (size_t)p->key.M * p->key.N * (p->key.out_fp32 ? 4 : 2);
+  if (p->key.accumulate) {
+    if (cudaMalloc(&t.out, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // tuning is an optimization: keep heuristic #0
+      return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(t.out, c->out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+  }
+  double ms;
+  int best = pick_fastest(p, res, n, &t, TUNE_ROUNDS, TUNE_TARGET_MS, &ms);
+  if (t.out != c->out) CUDA_CHECK(cudaFree(t.out));
+  if (best >= 0) p->algo = res[best].algo;
+}
+
+// The plan of a key (built and tuned on first use with call c; c may be NULL: no timing).
+static Plan *plan_get(const PlanKey *key, const Call *c) {
+  lt_init();
+  for (int i = 0; i < g_nplans; i++)
+    if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
+  if (g_nplans == g_capplans) {
+    g_capplans = g_capplans ? 2 * g_capplans : 32;
+    Plan *grown = (Plan *)xmalloc((size_t)g_capplans * sizeof *grown);
+    if (g_nplans) memcpy(grown, g_plans, (size_t)g_nplans * sizeof *grown);
+    free(g_plans);
+    g_plans = grown;
+  }
+  Plan *p = &g_plans[g_nplans++];
+  memset(p, 0, sizeof *p);
+  p->key = *key;
+  plan_build(p);
+  plan_tune(p, c);
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks.
+static void check_shape(const char *who, int out_fp32, int M, int N, int K, int k_mult) {
+  if (out_fp32 & ~1) die("%s: out_fp32 = %d must be 0 or 1", who, out_fp32);
+  if (M <= 0 || N <= 0 || K <= 0 || M % 4 || N % 8 || K % k_mult)
+    die("%s: M=%d N=%d K=%d: need M %% 4 == 0, N %% 8 == 0 (16-byte aligned out rows) and K %% %d == 0", who, M, N,
+        K, k_mult);
+}
+
+static int alignment_of(const char *who, const void *const *ptrs, const char *const *names, int n) {
+  uintptr_t bits = 0;
+  for (int i = 0; i < n; i++) {
+    if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15)) die("%s: %s = %p must be non-NULL and 16-byte aligned", who, names[i], ptrs[i]);
+    bits |= (uintptr_t)ptrs[i];
+  }
+  int align = 256;
+  while (bits & (uintptr_t)(align - 1)) align >>= 1;
+  return align;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper FP8 path.
+static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, int accumulate, int align) {
+  PlanKey k;
+  memset(&k, 0, sizeof k);
+  k.kind = KIND_FP8;
+  k.out_fp32 = out_fp32;
+  k.a_blk = a_blk != 0;
+  k.b_blk = b_blk != 0;
+  k.M = M;
+  k.N = N;
+  k.K = K;
+  k.accumulate = accumulate;
+  k.align = align;
+  return k;
+}
+
+static void check_modes(const char *who, int a_blk, int b_blk) {
+  if (a_blk && b_blk)
+    die("%s: A and B both BLK128x128: cuBLASLt has no 2D x 2D block-scaled FP8 mode (use VEC128 for A, the "
+        "activation/gradient operand)", who);
+}
+
+void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta) {
+  check_shape("fp4_gemm_fp8", out_fp32, M, N, K, 16);
+  check_modes("fp4_gemm_fp8", A.blk128, B.blk128);
+  const void *ptrs[5] = {out, A.e4m3, B.e4m3, A.scale, B.scale};
+  const char *names[5] = {"out", "A.e4m3", "B.e4m3", "A.scale", "B.scale"};
+  int align = alignment_of("fp4_gemm_fp8", ptrs, names, 3);
+  alignment_of("fp4_gemm_fp8", ptrs + 3, names + 3, 2);  // cuBLASLt needs 16-byte aligned scale tensors
+  PlanKey key = fp8_key(out_fp32, A.blk128, B.blk128, M, N, K, beta != 0.0f, align);
+  Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta};
+  Plan *p = plan_get(&key, &c);
+  if (p->n_candidates == 0) {
+    char d[200];
+    describe(d, sizeof d, &key);
+    die("fp4_gemm_fp8: cuBLASLt offers no algorithm for %s (ask fp4_gemm_fp8_supported first; a K that is not "
+        "a multiple of 128 or a BLK128x128 A may be unsupported)", d);
+  }
+  p->calls++;
+  CUBLAS_CHECK(launch(p, &p->algo, &c));
+}
+
+int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K) {
+  check_shape("fp4_gemm_fp8_supported", out_fp32, M, N, K, 16);
+  if (a_blk128 && b_blk128) return 0;
+  for (int acc = 0; acc < 2; acc++) {  // both beta forms must work
+    PlanKey key = fp8_key(out_fp32, a_blk128, b_blk128, M, N, K, acc, 256);
+    if (plan_get(&key, NULL)->n_candidates == 0) return 0;
+  }
+  return 1;
+}
+
+// Random E4M3 bytes (uniform values in [-6, 6), never NaN) and unit float scales, for benchmarks:
+// tensor-core power (hence clocks) depends on the data.
+static __global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    p[i] = e4m3_encode_rne((float)(h >> 8) * (12.0f / 16777216.0f) - 6.0f);
+  }
+}
+
+static __global__ void fill_f32_kernel(float *p, size_t n, float v) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
+}
+
+static size_t fp8_scale_count(int blk, int rows, int K) {
+  return blk ? mx_blk128_scale_count(rows, K) : mx_vec128_scale_count(rows, K);
+}
+
+double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128) {
+  int out_fp32 = !a_blk128 && !b_blk128;  // the Wgrad form accumulates into fp32
+  check_shape("fp4_gemm_fp8_tflops", out_fp32, M, N, K, 16);
+  check_modes("fp4_gemm_fp8_tflops", a_blk128, b_blk128);
+  lt_init();
+  PlanKey key = fp8_key(out_fp32, a_blk128, b_blk128, M, N, K, out_fp32, 256);
+  Plan p;
+  memset(&p, 0, sizeof p);
+  p.key = key;
+  plan_build(&p);
+  uint8_t *a, *b;
+  float *sa, *sb;
+  void *out;
+  size_t na = fp8_scale_count(a_blk128, M, K), nb = fp8_scale_count(b_blk128, N, K);
+  CUDA_CHECK(cudaMalloc(&a, (size_t)M * K));
+  CUDA_CHECK(cudaMalloc(&b, (size_t)N * K));
+  CUDA_CHECK(cudaMalloc(&sa, na * 4));
+  CUDA_CHECK(cudaMalloc(&sb, nb * 4));
+  CUDA_CHECK(cudaMalloc(&out, (size_t)M * N * (out_fp32 ? 4 : 2)));
+  fill_e4m3_kernel<<<1024, 256, 0, cuda_stream()>>>(a, (size_t)M * K, 1);
+  CUDA_CHECK_LAUNCH();
+  fill_e4m3_kernel<<<1024, 256, 0, cuda_stream()>>>(b, (size_t)N * K, 2);
+  CUDA_CHECK_LAUNCH();
+  fill_f32_kernel<<<64, 256, 0, cuda_stream()>>>(sa, na, 1.0f);
+  CUDA_CHECK_LAUNCH();
+  fill_f32_kernel<<<64, 256, 0, cuda_stream()>>>(sb, nb, 1.0f);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
+  float alpha = 1.0f, beta = out_fp32 ? 1.0f : 0.0f;
+  Call c = {out, a, b, sa, sb, &alpha, &beta};
+  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
+  int n = plan_candidates(&p, res, CANDIDATES);
+  double ms = -1;
+  int best = n ? pick_fastest(&p, res, n, &c, BENCH_ROUNDS, BENCH_TARGET_MS, &ms) : -1;
+  CUDA_CHECK(cudaFree(out));
+  CUDA_CHECK(cudaFree(sb));
+  CUDA_CHECK(cudaFree(sa));
+  CUDA_CHECK(cudaFree(b));
+  CUDA_CHECK(cudaFree(a));
+  plan_destroy(&p);
+  if (best < 0) {
+    char d[200];
+    describe(d, sizeof d, &key);
+    die("fp4_gemm_fp8_tflops: no cuBLASLt algorithm ran for %s (%d candidates)", d, n);
+  }
+  return 2.0 * M * N * K / (ms * 1e-3) / 1e12;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantizers for the reference path. One thread per 16 consecutive elements of a row: one 16-byte
+// (FP8) or 8-byte (FP4) load, two 16-byte BF16 stores. K % 16 == 0 keeps every group in one scale
+// block and every access aligned.
+static int grid_for(size_t threads_needed, int block) {
+  size_t g = (threads_needed + block - 1) / block;
+  return (int)(g < 65535 * 16 ? (g ? g : 1) : 65535 * 16);
+}
+
+static __device__ __forceinline__ void store16_bf16(__nv_bfloat16 *dst, const float *v) {
+  __align__(16) __nv_bfloat16 h[16];
+#pragma unroll
+  for (int i = 0; i < 16; i++) h[i] = __float2bfloat16_rn(v[i]);
+  ((uint4 *)dst)[0] = ((const uint4 *)h)[0];
+  ((uint4 *)dst)[1] = ((const uint4 *)h)[1];
+}
+
+static __global__ void dequant_fp8_kernel(const uint8_t *q, const float *scale, int blk128, int rows, int K,
+                                          __nv_bfloat16 *out) {
+  size_t groups_per_row = (size_t)K / 16, n = (size_t)rows * groups_per_row;
+  int l4 = mx_blk128_l4(K);
+  for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < n; g += (size_t)gridDim.x * blockDim.x) {
+    size_t r = g / groups_per_row;
+    int k0 = (int)(g % groups_per_row) * 16;
+    float s = blk128 ? scale[(r / 128) * l4 + k0 / 128] : scale[(size_t)(k0 / 128) * rows + r];
+    __align__(16) uint8_t b[16];
+    *(uint4 *)b = *(const uint4 *)(q + r * K + k0);
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(e4m3_decode(b[i]), s);  // exact for power-of-two s
+    store16_bf16(out + r * K + k0, v);
+  }
+}
+
+static __global__ void dequant_mx_kernel(const uint8_t *codes, const uint8_t *e8m0, int rows, int K,
+                                         __nv_bfloat16 *out) {
+  size_t groups_per_row = (size_t)K / 16, n = (size_t)rows * groups_per_row;
+  for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < n; g += (size_t)gridDim.x * blockDim.x) {
+    size_t r = g / groups_per_row;
+    int k0 = (int)(g % groups_per_row) * 16;
+    uint8_t sb = e8m0[r * (K / 32) + k0 / 32];
+    __align__(8) uint8_t b[8];
+    *(uint2 *)b = *(const uint2 *)(codes + r * (K / 2) + k0 / 2);
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      uint8_t c = (i & 1) ? b[i >> 1] >> 4 : b[i >> 1] & 15;
+      v[i] = mx_decode(c, sb, MX_SCALE_DOWN);  // q * 2^e, exact (MX_SCALE_DOWN has unit 1)
+    }
+    store16_bf16(out + r * K + k0, v);
+  }
+}
+
+void fp4_dequant_fp8_bf16(const uint8_t *e4m3, const float *scale, int blk128, int rows, int K, void *out) {
+  if (rows <= 0 || K <= 0 || K % 16) die("fp4_dequant_fp8_bf16: rows=%d K=%d: need rows > 0 and K %% 16 == 0", rows, K);
+  if (((uintptr_t)e4m3 | (uintptr_t)out) & 15) die("fp4_dequant_fp8_bf16: e4m3=%p out=%p must be 16-byte aligned", e4m3, out);
+  size_t n = (size_t)rows * (K / 16);
+  dequant_fp8_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(e4m3, scale, blk128, rows, K, (__nv_bfloat16 *)out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp4_dequant_mx_bf16(const uint8_t *codes, const uint8_t *e8m0, int rows, int K, void *out) {
+  if (rows <= 0 || K <= 0 || K % 32) die("fp4_dequant_mx_bf16: rows=%d K=%d: need rows > 0 and K %% 32 == 0", rows, K);
+  if (((uintptr_t)codes & 7) || ((uintptr_t)out & 15))
+    die("fp4_dequant_mx_bf16: codes=%p must be 8-byte and out=%p 16-byte aligned", codes, out);
+  size_t n = (size_t)rows * (K / 16);
+  dequant_mx_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(codes, e8m0, rows, K, (__nv_bfloat16 *)out);
+  CUDA_CHECK_LAUNCH();
+}
+
+static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K,
+                                float alpha, float beta, const float *alpha_dev);
+
+// ---------------------------------------------------------------------------------------------
+// Reference path: dequantize both operands into scratch BF16 buffers, then gemm_bf16 (A . B^T).
+void fp4_gemm_reference_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+                            float beta) {
+  check_shape("fp4_gemm_reference_fp8", out_fp32, M, N, K, 16);
+  void *a = scratch(&g_ref_a, (size_t)M * K * 2), *b = scratch(&g_ref_b, (size_t)N * K * 2);
+  fp4_dequant_fp8_bf16(A.e4m3, A.scale, A.blk128, M, K, a);
+  fp4_dequant_fp8_bf16(B.e4m3, B.scale, B.blk128, N, K, b);
+  gemm_bf16(out, out_fp32, a, 0, b, 1, M, N, K, alpha, beta);
+}
+
+void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N,
+                               int K, float alpha, float beta, const float *alpha_dev) {
+  check_shape("fp4_gemm_reference_packed", out_fp32, M, N, K, 32);
+  if (fmt != FMT_MXFP4 && fmt != FMT_NVFP4) die("fp4_gemm_reference_packed: format %d is not MXFP4 or NVFP4", (int)fmt);
+  void *a = scratch(&g_ref_a, (size_t)M * K * 2), *b = scratch(&g_ref_b, (size_t)N * K * 2);
+  if (fmt == FMT_MXFP4) {
+    fp4_dequant_mx_bf16(A.codes, A.scales, M, K, a);
+    fp4_dequant_mx_bf16(B.codes, B.scales, N, K, b);
+  } else {
+    nvfp4_dequant_bf16_unscaled(A.codes, A.scales, M, K, (__nv_bfloat16 *)a);
+    nvfp4_dequant_bf16_unscaled(B.codes, B.scales, N, K, (__nv_bfloat16 *)b);
+  }
+  if (alpha_dev) gemm_bf16_dev_alpha(out, out_fp32, a, b, M, N, K, alpha, beta, alpha_dev);
+  else gemm_bf16(out, out_fp32, a, 0, b, 1, M, N, K, alpha, beta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blackwell native path. UNTESTED ON HARDWARE: written from the cuBLASLt documentation (FP4 operands
+// CUDA_R_4F_E2M1, VEC16_UE4M3 scales in the 128x4 tiled layout, TN only) and compiled for sm_100a;
+// the swizzle and re-basing kernels are tested on Hopper by tests/gpu_test_fp4_gemm.cu.
+size_t fp4_swizzled_scale_bytes(int rows, int n_cols) {
+  return (size_t)(rows + 127) / 128 * 128 * ((size_t)(n_cols + 3) / 4 * 4);
+}
+
+static __global__ void max_e8m0_kernel(const uint8_t *s, size_t n, int *max_b) {
+  int m = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    if (s[i] != 0xFF && s[i] > m) m = s[i];
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0 && m > 0) atomicMax(max_b, m);  // max is order-independent: deterministic
+}
+
+void fp4_scale_max_e8m0(const uint8_t *e8m0, size_t n, int *max_b) {
+  CUDA_CHECK(cudaMemsetAsync(max_b, 0, sizeof(int), cuda_stream()));
+  if (n == 0) return;
+  int grid = grid_for(n, 256);
+  max_e8m0_kernel<<<grid < 1024 ? grid : 1024, 256, 0, cuda_stream()>>>(e8m0, n, max_b);
+  CUDA_CHECK_LAUNCH();
+}
+
+// UE4M3 byte of 2^(b - max_b + 8): exact for exponents -9..8, 0 below (e4m3_encode_rne rounds 2^-10,
+// a tie, to 0), NaN for the E8M0 NaN byte.
+static __device__ __forceinline__ uint8_t rebase_e8m0(uint8_t b, int max_b) {
+  if (b == 0xFF) return 0x7F;
+  int d = (int)b - max_b + 8;
+  return e4m3_encode_rne(fp4_exp2i(d < -30 ? -30 : d));
+}
+
+static __global__ void swizzle_kernel(const uint8_t *in, int rows, int n_cols, int from_e8m0, const int *max_b,
+                                      uint8_t *out) {
+  int rows_pad = (rows + 127) / 128 * 128, cols_pad = (n_cols + 3) / 4 * 4;
+  int mb = from_e8m0 ? *max_b : 0;
+  size_t n = (size_t)rows_pad * cols_pad;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int r = (int)(i / cols_pad), c = (int)(i % cols_pad);
+    uint8_t v = 0;
+    if (r < rows && c < n_cols)
+      v = from_e8m0 ? rebase_e8m0(in[(size_t)r * (n_cols / 2) + c / 2], mb) : in[(size_t)r * n_cols + c];
+    out[fp4_swizzled_offset(r, c, n_cols)] = v;
+  }
+}
+
+void fp4_swizzle_scales(const uint8_t *in, int rows, int n_cols, int from_e8m0, const int *max_b, uint8_t *out) {
+  if (rows <= 0 || n_cols <= 0 || (from_e8m0 && (n_cols % 2 || !max_b)))
+    die("fp4_swizzle_scales: rows=%d n_cols=%d from_e8m0=%d max_b=%p: need positive sizes, and for E8M0 an even "
+        "n_cols (two 16-blocks per 32-block) and a max_b", rows, n_cols, from_e8m0, (const void *)max_b);
+  size_t n = fp4_swizzled_scale_bytes(rows, n_cols);
+  swizzle_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(in, rows, n_cols, from_e8m0, max_b, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+// dev[0] = the effective alpha, dev[1] = beta (device pointer mode takes both from the device).
+// max_a/max_b (MXFP4 on the native path): undo the re-basing of the block scales.
+static __global__ void scalars_kernel(float *dev, float alpha, float beta, const float *alpha_dev,
+                                             const int *max_a, const int *max_b) {
+  float a = alpha;
+  if (alpha_dev) a = __fmul_rn(a, *alpha_dev);
+  if (max_a) a = fp4_ldexp(fp4_ldexp(a, *max_a - 127 - 8), *max_b - 127 - 8);  // undo the re-basing
+  dev[0] = a;
+  dev[1] = beta;
+}
+
+int fp4_gemm_native_available(void) {
+  int dev, major = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 10) return 0;
+  cudaFuncAttributes fa;  // sm_100a code runs on cc 10.0 only: ask whether a kernel image loads here
+  if (cudaFuncGetAttributes(&fa, swizzle_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 1;
+}
+
+void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N, int K,
+                     float alpha, float beta, const float *alpha_dev) {
+  check_shape("fp4_gemm_native", out_fp32, M, N, K, 32);
+  if (fmt != FMT_MXFP4 && fmt != FMT_NVFP4) die("fp4_gemm_native: format %d is not MXFP4 or NVFP4", (int)fmt);
+  if (!fp4_gemm_native_available())
+    die("fp4_gemm_native: needs a compute capability 10.0 GPU (native FP4 tensor cores); use the FP8 or reference "
+        "back end here");
+  const void *ptrs[3] = {out, A.codes, B.codes};
+  const char *names[3] = {"out", "A.codes", "B.codes"};
+  int align = alignment_of("fp4_gemm_native", ptrs, names, 3);
+  int cols = K / 16, mx = fmt == FMT_MXFP4;
+  size_t sa_bytes = fp4_swizzled_scale_bytes(M, cols), sb_bytes = fp4_swizzled_scale_bytes(N, cols);
+  uint8_t *sa = (uint8_t *)scratch(&g_sw_a, sa_bytes), *sb = (uint8_t *)scratch(&g_sw_b, sb_bytes);
+  // dev scalars: [0] alpha, [1] beta, then two ints (max E8M0 byte of A and of B), 16-byte slots.
+  char *dev = (char *)scratch(&g_dev_scalars, 64);
+  float *ab = (float *)dev;
+  int *max_a = (int *)(dev + 16), *max_b = (int *)(dev + 32);
+  if (mx) {
+    fp4_scale_max_e8m0(A.scales, (size_t)M * (K / 32), max_a);
+    fp4_scale_max_e8m0(B.scales, (size_t)N * (K / 32), max_b);
+  }
+  fp4_swizzle_scales(A.scales, M, cols, mx, max_a, sa);
+  fp4_swizzle_scales(B.scales, N, cols, mx, max_b, sb);
+  scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, mx ? max_a : NULL, mx ? max_b : NULL);
+  CUDA_CHECK_LAUNCH();
+  PlanKey key;
+  memset(&key, 0, sizeof key);
+  key.kind = KIND_NATIVE;
+  key.out_fp32 = out_fp32;
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.accumulate = beta != 0.0f;
+  key.align = align;
+  Call c = {out, A.codes, B.codes, sa, sb, ab, ab + 1};
+  Plan *p = plan_get(&key, &c);
+  if (p->n_candidates == 0) {
+    char d[200];
+    describe(d, sizeof d, &key);
+    die("fp4_gemm_native: cuBLASLt offers no algorithm for %s", d);
+  }
+  p->calls++;
+  CUBLAS_CHECK(launch(p, &p->algo, &c));
+}
+
+// out = alpha * (*alpha_dev) * a . b^T + beta * out with BF16 a [M,K], b [N,K]: gemm_bf16's TN case,
+// with the scalars in device memory.
+static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K,
+                                float alpha, float beta, const float *alpha_dev) {
+  if (M % 8 || K % 8)
+    die("fp4_gemm_reference_packed: M=%d K=%d must be multiples of 8 (16-byte aligned BF16 rows)", M, K);
+  const void *ptrs[3] = {out, a, b};
+  const char *names[3] = {"out", "A (dequantized)", "B (dequantized)"};
+  int align = alignment_of("fp4_gemm_reference_packed", ptrs, names, 3);
+  float *ab = (float *)scratch(&g_dev_scalars, 64);  // [0] alpha, [1] beta
+  scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, NULL, NULL);
+  CUDA_CHECK_LAUNCH();
+  PlanKey key;
+  memset(&key, 0, sizeof key);
+  key.kind = KIND_BF16_DEV;
+  key.out_fp32 = out_fp32;
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.accumulate = beta != 0.0f;
+  key.align = align;
+  Call c = {out, a, b, NULL, NULL, ab, ab + 1};
+  Plan *p = plan_get(&key, &c);
+  if (p->n_candidates == 0) {
+    char d[200];
+    describe(d, sizeof d, &key);
+    die("fp4_gemm_reference_packed: cuBLASLt offers no algorithm for %s", d);
+  }
+  p->calls++;
+  CUBLAS_CHECK(launch(p, &p->algo, &c));
+}
+
+// ---------------------------------------------------------------------------------------------
+void fp4_gemm_shutdown(void) {
+  Scratch *all[5] = {&g_ref_a, &g_ref_b, &g_sw_a, &g_sw_b, &g_dev_scalars};
+  for (int i = 0; i < 5; i++) {
+    if (all[i]->p) CUDA_CHECK(cudaFree(all[i]->p));
+    all[i]->p = NULL;
+    all[i]->cap = 0;
+  }
+  if (!g_lt) return;
+  for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
+  free(g_plans);
+  g_plans = NULL;
+  g_nplans = g_capplans = 0;
+  CUDA_CHECK(cudaEventDestroy(g_ev[1]));
+  CUDA_CHECK(cudaEventDestroy(g_ev[0]));
+  CUDA_CHECK(cudaFree(g_ws));
+  g_ws = NULL;
+  CUBLAS_CHECK(cublasLtDestroy(g_lt));
+  g_lt = NULL;
+}

@@ -1,0 +1,386 @@
+// fp4/mxfp4.cu: the fused MXFP4 producers on the GPU. Every scalar decision is an FP4_HD rule from
+// e2m1.h / philox.h / hadamard.h / mxfp4.h / fp8_embed.h, so the bytes equal the CPU reference's.
+//
+// Work units: a thread quantizes one 32-block (32 values in registers). Row copies read their block
+// straight from global memory (4 x 16-byte loads); four consecutive lanes hold the four 32-blocks of
+// one 128-group, so the FP8 embedding's group exponent is two shuffles. Column copies (blocks along
+// rows, stored transposed) go through a 128x128 tile in shared memory; a warp reads 64 consecutive
+// columns of one row (conflict-free 4-byte words), each lane owning two columns for 32 rows. The tile
+// is stored with a 16-byte-chunk swizzle so the row-wise writes are conflict-free too.
+#include "common.h"
+#include "fp4/fp8_embed.h"
+#include "fp4/hadamard.h"
+#include "fp4/mxfp4.h"
+#include "model/cuda_common.h"
+
+typedef __nv_bfloat16 bf16;
+
+enum { OUT_NONE = 0, OUT_PACKED = 1, OUT_FP8 = 2 };
+
+static __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// 32 BF16 values (16-byte aligned) -> floats.
+static __device__ __forceinline__ void load32(float *v, const bf16 *p) {
+  const uint4 *q = (const uint4 *)p;
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    uint4 u = q[c];
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
+  }
+}
+static __device__ __forceinline__ void load32(float *v, const float *p) {
+  const float4 *q = (const float4 *)p;
+#pragma unroll
+  for (int c = 0; c < 8; c++) {
+    float4 f = q[c];
+    v[4 * c] = f.x, v[4 * c + 1] = f.y, v[4 * c + 2] = f.z, v[4 * c + 3] = f.w;
+  }
+}
+
+static __device__ __forceinline__ void store_packed(uint8_t *q, const uint32_t *pk) {
+  *(uint4 *)q = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+}
+
+// The 32 E4M3 bytes of a block with scale byte b in a group of exponent Et.
+static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk, uint8_t b, int Et) {
+  uint32_t w[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    w[i] = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) w[i] |= (uint32_t)mx_embed_value(mx_code_of(pk, 4 * i + j), b, Et) << (8 * j);
+  }
+  *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
+  *(uint4 *)(q + 16) = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+static __device__ __forceinline__ int group4_max(int e) {
+  e = max(e, __shfl_xor_sync(0xffffffffu, e, 1));
+  return max(e, __shfl_xor_sync(0xffffffffu, e, 2));
+}
+
+// Quantizes one row 32-block (RNE or SR) and writes it. All lanes must call it (the FP8 path
+// shuffles within aligned groups of 4 lanes = the 4 blocks of one 128-group); valid says whether
+// this lane's block exists. g: the block's 128-group along K.
+template <int OUT>
+static __device__ __forceinline__ void row_block(const float *v, bool valid, size_t row, int b, int rows, int K,
+                                                 MxScale mode, bool sr, PhiloxStream s, const MxOut &out) {
+  uint32_t pk[4], rnd[8];
+  uint8_t sb = 0;
+  if (valid) {
+    size_t i0 = row * K + (size_t)b * 32;
+    if (sr) {
+      philox_group16(s, i0 / 16, rnd);
+      philox_group16(s, i0 / 16 + 1, rnd + 4);
+    }
+    sb = mx_quantize_block32(v, mode, sr, rnd, pk);
+    if (OUT == OUT_PACKED) {
+      store_packed(out.q + i0 / 2, pk);
+      out.e8m0[row * (K / 32) + b] = sb;
+    }
+  }
+  if (OUT == OUT_FP8) {
+    int Et = group4_max(valid ? mx_embed_exp_of(sb) : -127);
+    if (valid) {
+      store_fp8(out.q + row * K + (size_t)b * 32, pk, sb, Et);
+      if ((b & 3) == 0) out.scale[(size_t)(b / 4) * rows + row] = mx_embed_scale(Et, out.scale_mul);
+    }
+  }
+}
+
+// ---- row copy: one thread per 32-block; thread t -> (row, 128-group, block in group)
+template <int OUT, bool SR>
+__global__ void __launch_bounds__(256) mx_rows_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s,
+                                                      MxOut out) {
+  const int nbk = K / 32, per_row = (nbk + 3) / 4 * 4;
+  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t row = t / per_row;
+  int b = (int)(t % per_row);
+  bool valid = row < (size_t)rows && b < nbk;
+  float v[32];
+  if (valid) load32(v, x + row * K + (size_t)b * 32);
+  row_block<OUT>(v, valid, row, b, rows, K, mode, SR, s, out);
+}
+
+// ---- dual producer over 128x128 tiles: row copy (RNE/SR) and column copy (RNE, optional H32)
+#define TILE 128
+// Physical 16-byte chunk (0..15) of logical chunk c of tile row r: rows of 256 bytes; see file comment.
+static __device__ __forceinline__ int swz(int r, int c) { return (c & ~3) | ((c ^ (c >> 3) ^ ((r & 1) << 1)) & 3); }
+
+template <int ROW, int COL>
+__global__ void __launch_bounds__(256) mx_dual_kernel(const bf16 *x, int rows, int K, MxScale mode, int sr,
+                                                      PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
+  __shared__ uint4 tile[TILE * 16];
+  __shared__ int s_e[4][TILE];
+  const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
+  // Phase 1: 512 row blocks (128 rows x 4), two per thread.
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+    size_t row = (size_t)tr * TILE + lr;
+    bool valid = row < (size_t)rows && b < nbk;
+    float v[32];
+    if (valid) {
+      const uint4 *src = (const uint4 *)(x + row * K + (size_t)b * 32);
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        uint4 u = src[c];
+        tile[lr * 16 + swz(lr, j * 4 + c)] = u;
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
+      }
+    }
+    if (ROW != OUT_NONE) row_block<ROW>(v, valid, row, b, rows, K, mode, sr, s, row_out);
+  }
+  if (COL == OUT_NONE) return;
+  __syncthreads();
+  // Phase 2: warp -> (row block rb, column half); lane -> column pair.
+  const int warp = threadIdx.x >> 5, rb = warp >> 1, lc = ((warp & 1) * 32 + (threadIdx.x & 31)) * 2;
+  const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
+  const bool valid = r0 < (size_t)rows && col < (size_t)K;
+  uint32_t raw[32], pk[2][4];
+  uint8_t sb[2] = {0, 0};
+  if (valid) {
+    const uint32_t *t32 = (const uint32_t *)tile;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      int r = rb * 32 + i;
+      raw[i] = t32[r * 64 + swz(r, lc >> 3) * 4 + ((lc & 7) >> 1)];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(raw[i]) : bf16_lo(raw[i]);
+      if (hadamard) fp4_h32(v);
+      sb[h] = mx_quantize_block32(v, mode, 0, NULL, pk[h]);
+      if (COL == OUT_PACKED) {
+        store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk[h]);
+        col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb[h];
+      }
+    }
+  }
+  if (COL == OUT_FP8) {
+    s_e[rb][lc] = valid ? mx_embed_exp_of(sb[0]) : -127;
+    s_e[rb][lc + 1] = valid ? mx_embed_exp_of(sb[1]) : -127;
+    __syncthreads();
+    if (valid) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        int Et = max(max(s_e[0][lc + h], s_e[1][lc + h]), max(s_e[2][lc + h], s_e[3][lc + h]));
+        store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sb[h], Et);
+        if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
+      }
+    }
+  }
+}
+
+// ---- weights: 128x128 tiles of 32x32 subtiles; W rows from registers, W^T from a code tile in smem
+#define CODE_PITCH 144  // bytes per code-tile row: 128 codes + 16 bytes against bank conflicts
+
+template <typename T, int WOUT, int WTOUT>
+__global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K, MxScale mode, int rule087, MxOut wq,
+                                                        MxOut wtq) {
+  __shared__ __align__(16) uint8_t codes[TILE * CODE_PITCH];
+  __shared__ uint32_t s_amax[4][4];
+  __shared__ uint8_t s_b[4][4];
+  __shared__ int s_Et;
+  const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
+  if (threadIdx.x < 16) s_amax[threadIdx.x >> 2][threadIdx.x & 3] = 0;
+  __syncthreads();
+  float v[2][32];
+  bool valid[2];
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+    size_t row = (size_t)tr * TILE + lr;
+    valid[it] = row < (size_t)N && b < nbk;
+    if (valid[it]) {
+      load32(v[it], w + row * K + (size_t)b * 32);
+      uint32_t am = 0;
+#pragma unroll
+      for (int i = 0; i < 32; i++) am = max(am, mx_abs_bits(v[it][i]));
+      atomicMax(&s_amax[lr >> 5][j], am);  // max is order-independent: deterministic
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    int rb = threadIdx.x >> 2, j = threadIdx.x & 3;
+    uint32_t am = s_amax[rb][j];
+    s_b[rb][j] = am > MX_NAN_BITS ? 0xFF : e8m0_encode(mx_weight_exp(__uint_as_float(am), mode, rule087));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int Et = -127;
+    for (int i = 0; i < 16; i++) {
+      int rb = i >> 2, j = i & 3;
+      if ((size_t)tr * TILE + rb * 32 < (size_t)N && tc * 4 + j < nbk) Et = max(Et, mx_embed_exp_of(s_b[rb][j]));
+    }
+    s_Et = Et;
+    const int L = (K + 127) / 128, L4 = mx_blk128_l4(K), LT = (N + 127) / 128, LT4 = mx_blk128_l4(N);
+    if (WOUT == OUT_FP8) {
+      wq.scale[(size_t)tr * L4 + tc] = mx_embed_scale(Et, wq.scale_mul);
+      if (tc == L - 1)
+        for (int l = L; l < L4; l++) wq.scale[(size_t)tr * L4 + l] = 0.0f;
+    }
+    if (WTOUT == OUT_FP8) {
+      wtq.scale[(size_t)tc * LT4 + tr] = mx_embed_scale(Et, wtq.scale_mul);
+      if (tr == LT - 1)
+        for (int l = LT; l < LT4; l++) wtq.scale[(size_t)tc * LT4 + l] = 0.0f;
+    }
+  }
+  __syncthreads();
+  const int Et = s_Et;
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    if (!valid[it]) continue;
+    int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+    size_t row = (size_t)tr * TILE + lr;
+    uint8_t sb = s_b[lr >> 5][j];
+    int e = sb == 0xFF ? 0 : (int)sb - 127;
+    uint32_t pk[4] = {0, 0, 0, 0};
+    if (sb != 0xFF) {
+#pragma unroll
+      for (int i = 0; i < 32; i++) pk[i >> 3] |= (uint32_t)e2m1_encode_rne(mx_prescale(v[it][i], e, mode)) << (4 * (i & 7));
+    }
+    if (WOUT == OUT_PACKED) {
+      store_packed(wq.q + row * (K / 2) + (size_t)b * 16, pk);
+      wq.e8m0[row * nbk + b] = sb;
+    } else if (WOUT == OUT_FP8) {
+      store_fp8(wq.q + row * K + (size_t)b * 32, pk, sb, Et);
+    }
+    if (WTOUT != OUT_NONE) {  // one code per byte, for the column reads below
+      uint32_t c8[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        c8[i] = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) c8[i] |= (uint32_t)mx_code_of(pk, 4 * i + k) << (8 * k);
+      }
+      uint4 *dst = (uint4 *)(codes + lr * CODE_PITCH + j * 32);
+      dst[0] = make_uint4(c8[0], c8[1], c8[2], c8[3]);
+      dst[1] = make_uint4(c8[4], c8[5], c8[6], c8[7]);
+    }
+  }
+  if (WTOUT == OUT_NONE) return;
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, rb = warp >> 1, lc = ((warp & 1) * 32 + (threadIdx.x & 31)) * 2;
+  const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
+  if (r0 >= (size_t)N || col >= (size_t)K) return;
+  uint32_t pk[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    uint32_t two = *(const uint16_t *)(codes + (rb * 32 + i) * CODE_PITCH + lc);
+    pk[0][i >> 3] |= (two & 15u) << (4 * (i & 7));
+    pk[1][i >> 3] |= ((two >> 8) & 15u) << (4 * (i & 7));
+  }
+  const uint8_t sb = s_b[rb][lc >> 5];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    if (WTOUT == OUT_PACKED) {
+      store_packed(wtq.q + (col + h) * (N / 2) + r0 / 2, pk[h]);
+      wtq.e8m0[(col + h) * (N / 32) + r0 / 32] = sb;
+    } else {
+      store_fp8(wtq.q + (col + h) * N + r0, pk[h], sb, Et);
+    }
+  }
+}
+
+// ---- host side: checks and dispatch
+static int out_kind(const MxOut &o) { return o.q == NULL ? OUT_NONE : o.fp8 ? OUT_FP8 : OUT_PACKED; }
+
+static void check_ptr(const char *who, const char *what, const void *p, int align) {
+  if ((uintptr_t)p % align) die("%s: %s = %p is not %d-byte aligned", who, what, p, align);
+}
+static void check_out(const char *who, const char *what, const MxOut &o) {
+  if (!o.q) return;
+  check_ptr(who, what, o.q, 16);
+  if (o.fp8 && !o.scale) die("%s: %s: fp8 output without a scale buffer", who, what);
+  if (!o.fp8 && !o.e8m0) die("%s: %s: packed output without an e8m0 buffer", who, what);
+  if (o.fp8) check_ptr(who, what, o.scale, 4);
+}
+static void check_shape(const char *who, int rows, int K, int rows_mult) {
+  if (rows <= 0 || K <= 0 || K % 32 || rows % rows_mult)
+    die("%s: rows = %d, K = %d: need K a positive multiple of 32 and rows a positive multiple of %d", who, rows, K,
+        rows_mult);
+}
+
+void mx_quantize_rows_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound rnd, PhiloxStream s, MxOut out) {
+  const char *who = "mx_quantize_rows_cuda";
+  check_shape(who, rows, K, 1);
+  check_ptr(who, "x", x, 16);
+  check_out(who, "out", out);
+  if (rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
+  if (!out.q) return;
+  size_t threads = (size_t)rows * ((K / 32 + 3) / 4 * 4);
+  unsigned grid = (unsigned)((threads + 255) / 256);
+  bool sr = rnd == MX_SR;
+  if (out.fp8) {
+    if (sr) mx_rows_kernel<OUT_FP8, true><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+    else mx_rows_kernel<OUT_FP8, false><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+  } else {
+    if (sr) mx_rows_kernel<OUT_PACKED, true><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+    else mx_rows_kernel<OUT_PACKED, false><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void mx_quantize_dual_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound row_rnd, PhiloxStream s, MxOut row,
+                           int hadamard, MxOut col) {
+  const char *who = "mx_quantize_dual_cuda";
+  check_shape(who, rows, K, 32);
+  check_ptr(who, "x", x, 16);
+  check_out(who, "row", row);
+  check_out(who, "col", col);
+  if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
+  dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
+  int rk = out_kind(row), ck = out_kind(col), sr = row_rnd == MX_SR;
+#define DUAL(R, C) mx_dual_kernel<R, C><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, sr, s, row, hadamard, col)
+  switch (rk * 3 + ck) {
+    case 0: return;
+    case 1: DUAL(OUT_NONE, OUT_PACKED); break;
+    case 2: DUAL(OUT_NONE, OUT_FP8); break;
+    case 3: DUAL(OUT_PACKED, OUT_NONE); break;
+    case 4: DUAL(OUT_PACKED, OUT_PACKED); break;
+    case 5: DUAL(OUT_PACKED, OUT_FP8); break;
+    case 6: DUAL(OUT_FP8, OUT_NONE); break;
+    case 7: DUAL(OUT_FP8, OUT_PACKED); break;
+    case 8: DUAL(OUT_FP8, OUT_FP8); break;
+  }
+#undef DUAL
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void weight_dispatch(const char *who, const T *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq) {
+  check_shape(who, N, K, 32);
+  check_ptr(who, "w", w, 16);
+  check_out(who, "wq", wq);
+  check_out(who, "wtq", wtq);
+  dim3 grid((K + TILE - 1) / TILE, (N + TILE - 1) / TILE);
+#define WK(A, B) mx_weight_kernel<T, A, B><<<grid, 256, 0, cuda_stream()>>>(w, N, K, mode, rule087, wq, wtq)
+  switch (out_kind(wq) * 3 + out_kind(wtq)) {
+    case 0: return;
+    case 1: WK(OUT_NONE, OUT_PACKED); break;
+    case 2: WK(OUT_NONE, OUT_FP8); break;
+    case 3: WK(OUT_PACKED, OUT_NONE); break;
+    case 4: WK(OUT_PACKED, OUT_PACKED); break;
+    case 5: WK(OUT_PACKED, OUT_FP8); break;
+    case 6: WK(OUT_FP8, OUT_NONE); break;
+    case 7: WK(OUT_FP8, OUT_PACKED); break;
+    case 8: WK(OUT_FP8, OUT_FP8); break;
+  }
+#undef WK
+  CUDA_CHECK_LAUNCH();
+}
+
+void mx_quantize_weight_cuda(const float *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq) {
+  weight_dispatch("mx_quantize_weight_cuda", w, N, K, mode, rule087, wq, wtq);
+}
+void mx_quantize_weight_bf16_cuda(const bf16 *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq) {
+  weight_dispatch("mx_quantize_weight_bf16_cuda", w, N, K, mode, rule087, wq, wtq);
+}

@@ -1,0 +1,143 @@
+// fp4/mxfp4.h: MXFP4 quantization (OCP MX: 32-element blocks, one E8M0 scale each).
+//
+// Scale conventions (MxScale):
+//   MX_SCALE_UP   the paper's encode-centric scale: e = ceil(log2 amax), q = E2M1(6 z / 2^e),
+//                 value = q * 2^e / 6. Nothing clips; the 1/6 per operand (1/36 per product) belongs in
+//                 the GEMM's alpha (mx_unit() = 1/6).
+//   MX_SCALE_DOWN OCP: e = floor(log2 amax) - 2, q = E2M1(z / 2^e) (values above 6 * 2^e clip),
+//                 value = q * 2^e (mx_unit() = 1).
+// e is clamped to the E8M0 range [-127, 127]; an all-zero block gets e = -127 and zero codes.
+// Weights: 2D 32x32 tiles share one scale; with the 0.87 rule (MX_SCALE_UP only) the tile uses
+// 2^(e-1) instead of 2^e when amax_T / 2^e < 0.87 (trading clipping of the largest values for
+// resolution). W and W^T come out of one producer with identical codes.
+//
+// Rounding of elements (MxRound): RNE, or SR with Philox bits (philox.h layout; element index =
+// row-major index in the [rows, K] input). Scales are never stochastically rounded.
+//
+// Special values: a block (or weight tile) holding a NaN gets scale byte 0xFF (E8M0 NaN: every element
+// of the block decodes to NaN) and all-zero codes. +-Inf is treated as a huge finite value: the
+// scale saturates at 2^127 and the Inf element at +-6 (its finite neighbours keep their codes).
+//
+// Layout: X [rows, K] row-major, blocks along K (K % 32 == 0). Packed codes [rows, K/2] bytes, element
+// k in the low nibble of byte k/2 when k is even, the high nibble when odd; scales [rows, K/32] E8M0.
+// "Column" copies (for Wgrad) quantize along rows instead and are stored transposed: [K, rows/2]
+// codes and [K, rows/32] scales, i.e. the K-contiguous layout of X^T that a TN GEMM consumes.
+#pragma once
+#include <stddef.h>
+
+#include "fp4/e2m1.h"
+#include "fp4/philox.h"
+
+typedef enum { MX_SCALE_UP = 0, MX_SCALE_DOWN = 1 } MxScale;
+typedef enum { MX_RNE = 0, MX_SR = 1 } MxRound;
+
+#define MX_RULE_087 0.87f
+
+static inline FP4_HD float mx_unit(MxScale mode) { return mode == MX_SCALE_UP ? 1.0f / 6.0f : 1.0f; }
+
+// Scale exponent of a block from the bits of its amax (amax >= 0, not NaN; Inf -> 127).
+static inline FP4_HD int mx_scale_exp(float amax, MxScale mode) {
+  if (!(amax > 0.0f)) return -127;
+  if (amax > 3.4028234663852886e38f) return 127;
+  int e = mode == MX_SCALE_UP ? fp4_ceil_log2(amax) : fp4_floor_log2(amax) - 2;
+  return fp4_imin(fp4_imax(e, -127), 127);
+}
+
+// The weight-tile exponent: mx_scale_exp plus the 0.87 rule.
+static inline FP4_HD int mx_weight_exp(float amax, MxScale mode, int rule087) {
+  int e = mx_scale_exp(amax, mode);
+  if (mode == MX_SCALE_UP && rule087 && e > -127 && fp4_ldexp(amax, -e) < MX_RULE_087) e -= 1;
+  return e;
+}
+
+// |x| as raw bits: integer max over these is the amax, and a result > 0x7f800000 means a NaN was seen.
+static inline FP4_HD uint32_t mx_abs_bits(float x) { return fp4_f2u(x) & 0x7fffffffu; }
+#define MX_NAN_BITS 0x7f800000u
+
+// The value handed to the E2M1 rounding: 6 z / 2^e (UP) or z / 2^e (DOWN). -e is in [-127, 127].
+static inline FP4_HD float mx_prescale(float z, int e, MxScale mode) {
+  float y = fp4_ldexp(z, -e);
+  return mode == MX_SCALE_UP ? FP4_MUL(y, 6.0f) : y;
+}
+
+// Quantizes one 32-block v[0..31] (fp32). rnd: 8 Philox words (bytes 0..31 = elements 0..31), used
+// only when sr. Writes the 32 codes packed as 4 little-endian words (code i at bits 4*(i%8) of word
+// i/8, i.e. the packed byte layout) and returns the E8M0 byte (0xFF for a NaN block, codes then 0).
+static inline FP4_HD uint8_t mx_quantize_block32(const float *v, MxScale mode, int sr, const uint32_t *rnd,
+                                                 uint32_t *pk) {
+  uint32_t am = 0;
+  FP4_UNROLL
+  for (int i = 0; i < 32; i++) am = am > mx_abs_bits(v[i]) ? am : mx_abs_bits(v[i]);
+  FP4_UNROLL
+  for (int w = 0; w < 4; w++) pk[w] = 0;
+  if (am > MX_NAN_BITS) return 0xFF;
+  int e = mx_scale_exp(fp4_u2f(am), mode);
+  FP4_UNROLL
+  for (int i = 0; i < 32; i++) {
+    float x = mx_prescale(v[i], e, mode);
+    uint32_t c = sr ? e2m1_encode_sr(x, philox_byte(rnd + 4 * (i >> 4), (uint32_t)(i & 15))) : e2m1_encode_rne(x);
+    pk[i >> 3] |= c << (4 * (i & 7));
+  }
+  return e8m0_encode(e);
+}
+
+static inline FP4_HD uint8_t mx_code_of(const uint32_t *pk, int i) { return (uint8_t)((pk[i >> 3] >> (4 * (i & 7))) & 15u); }
+
+// Dequantized value of a code under scale byte b: q * 2^e (* 1/6 for MX_SCALE_UP, one rounding).
+static inline FP4_HD float mx_decode(uint8_t code, uint8_t b, MxScale mode) {
+  if (b == 0xFF) return fp4_u2f(0x7fc00000u);
+  float v = fp4_ldexp(e2m1_decode(code), (int)b - 127);
+  return mode == MX_SCALE_UP ? FP4_DIV(v, 6.0f) : v;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// CPU reference. x: [rows, K] fp32 (the GPU producers read BF16: pass the BF16 values as floats).
+// Row copy: codes [rows, K/2], scales [rows, K/32]. s is only used for MX_SR.
+void mx_quantize_rows(const float *x, int rows, int K, MxScale mode, MxRound rnd, PhiloxStream s, uint8_t *codes,
+                      uint8_t *scales);
+// Column copy (RNE): optionally H32 along rows (hadamard = 1), then blocks along rows; rows % 32 == 0.
+// Output transposed: codes [K, rows/2], scales [K, rows/32].
+void mx_quantize_cols(const float *x, int rows, int K, int hadamard, MxScale mode, uint8_t *codes, uint8_t *scales);
+// Weights W [N, K], 32x32 tiles (N, K multiples of 32). Outputs W (codes [N, K/2], scales [N, K/32])
+// and W^T (codes [K, N/2], scales [K, N/32]); either pair may be NULL. RNE always.
+void mx_quantize_weight(const float *w, int N, int K, MxScale mode, int rule087, uint8_t *codes, uint8_t *scales,
+                        uint8_t *codes_t, uint8_t *scales_t);
+// out [rows, K] = mx_decode of every element.
+void mx_dequantize(const uint8_t *codes, const uint8_t *scales, int rows, int K, MxScale mode, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+// ---- CUDA producers (fp4/mxfp4.cu). All read BF16 (weights: fp32 or BF16), run one kernel on
+// cuda_stream(), and are bit-identical to the CPU reference above (+ fp8_embed.h for FP8 outputs).
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+// An output of a producer: packed MXFP4 (q = [rows, K/2] codes, e8m0 = [rows, K/32]) when fp8 == 0;
+// the Hopper FP8 embedding (q = [rows, K] E4M3, scale = VEC128 for activations/gradients or
+// BLK128x128 for weights, see fp8_embed.h; scale_mul as there) when fp8 == 1. q == NULL: not wanted.
+typedef struct {
+  uint8_t *q;
+  uint8_t *e8m0;
+  float *scale;
+  int fp8;
+  float scale_mul;
+} MxOut;
+
+// Row copy of x [rows, K], blocks along K (K % 32 == 0).
+void mx_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, MxRound rnd, PhiloxStream s,
+                           MxOut out);
+// One pass over x [rows, K] in 128x128 tiles emitting both the row copy (RNE or SR, as
+// mx_quantize_rows) and the column copy (RNE, optional H32 along rows, as mx_quantize_cols); either
+// may be skipped (q == NULL). rows % 32 == 0 and K % 32 == 0. The "one backward producer per dY":
+// row = SR copy for Dgrad, col = H32 copy for Wgrad. With X and rnd = MX_RNE: Fprop copy + Wgrad copy.
+void mx_quantize_dual_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, MxRound row_rnd, PhiloxStream s,
+                           MxOut row, int hadamard, MxOut col);
+// Weights W [N, K] (N, K multiples of 32) -> W and W^T (as mx_quantize_weight); either may be skipped.
+void mx_quantize_weight_cuda(const float *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq);
+void mx_quantize_weight_bf16_cuda(const __nv_bfloat16 *w, int N, int K, MxScale mode, int rule087, MxOut wq,
+                                  MxOut wtq);
+#endif
