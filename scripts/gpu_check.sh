@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-OUT=${OUT:-out}; mkdir -p "$OUT"
+DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
 steps=${*:-build tests hf bench peer}
 declare -a summary
 note() { summary+=("$1"); echo "== $1"; }
@@ -18,7 +18,7 @@ if has build; then
   t0=$SECONDS
   if make -j"$(nproc)" all DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
        >"$OUT/build.log" 2>&1; then note "build ok ($((SECONDS - t0))s)"
-  else tail -n 40 "$OUT/build.log"; note "build FAILED"; printf '%s\n' "${summary[@]}"; exit 1; fi
+  else tail -n 40 "$OUT/build.log"; cp "$OUT/build.log" "$DEST/"; note "build FAILED"; exit 1; fi
 fi
 
 if has tests; then
@@ -29,6 +29,7 @@ if has tests; then
     name=$(basename "$t")
     timeout 300 "$t" >"$OUT/$name.log" 2>&1; rc=$?
     grep -E "^FAIL|rror" "$OUT/$name.log" | head -n 20
+    grep -E "GB/s|TFLOP/s" "$OUT/$name.log" | grep -vi "^ *ok" | tail -n 14
     note "$name: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.log" | tail -n 1 || true) (exit $rc)"
   done
 fi
@@ -54,4 +55,5 @@ if has peer; then
 fi
 
 echo; echo "=== summary ($(cat "$OUT/gpu.txt" | tr '\n' ' '))"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+tar czf "$DEST/gpu_check_logs.tgz" -C "$OUT" .
