@@ -1,12 +1,15 @@
 // model/ops_cuda.cu: the CUDA backend's operations table (see ops_cuda.h): device memory with
 // usage tracking, the BF16 parameter shadow and the W^T copies for the dgrad, thin wrappers from
-// the table's void* signatures to the typed kernels of the other .cu files, and the per-op profiler.
+// the table's void* signatures to the typed kernels of the other .cu files, the per-op profiler, and
+// the routing of FP4 linear layers to model/linear_fp4.cu.
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "fp4/gemm_fp4.h"
 #include "model/attention_cudnn.h"
 #include "model/gemm.h"
+#include "model/linear_fp4.h"
 #include "model/ops_cuda.h"
 
 // ---- the stream ---------------------------------------------------------------------------------
@@ -224,7 +227,9 @@ static int g_nceil;
 static double gemm_ceiling(const GemmShape *s) {
   for (int i = 0; i < g_nceil; i++)
     if (!memcmp(&g_ceil[i].s, s, sizeof *s)) return g_ceil[i].tflops;
-  double t = gemm_ceiling_tflops(s->out_fp32, s->a_t, s->b_t, s->M, s->N, s->K);
+  double t = s->engine == GEMM_ENGINE_BF16 ? gemm_ceiling_tflops(s->out_fp32, s->a_t, s->b_t, s->M, s->N, s->K)
+             : s->engine == GEMM_ENGINE_NONE  ? 0
+                                              : fp4_gemm_fp8_tflops(s->M, s->N, s->K, 0, s->engine == GEMM_ENGINE_FP8_BLK);
   if (g_nceil < 128) g_ceil[g_nceil++] = Ceiling{*s, t};
   return t;
 }
@@ -233,7 +238,11 @@ static double gemm_ceiling(const GemmShape *s) {
 static double entry_ceiling_tflops(const ProfEntry *e) {
   if (e->kind != PROF_GEMM || e->shapes_lost || !e->nshapes) return 0;
   double seconds = 0;
-  for (int s = 0; s < e->nshapes; s++) seconds += e->shape_flops[s] / (gemm_ceiling(&e->shape[s]) * 1e12);
+  for (int s = 0; s < e->nshapes; s++) {
+    double c = gemm_ceiling(&e->shape[s]);
+    if (c <= 0) return 0;  // a shape without a measured ceiling
+    seconds += e->shape_flops[s] / (c * 1e12);
+  }
   return seconds > 0 ? e->flops / seconds / 1e12 : 0;
 }
 
@@ -279,7 +288,7 @@ void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t
   int mk = cuda_prof_begin();
   gemm_bf16(out, out_fp32, A, a_t, B, b_t, M, N, K, alpha, beta);
   if (mk < 0) return;
-  GemmShape s = {out_fp32, a_t, b_t, M, N, K};
+  GemmShape s = {out_fp32, a_t, b_t, M, N, K, GEMM_ENGINE_BF16};
   double ob = out_fp32 ? 4 : 2, bytes = 2.0 * ((double)M * K + (double)K * N) + ob * M * N * (beta != 0 ? 2 : 1);
   cuda_prof_end(mk, name, PROF_GEMM, bytes, 2.0 * M * N * K, &s);
 }
@@ -380,8 +389,9 @@ static bf16 *mb(void *p) { return (bf16 *)p; }
 static void *cu_alloc(size_t bytes) { return cuda_malloc_tracked(bytes, "Ops.alloc"); }
 
 static void cu_release(void *p) {
-  if (p && p == (void *)g_params) {  // the model's parameters go: so do their shadow and W^T copies
+  if (p && p == (void *)g_params) {  // the model's parameters go: so do their shadow, W^T and FP4 copies
     wt_free_all();
+    linear_fp4_release_weights();
     cuda_free_tracked(g_shadow);
     g_shadow = NULL, g_params = NULL, g_nparams = 0;
   }
@@ -414,7 +424,8 @@ static void cu_sync(void) {
 }
 
 static void cu_bind_params(float *params, size_t n) {
-  wt_free_all();  // keyed by offsets into the previous buffer
+  wt_free_all();  // keyed by offsets (and pointers) into the previous buffer
+  linear_fp4_release_weights();
   cuda_free_tracked(g_shadow);
   g_shadow = (bf16 *)cuda_malloc_tracked(n * sizeof(bf16), "the BF16 parameter shadow");
   g_params = params, g_nparams = n;
@@ -427,6 +438,10 @@ static void cu_params_changed(void) {
   f32_to_bf16_cuda(g_shadow, g_params, g_nparams);
   cuda_prof_end(mk, "params to bf16", PROF_MEM, 6.0 * g_nparams, 0, NULL);
 }
+
+static void cu_set_step(int64_t step, int micro) { linear_fp4_set_step(step, micro); }
+
+void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed) { linear_fp4_set_recipe(r, n_layers, seed); }
 
 static double cu_grad_sumsq(const float *g, size_t n) {
   int mk = cuda_prof_begin();
@@ -473,8 +488,15 @@ static void cu_rmsnorm_bwd(void *dx, float *dw, const void *dout, const void *x,
   cuda_prof_end(mk, "rmsnorm bwd", PROF_MEM, 8.0 * N * D + 4.0 * D + 4.0 * N + 8.0 * parts * D + 8.0 * D, 0, NULL);
 }
 
+// A linear the recipe puts in FP4 goes to linear_fp4.cu (with its weight's BF16 shadow and the
+// weights version its quantized copies are checked against); the rest runs in BF16 here.
 static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in,
                           int out_dim) {
+  if (linear_fp4_active(id)) {
+    const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, "FP4 matmul_fwd");
+    linear_fp4_forward(id, mb(out), cb(x), w, w16, g_wversion, N, in, out_dim);
+    return;
+  }
   char name[40];
   snprintf(name, sizeof name, "gemm fwd %s", linear_kind_name(id.kind));
   const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, name);
@@ -483,6 +505,11 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
 
 static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
                           const float *w, int N, int in, int out_dim, int dx_accumulate) {
+  if (linear_fp4_active(id)) {
+    const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, "FP4 matmul_bwd");
+    linear_fp4_backward(id, mb(dx), dw, cb(dout), cb(x), w, w16, g_wversion, N, in, out_dim, dx_accumulate);
+    return;
+  }
   char name[40];
   if (dx && g_dgrad_transposed) {  // dX [N, in] (+)= dY [N, out] (W^T [in, out])^T: the forward's TN layout
     snprintf(name, sizeof name, "gemm dgrad %s", linear_kind_name(id.kind));
@@ -579,6 +606,7 @@ static void fill_table(Ops *o) {
   o->sync = cu_sync;
   o->bind_params = cu_bind_params;
   o->params_changed = cu_params_changed;
+  o->set_step = cu_set_step;
   o->grad_sumsq = cu_grad_sumsq;
   o->adamw = cu_adamw;
   o->embed_fwd = cu_embed_fwd;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fp4/recipe.h"
 #include "model/ops.h"
 
 #ifdef __cplusplus
@@ -65,6 +66,13 @@ void cuda_set_dgrad_transposed(int on);
 // stale); dies if w is not inside the bound buffer or was seen before with another shape. For tests.
 const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim);
 
+// The precision recipe of the linear layers (fp4/recipe.h; model/linear_fp4.h has the design): r is
+// copied; NULL or a bf16 recipe puts every linear on the BF16 path (the default). n_layers is the
+// model's block count (recipe_block_format's BF16 overrides count from both ends), seed the SR seed.
+// The head always stays BF16. Dies on a recipe this backend cannot run; drops quantized weights.
+// The table's set_step(step, micro) then keys the stochastic rounding on the run's position.
+void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed);
+
 // Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
 // picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
 void cuda_head_ce_set_chunk(int tokens);
@@ -103,8 +111,12 @@ int cuda_grid(size_t work, int threads);
 // Profiling hooks (no-ops while disabled): begin records the start event and returns a mark for
 // end, which records the stop event and books the interval to `name`.
 typedef enum { PROF_MEM, PROF_GEMM, PROF_ATTN } ProfKind;
+// Which ceiling a GEMM entry is measured against: gemm_ceiling_tflops (BF16, the default 0), or
+// fp4_gemm_fp8_tflops with a BLK128x128 B (FP4 Fprop/Dgrad) or VEC128 B (FP4 Wgrad), or none.
+typedef enum { GEMM_ENGINE_BF16 = 0, GEMM_ENGINE_FP8_BLK, GEMM_ENGINE_FP8_VEC, GEMM_ENGINE_NONE } GemmEngine;
 typedef struct {
   int out_fp32, a_t, b_t, M, N, K;
+  int engine;  // GemmEngine
 } GemmShape;
 int cuda_prof_begin(void);
 void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, double flops, const GemmShape *shape);

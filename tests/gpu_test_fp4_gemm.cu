@@ -27,6 +27,14 @@
 #include "tests/test.h"
 
 static const double TOL_REF = 1e-6, TOL_FP8 = 1e-5, TOL_BF16 = 1e-2;
+// Hopper's FP8 MMA adds products in a reduced-precision accumulator (about 14 mantissa bits, as
+// DeepSeek-V3's report measured); cuBLASLt promotes to fp32 only at each 128-wide scale block. On
+// plain data that is invisible (the H200 gave fp8 == reference bit for bit), but with 1000x spread
+// between blocks and x50 outlier tokens large partial sums swallow small products: the H200 showed
+// 5e-5 to 1.9e-4 relative L2 against fp64 there (the brief's probe: a worst element of 2e-4). So the
+// outlier layers allow 2^-11 (4.9e-4), the accumulator's precision with margin, and no more.
+static const double TOL_FP8_SPREAD = 4.8828125e-4;
+static double g_tol_fp8 = 1e-5;  // TOL_FP8, or TOL_FP8_SPREAD inside an outlier layer
 static const float ALPHA = 1.0f / 36.0f;  // mx_unit(MX_SCALE_UP)^2
 
 static void *upload(const void *h, size_t bytes) {
@@ -171,7 +179,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
       prev[i] = __bfloat162float(__float2bfloat16(rms * rng_normal(rng)));
       ref[i] += (double)beta * prev[i];
     }
-  double tol_fp8 = out_fp32 ? TOL_FP8 : TOL_BF16, tol_ref = out_fp32 ? TOL_REF : TOL_BF16;
+  double tol_fp8 = out_fp32 ? g_tol_fp8 : TOL_BF16, tol_ref = out_fp32 ? TOL_REF : TOL_BF16;
   void *d_out;
   CUDA_CHECK(cudaMalloc(&d_out, n * (out_fp32 ? 4 : 2)));
   float *got_fp8 = (float *)xmalloc(n * 4), *got_ref = (float *)xmalloc(n * 4), *got = (float *)xmalloc(n * 4);
@@ -251,6 +259,7 @@ static void make_layer(int T, int in, int out, int kind, Rng *rng, float *x, flo
 static void test_layer(int T, int in, int out, int kind, Rng *rng) {
   char title[96];
   snprintf(title, sizeof title, "layer T=%d in=%d out=%d %s", T, in, out, kind ? "(outliers, 1000x spread)" : "");
+  g_tol_fp8 = kind ? TOL_FP8_SPREAD : TOL_FP8;
   TEST_SECTION(title);
   float *x = (float *)xmalloc((size_t)T * in * 4), *w = (float *)xmalloc((size_t)out * in * 4),
         *dy = (float *)xmalloc((size_t)T * out * 4);
