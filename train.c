@@ -18,6 +18,10 @@
 #include "data/prepare.h"
 #include "model/adamw.h"
 #include "model/bench.h"
+#include "fp4/recipe.h"
+#ifdef HAVE_CUDA
+#include "model/ops_cuda.h"
+#endif
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/llama.h"
@@ -248,6 +252,7 @@ static void compare_dump(Run *r, const char *dir) {
   enum { STEPS = 10 };
   float losses[STEPS], lrs[STEPS], norms[STEPS];
   for (int s = 0; s < STEPS; s++) {  // AdamW on the same batch: the loss must fall the same way
+    op->set_step(r->step, 0);
     llama_zero_grad(r->model);
     losses[s] = llama_forward_backward(r->model, r->inputs, r->targets, c->ignore_index, 1.0f);
     lrs[s] = lr_at(c, r->step);
@@ -281,6 +286,27 @@ static const Ops *pick_backend(const char *want) {
   if (!strcmp(want, "cuda")) die("parallel.backend: cuda, but this binary was built without CUDA (no nvcc found)");
 #endif
   return &ops_cpu;
+}
+
+// Resolves the precision recipe for this backend and hands it to the linear layers. The CPU backend
+// has no quantized path: it computes every recipe in fp32 and says so.
+static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
+  Recipe r;
+  char err[256], desc[256];
+  int cc = 0;
+#ifdef HAVE_CUDA
+  if (ops != &ops_cpu) cc = cuda_device_cc();
+#endif
+  if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm,
+                     c->bf16_first_blocks, c->bf16_last_blocks, cc, err, sizeof err))
+    die("%s", err);
+  recipe_describe(&r, desc, sizeof desc);
+#ifdef HAVE_CUDA
+  if (ops != &ops_cpu) cuda_set_recipe(&r, n_layers, c->seed);
+#endif
+  if (ops == &ops_cpu && r.format != FMT_BF16) printf("recipe %s: the CPU backend computes it in fp32\n", desc);
+  else printf("recipe %s\n", desc);
+  return r;
 }
 
 static void format_eta(double s, char *buf, size_t len) {
@@ -338,7 +364,9 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    return bench_main(cfg, pick_backend(cfg->backend), bench_layers, bench_steps > 0 ? bench_steps : 10);
+    const Ops *ops = pick_backend(cfg->backend);
+    apply_recipe(cfg, ops, cfg->model.n_layers);
+    return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
   if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
@@ -349,6 +377,7 @@ int main(int argc, char **argv) {
 
   run.model = llama_create(mc, B, T, run.ops);
   llama_init(run.model, cfg->seed);
+  apply_recipe(cfg, run.ops, mc->n_layers);
   size_t n = llama_param_count(run.model);
   run.adam_m = run.ops->alloc(n * sizeof(float));
   run.adam_v = run.ops->alloc(n * sizeof(float));
@@ -398,6 +427,7 @@ int main(int argc, char **argv) {
     llama_zero_grad(run.model);
     double loss = 0;
     for (int a = 0; a < accum; a++) {
+      run.ops->set_step(run.step, a);
       loader_next(run.train, run.inputs, run.targets);
       loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
     }

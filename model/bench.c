@@ -13,6 +13,7 @@
 #include "common.h"
 #include "model/adamw.h"
 #include "model/llama.h"
+#include "fp4/recipe.h"
 #ifdef HAVE_CUDA
 #include "model/ops_cuda.h"
 #endif
@@ -55,6 +56,16 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
   Llama *m = llama_create(&mc, B, T, op);
   llama_init(m, cfg->seed);
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends
+    Recipe r;
+    char err[256];
+    if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
+                       cfg->bf16_first_blocks, cfg->bf16_last_blocks, cuda_device_cc(), err, sizeof err))
+      die("%s", err);
+    cuda_set_recipe(&r, layers, cfg->seed);
+  }
+#endif
   size_t n = llama_param_count(m);
   float *am = op->alloc(n * sizeof(float)), *av = op->alloc(n * sizeof(float));
   op->zero(am, n * sizeof(float));
@@ -80,6 +91,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
       op->sync();
       double t0 = now_seconds();
       if (phase < 2) {
+        op->set_step(t, 0);
         llama_zero_grad(m);
         float loss = llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
         if (phase == 0) tm.loss = loss;
@@ -128,8 +140,8 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len;
   const double tokens = (double)B * T, flops = llama_flops_per_token(&cfg->model, T);
   const int accum = cfg->global_batch / cfg->micro_batch;
-  printf("bench: %s backend, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
-         op->name, cfg->model_preset, la, lb, L, B, T, steps);
+  printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
+         op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
   fflush(stdout);
   Timing a = time_depth(cfg, op, la, steps, 0);
   Timing b = time_depth(cfg, op, lb, steps, 1);
@@ -147,8 +159,9 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
          pl_fb * 1e3, pl_opt * 1e3, mem_layer);
   printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
          a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
-  printf("BENCH %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, tps, 100 * tps * flops / PEAK_BF16_FLOPS);
-  printf("BENCH %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, accum, tps_amort,
+  printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,
+         100 * tps * flops / PEAK_BF16_FLOPS);
+  printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum, tps_amort,
          100 * tps_amort * flops / PEAK_BF16_FLOPS);
   return 0;
 }

@@ -625,6 +625,15 @@ static void fill_table(Ops *o) {
   o->head_ce = cu_head_ce;
 }
 
+int cuda_device_cc(void) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return 0;
+  return major * 10 + minor;
+}
+
 const Ops *cuda_backend_init(int device, char *err, size_t errlen) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
-steps=${*:-build tests hf bench peer}
+steps=${*:-build tests hf bench benchfp4 fp4train peer}
 declare -a summary
 note() { summary+=("$1"); echo "== $1"; }
 has() { [[ " $steps " == *" $1 "* ]]; }
@@ -27,6 +27,7 @@ if has tests; then
   for t in build/gpu_tests/gpu_test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
+    [ -n "${GPU_TESTS:-}" ] && [[ " $GPU_TESTS " != *" ${name#gpu_test_} "* ]] && continue  # e.g. GPU_TESTS="ops fp4_mx"
     timeout 300 "$t" >"$OUT/$name.log" 2>&1; rc=$?
     grep -E "^FAIL|rror" "$OUT/$name.log" | head -n 20
     grep -E "GB/s|TFLOP/s" "$OUT/$name.log" | grep -vi "^ *ok" | tail -n 14
@@ -46,6 +47,20 @@ if has bench; then
   timeout 500 ./train configs/llama3_8b.yaml --bench --layers 2,4 >"$OUT/bench.log" 2>&1
   cat "$OUT/bench.log"
   while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
+fi
+
+if has fp4train; then  # the scaled-down recipe comparison on the novels corpus (pre-tokenized in .deps/novels)
+  OUT=$OUT SHARDS=.deps/novels timeout 560 bash scripts/fp4_compare.sh "${FP4_STEPS:-300}" >"$OUT/fp4_compare.log" 2>&1
+  tail -n 8 "$OUT/fp4_compare.log"
+  while read -r l; do note "FP4TRAIN $l"; done < <(grep '^| ' "$OUT/fp4_compare.log" | tail -n 4)
+fi
+
+if has benchfp4; then
+  for rc in ${FP4_RECIPES:-mxfp4 nvfp4}; do
+    timeout 300 ./train configs/llama3_8b.yaml --bench --layers 2,4 --set precision.recipe=$rc >"$OUT/bench_$rc.log" 2>&1
+    tail -n 6 "$OUT/bench_$rc.log"
+    while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench_$rc.log")
+  done
 fi
 
 if has peer; then
