@@ -345,7 +345,12 @@ static void test_model(void) {
     const ParamTensor *t = llama_tensor(m, i);
     double e = rel_l2(fp.grads + t->offset, bf.grads + t->offset, t->numel);
     printf("    gradient %-14s rel L2 vs bf16 %.4f\n", t->name, e);
-    CHECK(e < 0.3, "gradient %s: mxfp4 vs bf16 rel L2 %.4f", t->name, e);
+    // One FP4 GEMM is 0.16-0.20 off BF16 (measured above); a gradient here went through up to 28 of
+    // them in the backward of 4 blocks, and the errors add roughly in quadrature, so the H200 gave
+    // 0.36-0.64 at this random init. A wiring bug (wrong operand or layout, a missing Hadamard on one
+    // side, a stale W^T) makes the two uncorrelated: rel L2 near sqrt(2) = 1.41 or worse. 0.8 keeps
+    // the margin to both (the loss, the 10 steps below and the exact checks above carry the rest).
+    CHECK(e < 0.8, "gradient %s: mxfp4 vs bf16 rel L2 %.4f", t->name, e);
     if (e > worst) worst = e;
   }
   printf("  worst gradient rel L2 %.4f\n", worst);
