@@ -39,4 +39,8 @@ check "SIGTERM leaves a checkpoint" 'ls "$tmp/sig"/ckpt_*.bin >/dev/null 2>&1'
 out=$(./train configs/llama3_8b.yaml --dry-run 2>&1)
 check "llama3_8b has 8,030,261,248 parameters" 'echo "$out" | grep -q "8030261248 parameters (525336576 embedding)"'
 check "llama3_8b costs 57.91 GFLOP/token at seq 8192" 'echo "$out" | grep -q "57.91 GFLOP/token at seq 8192"'
+for f in configs/paper/*.yaml; do
+  out=$(./train "$f" --dry-run 2>&1)
+  check "$f loads: the paper's 8B at 57.91 GFLOP/token" 'echo "$out" | grep -q "8030261248 parameters.*57.91 GFLOP/token"'
+done
 echo "$pass passed, $fail failed"
