@@ -1,0 +1,475 @@
+// data/evals.c: see evals.h. Task files are small (under 8 MB), so each is read whole and kept as
+// decoded, harness-formatted strings.
+#include "data/evals.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data/json.h"
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static char *xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(xmalloc(n), s, n);
+}
+
+// a + b + c in a fresh malloc'd string
+static char *concat3(const char *a, const char *b, const char *c) {
+  size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+  char *s = xmalloc(na + nb + nc + 1);
+  memcpy(s, a, na);
+  memcpy(s + na, b, nb);
+  memcpy(s + na + nb, c, nc + 1);
+  return s;
+}
+
+int eval_kind_from_name(const char *name, EvalKind *kind) {
+  if (!strcmp(name, "hellaswag")) *kind = EVAL_HELLASWAG;
+  else if (!strcmp(name, "arc_challenge")) *kind = EVAL_ARC_CHALLENGE;
+  else if (!strcmp(name, "winogrande")) *kind = EVAL_WINOGRANDE;
+  else return -1;
+  return 0;
+}
+
+// ---- HellaSwag preprocessing ---------------------------------------------------------------------
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+char *hellaswag_preprocess(const char *text) {
+  // strip (ASCII whitespace; the file is plain text lines)
+  while (is_space(*text)) text++;
+  size_t n = strlen(text);
+  while (n > 0 && is_space(text[n - 1])) n--;
+  // " [title]" -> ". " never grows the text, and neither do the later steps
+  char *a = xmalloc(n + 1), *b = xmalloc(n + 1);
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    if (n - i >= 8 && !memcmp(text + i, " [title]", 8)) a[o++] = '.', a[o++] = ' ', i += 8;
+    else a[o++] = text[i++];
+  }
+  a[o] = 0;
+  // re.sub(r"\[.*?\]", "", text): each '[' up to the nearest following ']' goes; a '[' with no ']'
+  // after it stays.
+  size_t m = 0;
+  for (size_t i = 0; a[i];) {
+    char *close = a[i] == '[' ? strchr(a + i + 1, ']') : NULL;
+    if (close) i = (size_t)(close - a) + 1;
+    else b[m++] = a[i++];
+  }
+  b[m] = 0;
+  // str.replace("  ", " "): non-overlapping, left to right, one pass ("   " becomes "  ")
+  o = 0;
+  for (size_t i = 0; i < m;) {
+    a[o++] = b[i];
+    i += (b[i] == ' ' && b[i + 1] == ' ') ? 2 : 1;
+  }
+  a[o] = 0;
+  free(b);
+  return a;
+}
+
+void hellaswag_capitalize_ctx_b(char *context) {
+  size_t n = strlen(context);
+  if (n == 0 || context[n - 1] == '.') return;  // ctx_b empty (WikiHow items)
+  char *last = NULL;
+  for (char *p = strstr(context, ". "); p; p = strstr(p + 1, ". ")) last = p;
+  if (last && last[2] >= 'a' && last[2] <= 'z') last[2] = (char)(last[2] - 'a' + 'A');
+}
+
+// ---- loaders ---------------------------------------------------------------------------------------
+
+// The lines of a file, split in place ('\n', with a trailing '\r' dropped). A final newline does not
+// start an extra line.
+typedef struct {
+  char *buf;
+  char **line;
+  int n;
+} Lines;
+
+static int read_lines(const char *path, Lines *L, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    set_err(err, errlen, "%s: cannot open", path);
+    return -1;
+  }
+  fclose(f);
+  size_t len;
+  L->buf = read_file(path, &len);
+  int cap = 1024;
+  L->line = xmalloc(cap * sizeof(char *));
+  L->n = 0;
+  for (size_t i = 0; i < len;) {
+    char *s = L->buf + i, *nl = memchr(s, '\n', len - i);
+    size_t k = nl ? (size_t)(nl - s) : len - i;
+    s[k] = 0;  // the '\n', or read_file's terminating NUL
+    if (k > 0 && s[k - 1] == '\r') s[k - 1] = 0;
+    if (L->n == cap) L->line = realloc(L->line, (cap *= 2) * sizeof(char *));
+    if (!L->line) die("out of memory reading %s", path);
+    L->line[L->n++] = s;
+    i += k + 1;
+  }
+  return 0;
+}
+
+static void free_lines(Lines *L) {
+  free(L->buf);
+  free(L->line);
+}
+
+// Parses a whole decimal integer; -1 if s is not one or is out of [0, max].
+static int parse_index(const char *s, size_t n, int max) {
+  if (n == 0 || n > 9) return -1;
+  int v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v <= max ? v : -1;
+}
+
+static int load_hellaswag(EvalSet *s, const char *path, char *err, size_t errlen) {
+  Lines L;
+  if (read_lines(path, &L, err, errlen)) return -1;
+  if (L.n == 0 || L.n % 6) {
+    set_err(err, errlen, "%s: %d lines; expected 6 per document (context, gold, 4 endings)", path, L.n);
+    free_lines(&L);
+    return -1;
+  }
+  s->n = L.n / 6;
+  s->docs = xcalloc((size_t)s->n, sizeof(EvalDoc));
+  for (int d = 0; d < s->n; d++) {
+    char **l = L.line + 6 * d;
+    EvalDoc *doc = &s->docs[d];
+    doc->gold = parse_index(l[1], strlen(l[1]), 3);
+    if (doc->gold < 0) {
+      set_err(err, errlen, "%s:%d: gold: expected 0..3, got '%s'", path, 6 * d + 2, l[1]);
+      s->n = d;  // evalset_free frees the documents before this one
+      free_lines(&L);
+      return -1;
+    }
+    hellaswag_capitalize_ctx_b(l[0]);
+    doc->query = hellaswag_preprocess(l[0]);
+    doc->n_choices = 4;
+    for (int j = 0; j < 4; j++) doc->choices[j] = hellaswag_preprocess(l[2 + j]);
+  }
+  free_lines(&L);
+  return 0;
+}
+
+// Just enough of the already validated object (json_get_string checks the whole syntax) to find a
+// member's raw value: strings are skipped escape-aware, containers by depth.
+static size_t skip_string(const char *s, size_t n, size_t i) {
+  for (i++; i < n && s[i] != '"'; i++)
+    if (s[i] == '\\') i++;
+  return i + 1;
+}
+
+static size_t skip_ws_at(const char *s, size_t n, size_t i) {
+  while (i < n && is_space(s[i])) i++;
+  return i;
+}
+
+static size_t skip_value(const char *s, size_t n, size_t i) {
+  if (s[i] == '"') return skip_string(s, n, i);
+  if (s[i] == '{' || s[i] == '[') {
+    int depth = 0;
+    for (; i < n; i++) {
+      if (s[i] == '"') i = skip_string(s, n, i) - 1;
+      else if (s[i] == '{' || s[i] == '[') depth++;
+      else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
+    }
+    return n;
+  }
+  while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && !is_space(s[i])) i++;  // number, literal
+  return i;
+}
+
+// The raw value [*b, *e) of top-level member key (last one wins, as in json.h); 0 if absent. Keys
+// are compared raw, which is enough for the plain ASCII keys of the task files.
+static int member_span(const char *s, size_t n, const char *key, size_t *b, size_t *e) {
+  size_t kl = strlen(key), i = skip_ws_at(s, n, 0) + 1;  // past '{'
+  int found = 0;
+  for (;;) {
+    i = skip_ws_at(s, n, i);
+    if (i >= n || s[i] != '"') return found;  // '}' (empty object) or end
+    size_t k0 = i + 1, k1 = skip_string(s, n, i) - 1;
+    i = skip_ws_at(s, n, k1 + 2);  // past the closing quote and ':'
+    size_t v1 = skip_value(s, n, i);
+    if (k1 - k0 == kl && !memcmp(s + k0, key, kl)) *b = i, *e = v1, found = 1;
+    i = skip_ws_at(s, n, v1);
+    if (i >= n || s[i] != ',') return found;
+    i++;
+  }
+}
+
+// Decodes the JSON string token raw[0..n) through json_get_string, wrapping it as {"v": ...}.
+static char *decode_string(const char *raw, size_t n) {
+  char *obj = xmalloc(n + 8), *out;
+  size_t out_len;
+  memcpy(obj, "{\"v\":", 5);
+  memcpy(obj + 5, raw, n);
+  memcpy(obj + 5 + n, "}", 2);
+  int rc = json_get_string(obj, n + 6, "v", &out, &out_len, NULL, 0);
+  free(obj);
+  return rc == 1 ? out : NULL;
+}
+
+static char *get_string(const char *line, const char *key, const char *where, char *err, size_t errlen) {
+  char *out, e[128];
+  size_t out_len;
+  int rc = json_get_string(line, strlen(line), key, &out, &out_len, e, sizeof e);
+  if (rc == 1) return out;
+  if (rc == 0) set_err(err, errlen, "%s: missing string member \"%s\"", where, key);
+  else set_err(err, errlen, "%s: \"%s\": %s", where, key, e[0] ? e : "expected a string");
+  return NULL;
+}
+
+// An array of 1..EVAL_MAX_CHOICES strings into out[]; returns the count or -1.
+static int get_string_array(const char *line, const char *key, char **out, const char *where, char *err,
+                            size_t errlen) {
+  size_t n = strlen(line), b, e;
+  if (!member_span(line, n, key, &b, &e) || line[b] != '[') {
+    set_err(err, errlen, "%s: \"%s\": expected an array of strings", where, key);
+    return -1;
+  }
+  int count = 0;
+  for (size_t i = skip_ws_at(line, e, b + 1); i < e && line[i] != ']';) {
+    size_t v1 = skip_value(line, e, i);
+    char *str = line[i] == '"' && count < EVAL_MAX_CHOICES ? decode_string(line + i, v1 - i) : NULL;
+    if (!str) {
+      set_err(err, errlen, "%s: \"%s\"[%d]: expected a string (at most %d entries)", where, key, count,
+              EVAL_MAX_CHOICES);
+      while (count > 0) free(out[--count]);
+      return -1;
+    }
+    out[count++] = str;
+    i = skip_ws_at(line, e, v1);
+    if (i < e && line[i] == ',') i = skip_ws_at(line, e, i + 1);
+  }
+  if (count == 0) set_err(err, errlen, "%s: \"%s\": empty array", where, key);
+  return count ? count : -1;
+}
+
+static int get_gold(const char *line, int n_choices, const char *where, char *err, size_t errlen) {
+  size_t n = strlen(line), b, e;
+  int v = member_span(line, n, "gold", &b, &e) ? parse_index(line + b, e - b, n_choices - 1) : -1;
+  if (v < 0) set_err(err, errlen, "%s: \"gold\": expected an integer in 0..%d", where, n_choices - 1);
+  return v;
+}
+
+static int load_jsonl(EvalSet *s, const char *path, char *err, size_t errlen) {
+  Lines L;
+  if (read_lines(path, &L, err, errlen)) return -1;
+  s->docs = xcalloc((size_t)L.n + 1, sizeof(EvalDoc));
+  s->n = 0;
+  int rc = 0;
+  for (int i = 0; i < L.n && rc == 0; i++) {
+    const char *line = L.line[i];
+    if (!line[skip_ws_at(line, strlen(line), 0)]) continue;  // blank line
+    char where[600], e[128];
+    snprintf(where, sizeof where, "%s:%d", path, i + 1);
+    char *unused;
+    size_t unused_len;
+    if (json_get_string(line, strlen(line), "", &unused, &unused_len, e, sizeof e) < 0) {  // syntax check
+      set_err(err, errlen, "%s: %s", where, e);
+      rc = -1;
+      break;
+    }
+    if (unused) free(unused);
+    EvalDoc *d = &s->docs[s->n];
+    if (s->kind == EVAL_ARC_CHALLENGE) {
+      char *q = get_string(line, "query", where, err, errlen);
+      if (!q) { rc = -1; break; }
+      d->query = concat3(q, "\nAnswer:", "");  // the file's query is "Question: {q}"
+      free(q);
+      d->n_choices = get_string_array(line, "choices", d->choices, where, err, errlen);
+    } else {
+      d->target = get_string(line, "continuation", where, err, errlen);
+      if (!d->target) { rc = -1; break; }
+      d->n_choices = get_string_array(line, "context_options", d->choices, where, err, errlen);
+      if (d->n_choices > 0 && d->n_choices != 2) {
+        set_err(err, errlen, "%s: \"context_options\": expected 2 options, got %d", where, d->n_choices);
+        rc = -1;
+      }
+    }
+    s->n++;  // from here on evalset_free owns what the document holds
+    if (d->n_choices < 0) { d->n_choices = 0; rc = -1; }
+    if (rc == 0 && (d->gold = get_gold(line, d->n_choices, where, err, errlen)) < 0) rc = -1;
+  }
+  if (rc == 0 && s->n == 0) {
+    set_err(err, errlen, "%s: no documents", path);
+    rc = -1;
+  }
+  free_lines(&L);
+  return rc;
+}
+
+EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errlen) {
+  EvalSet *s = xcalloc(1, sizeof(EvalSet));
+  if (eval_kind_from_name(task, &s->kind)) {
+    set_err(err, errlen, "unknown eval task '%s' (expected hellaswag, arc_challenge or winogrande)", task);
+    free(s);
+    return NULL;
+  }
+  snprintf(s->name, sizeof s->name, "%s", task);
+  int rc = s->kind == EVAL_HELLASWAG ? load_hellaswag(s, path, err, errlen) : load_jsonl(s, path, err, errlen);
+  if (rc) {
+    evalset_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void evalset_free(EvalSet *s) {
+  if (!s) return;
+  for (int d = 0; d < s->n; d++) {
+    free(s->docs[d].query);
+    free(s->docs[d].target);
+    for (int j = 0; j < s->docs[d].n_choices; j++) free(s->docs[d].choices[j]);
+  }
+  free(s->docs);
+  free(s);
+}
+
+// ---- prompts -----------------------------------------------------------------------------------------
+
+void eval_fewshot_pick(int n, int doc, int k, uint64_t seed, int *out) {
+  if (k >= n) die("eval_fewshot_pick: %d examples requested from %d documents", k, n);
+  Rng r;
+  rng_seed(&r, hash64(&doc, sizeof doc, seed));  // per document: independent of limit and order
+  for (int i = 0; i < k;) {
+    int c = (int)(rng_u64(&r) % (uint64_t)n), dup = c == doc;
+    for (int j = 0; j < i && !dup; j++) dup = out[j] == c;
+    if (!dup) out[i++] = c;
+  }
+}
+
+// A solved example: the context text + " " + its gold answer.
+static char *solved_example(const EvalSet *s, int doc) {
+  const EvalDoc *d = &s->docs[doc];
+  if (s->kind == EVAL_WINOGRANDE) return concat3(d->choices[d->gold], " ", d->target);
+  return concat3(d->query, " ", d->choices[d->gold]);
+}
+
+char *eval_fewshot_prefix(const EvalSet *s, int doc, int k, uint64_t seed) {
+  char *prefix = xstrdup("");
+  if (k <= 0) return prefix;
+  int *pick = xmalloc((size_t)k * sizeof(int));
+  eval_fewshot_pick(s->n, doc, k, seed, pick);
+  for (int i = 0; i < k; i++) {
+    char *ex = solved_example(s, pick[i]), *next = concat3(prefix, ex, "\n\n");
+    free(ex);
+    free(prefix);
+    prefix = next;
+  }
+  free(pick);
+  return prefix;
+}
+
+void eval_request_text(const EvalSet *s, int doc, int j, const char *prefix, char **context, char **continuation) {
+  const EvalDoc *d = &s->docs[doc];
+  if (j < 0 || j >= d->n_choices) die("eval_request_text: %s doc %d has no choice %d", s->name, doc, j);
+  if (s->kind == EVAL_WINOGRANDE) {
+    *context = concat3(prefix, d->choices[j], "");
+    *continuation = concat3(" ", d->target, "");
+  } else {
+    *context = concat3(prefix, d->query, "");
+    *continuation = concat3(" ", d->choices[j], "");
+  }
+}
+
+double eval_choice_length(const EvalSet *s, int doc, int j) {
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)s->docs[doc].choices[j]; *p; p++) n += (*p & 0xC0) != 0x80;
+  return (double)n;
+}
+
+// ---- token requests ------------------------------------------------------------------------------
+
+void eval_request_tokenize(const Tokenizer *tok, const char *context, const char *continuation, int bos,
+                           EvalRequest *r) {
+  size_t nc = strlen(context), ws = 0;
+  while (ws < nc && is_space(context[nc - 1 - ws])) ws++;
+  nc -= ws;  // context[nc..] now belongs to the continuation
+  size_t nw = nc + ws + strlen(continuation);
+  char *whole = xmalloc(nw + 1);
+  memcpy(whole, context, nc + ws);
+  memcpy(whole + nc + ws, continuation, nw - nc - ws + 1);
+  uint32_t *ctx_ids, *all_ids;
+  size_t n_ctx = tokenizer_encode(tok, context, nc, &ctx_ids);
+  size_t n_all = tokenizer_encode(tok, whole, nw, &all_ids);
+  size_t n_cont = n_all > n_ctx ? n_all - n_ctx : 0;
+  int b = bos >= 0;
+  r->n_ctx = (int)n_ctx + b;
+  r->n_cont = (int)n_cont;
+  r->tokens = xmalloc((size_t)(r->n_ctx + r->n_cont + 1) * sizeof(int));
+  if (b) r->tokens[0] = bos;
+  for (size_t i = 0; i < n_ctx; i++) r->tokens[b + i] = (int)ctx_ids[i];
+  for (size_t i = 0; i < n_cont; i++) r->tokens[r->n_ctx + i] = (int)all_ids[n_ctx + i];
+  free(ctx_ids);
+  free(all_ids);
+  free(whole);
+}
+
+void eval_request_free(EvalRequest *r) {
+  free(r->tokens);
+  r->tokens = NULL;
+  r->n_ctx = r->n_cont = 0;
+}
+
+int eval_build_requests(const EvalSet *s, const Tokenizer *tok, int k_shot, int limit, uint64_t seed, int bos,
+                        EvalRequests *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (k_shot < 0 || k_shot >= s->n) {
+    set_err(err, errlen, "%s: %d-shot needs more than %d documents in the file", s->name, k_shot, k_shot);
+    return -1;
+  }
+  int nd = limit > 0 && limit < s->n ? limit : s->n;
+  out->n_docs = nd;
+  out->first = xmalloc(((size_t)nd + 1) * sizeof(int));
+  out->first[0] = 0;
+  for (int d = 0; d < nd; d++) out->first[d + 1] = out->first[d] + s->docs[d].n_choices;
+  out->n_req = out->first[nd];
+  out->req = xcalloc((size_t)out->n_req, sizeof(EvalRequest));
+  // documents are independent and each writes its own requests: any schedule gives the same result
+  #pragma omp parallel for schedule(static)
+  for (int d = 0; d < nd; d++) {
+    char *prefix = eval_fewshot_prefix(s, d, k_shot, seed);
+    for (int j = 0; j < s->docs[d].n_choices; j++) {
+      char *ctx, *cont;
+      eval_request_text(s, d, j, prefix, &ctx, &cont);
+      eval_request_tokenize(tok, ctx, cont, bos, &out->req[out->first[d] + j]);
+      free(ctx);
+      free(cont);
+    }
+    free(prefix);
+  }
+  return 0;
+}
+
+void eval_requests_free(EvalRequests *rq) {
+  for (int i = 0; i < rq->n_req; i++) eval_request_free(&rq->req[i]);
+  free(rq->req);
+  free(rq->first);
+  memset(rq, 0, sizeof *rq);
+}
+
+int eval_pack_row(const EvalRequest *r, int T, int pad_id, int *row) {
+  if (r->n_ctx < 1 || r->n_cont < 1 || r->n_cont > T) return -1;
+  int total = r->n_ctx + r->n_cont;
+  int keep = total < T + 1 ? total : T + 1;  // the last T+1 tokens; the row gets all but the last
+  const int *src = r->tokens + (total - keep);
+  for (int i = 0; i < keep - 1; i++) row[i] = src[i];
+  for (int i = keep - 1; i < T; i++) row[i] = pad_id;
+  return keep - 1 - r->n_cont;
+}

@@ -1,0 +1,61 @@
+// model/mc_eval.h: multiple-choice evaluation with the model: the log-likelihood of each request's
+// continuation, then accuracy as lm-evaluation-harness computes it (acc: argmax of sum log p;
+// acc_norm: argmax of sum log p / len(choice) in characters; ties go to the first choice, as
+// np.argmax). The tasks and requests come from data/evals.h.
+//
+// Cost and memory: each request takes one of the model's B rows of T tokens, and llama_logits writes
+// all B*T*V logits to a host buffer, of B*T*V*4 bytes: 4.2 GB per row for Llama-3 (V = 128256) at
+// T = 8192, 1.05 GB at T = 2048. Only the continuation positions are read; their log-softmax is done
+// in double on the host. A 10-shot HellaSwag pass is 4 requests per document, so in-training evals
+// should use `limit`.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/evals.h"
+#include "data/tokenizer.h"
+#include "model/llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  char name[32];   // task name
+  int n;           // documents scored
+  double acc;
+  double acc_norm;
+  int has_norm;    // 0 for WinoGrande, whose harness task reports acc only
+} EvalResult;
+
+// The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
+// llama_logits B rows at a time. B and T must be the ones m was created with. Deterministic and
+// independent of the thread count. Returns 0, or -1 with a message in err (a token id outside the
+// vocabulary, a request that does not fit, see eval_pack_row).
+int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen);
+
+// Accuracy over the documents of rq from the scores logp[rq->n_req].
+void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, EvalResult *out);
+
+// A task prepared once (file parsed, prompts built and tokenized), to run at every eval interval.
+typedef struct {
+  EvalSet *set;
+  EvalRequests rq;
+  int k_shot;
+} McTask;
+
+// Prepares `task` from path with k_shot examples per document over the first `limit` documents
+// (all if limit <= 0). bos >= 0 is prepended to every context (pass TOKENIZER_BOS when the model
+// was trained on BOS-framed documents). Returns NULL with a message in err.
+McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
+                     int bos, char *err, size_t errlen);
+int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen);
+void mc_task_free(McTask *t);
+
+// One-shot convenience: open, run, free. BOS is prepended when the model's vocabulary has it.
+int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot,
+              int limit, uint64_t seed, EvalResult *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
