@@ -4,6 +4,9 @@
 //   uint8_t e2m1_encode_rne(float x)             nearest-even E2M1 code of x, saturating to +-6
 //   uint8_t e2m1_encode_sr(float x, uint32_t r8) stochastic rounding with 8 random bits r8 in [0,255]
 //   float   e2m1_decode(uint8_t code)            value of a 4-bit code (high bits ignored)
+//   uint32_t e2m1_rne_mag(uint32_t a), e2m1_sr_mag(uint32_t a, uint32_t r8)
+//                                                the 3-bit magnitude code of |x| bits a (not NaN): the
+//                                                producers' per-element core; the sign is e2m1_sign(x)
 //   float   e8m0_decode(uint8_t b)               2^(b-127); 0xFF -> NaN
 //   uint8_t e8m0_encode(int e)                   byte of 2^e, e clamped to [-127, 127]
 //   uint8_t e4m3_encode_rne(float x)             OCP E4M3 (bias 7, max 448, no Inf), nearest-even
@@ -11,7 +14,9 @@
 //
 // E2M1 codes: 0x0..0x7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign (0x8..0xF the negatives).
 // Ties go to the even code: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4. |x| > 5
-// (including Inf) saturates to 6. The sign is kept, so small negatives give 0x8 (-0). NaN encodes
+// (including Inf) saturates to 6. Equivalently (the definition the tests hold the bit-level code to):
+// the magnitude code is the number of the thresholds 0.25 0.75 1.25 1.75 2.5 3.5 5 that |x| exceeds,
+// counting "exceeds" as > for 0.25 1.25 2.5 5 and >= for 0.75 1.75 3.5. The sign is kept, so small negatives give 0x8 (-0). NaN encodes
 // to 0x0: E2M1 has no NaN, so block quantizers mark NaN in the block scale instead.
 //
 // Stochastic rounding: between the grid neighbours lo <= |x| < hi, round up iff
@@ -26,15 +31,60 @@
 // saturate to +-448 (0x7E/0xFE); NaN gives 0x7F (with the input's sign bit); subnormals are exact
 // multiples of 2^-9 and rounded to nearest even like normals.
 #pragma once
+#include <math.h>  // fabsf: a free |.| operand modifier on the GPU
+
 #include "fp4/fp4_common.h"
 
+// ---- E2M1 encoding as integer work on the float's bits (the producers run it per element, so it is
+// written for few ALU instructions; tests/test_fp4_mx.c proves it equal to the comparison-chain
+// definition above over every float in [2^-10, 8] and 10M random patterns, and FP4_EXHAUSTIVE=1 over
+// all 2^32).
+//
+// Magnitude code (0..7) of y = fp4_u2f(a) >= 0, a = |x| bits, not NaN; nearest-even, saturating.
+//   y >= 1: the grid within a binade is the float's top mantissa bit, so rounding the mantissa to one
+//           bit (nearest-even, on the bits: + 0x1FFFFF + the kept bit) leaves a >> 22 = 2 * (biased
+//           exponent) + kept bit, which counts codes from 1.0 (= 254): code = (a >> 22) - 252.
+//   y < 1:  the grid is uniform (step 0.5), and y + 2^22 (whose ulp is 0.5) rounds 2y to the nearest
+//           even integer in one IEEE add: code = bits(y + 2^22) - bits(2^22).
+// Both are computed without a branch: the first on max(y, 1) (then it gives 2 for y < 1, >= the second),
+// the second overestimates for y >= 1 (rint(2y) >= code), so the minimum of the two and 7 is the code.
+static inline FP4_HD uint32_t e2m1_rne_mag(uint32_t a) {
+  uint32_t ac = a > 0x3F800000u ? a : 0x3F800000u;
+  uint32_t big = ((ac + 0x1FFFFFu + ((ac >> 22) & 1u)) >> 22) - 252u;
+  uint32_t small = fp4_f2u(FP4_ADD(fp4_u2f(a), 4194304.0f)) - 0x4A800000u;
+  uint32_t m = small < big ? small : big;
+  return m < 7u ? m : 7u;
+}
+
+// Stochastic magnitude code of y = fp4_u2f(a) >= 0 (not NaN) with 8 random bits r8: the rule of the
+// header comment, round up iff frac * 512 > 2 r8 + 1, on the bits.
+//   y >= 1: frac = (low 22 mantissa bits) / 2^22, so up iff M22 > (r8 << 14) + 0x2000, i.e. iff
+//           a + 0x3FDFFF - (r8 << 14) carries into bit 22; then code = (that >> 22) - 252 as above.
+//   y < 1:  y + 1 lies in [1, 2] where the grid {1, 1.5, 2} mirrors {0, 0.5, 1} with the same frac, so
+//           the rule above runs on bits(y + 1) / 2 (exponent - 1: codes from 0.5 = 252). The add rounds;
+//           its exact error sign (y > (y + 1) - 1, Sterbenz-exact) is a sticky bit that restores the
+//           strict comparison (thresholds are multiples of 2^-23, so only the tie case needs it).
+// y >= 6 (and Inf) gives >= 7 before the clamp: saturation to 6.
+static inline FP4_HD uint32_t e2m1_sr_mag(uint32_t a, uint32_t r8) {
+  float y = fp4_u2f(a), y1 = FP4_ADD(y, 1.0f);
+  uint32_t small = a < 0x3F800000u;
+  uint32_t sticky = small && y > FP4_SUB(y1, 1.0f);
+  uint32_t b = small ? fp4_f2u(y1) - 0x800000u : a;
+  uint32_t m = ((b + 0x3FDFFFu - (r8 << 14) + sticky) >> 22) - 252u;
+  return m < 7u ? m : 7u;
+}
+
+static inline FP4_HD uint32_t e2m1_sign(float x) { return (fp4_f2u(x) >> 28) & 0x8u; }
+
 static inline FP4_HD uint8_t e2m1_encode_rne(float x) {
-  uint32_t s = (fp4_f2u(x) >> 28) & 0x8u;
-  float a = fp4_u2f(fp4_f2u(x) & 0x7fffffffu);
-  // Strict/non-strict comparisons put each tie on the even side; NaN compares false -> 0.
-  uint32_t m = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) + (uint32_t)(a >= 1.75f) +
-               (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) + (uint32_t)(a > 5.0f);
-  return (uint8_t)(s | m);
+  uint32_t a = fp4_f2u(x) & 0x7fffffffu;
+  return (uint8_t)(e2m1_sign(x) | (a > 0x7f800000u ? 0u : e2m1_rne_mag(a)));  // NaN -> +-0
+}
+
+static inline FP4_HD uint8_t e2m1_encode_sr(float x, uint32_t r8) {
+  uint32_t a = fp4_f2u(x) & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0;
+  return (uint8_t)(e2m1_sign(x) | e2m1_sr_mag(a, r8 & 0xffu));
 }
 
 static inline FP4_HD float e2m1_decode(uint8_t code) {
@@ -42,19 +92,6 @@ static inline FP4_HD float e2m1_decode(uint8_t code) {
   // e == 0: 0 or 0.5; else (1 + f/2) * 2^(e-1)
   float v = e == 0 ? (f ? 0.5f : 0.0f) : fp4_u2f(((e - 1 + 127) << 23) | (f << 22));
   return (code & 8u) ? -v : v;
-}
-
-static inline FP4_HD uint8_t e2m1_encode_sr(float x, uint32_t r8) {
-  uint32_t s = (fp4_f2u(x) >> 28) & 0x8u;
-  float a = fp4_u2f(fp4_f2u(x) & 0x7fffffffu);
-  if (!(a < 6.0f)) return (uint8_t)(fp4_isnan(a) ? 0u : (s | 7u));
-  uint32_t lo = (uint32_t)(a >= 0.5f) + (uint32_t)(a >= 1.0f) + (uint32_t)(a >= 1.5f) + (uint32_t)(a >= 2.0f) +
-                (uint32_t)(a >= 3.0f) + (uint32_t)(a >= 4.0f);
-  float vlo = e2m1_decode((uint8_t)lo);
-  float inv_step = lo < 4 ? 2.0f : (lo < 6 ? 1.0f : 0.5f);        // 1 / (hi - lo)
-  float f512 = FP4_MUL(FP4_MUL(FP4_SUB(a, vlo), inv_step), 512.0f); // exact
-  uint32_t up = f512 > (float)(2u * (r8 & 0xffu) + 1u);
-  return (uint8_t)(s | (lo + up));
 }
 
 static inline FP4_HD float e8m0_decode(uint8_t b) {

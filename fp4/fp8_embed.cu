@@ -1,5 +1,6 @@
 // fp4/fp8_embed.cu: packed MXFP4 -> FP8 embedding on the GPU (see fp8_embed.h), for operands kept packed
 // and embedded later. (The fused producers in mxfp4.cu write the embedding directly.)
+// Each block's bytes come from its 8-entry table (mx_embed_lut) by byte permutes, 4 codes at a time.
 // VEC128: one thread per 32-block, four consecutive lanes per 128-group (group exponent by shuffles).
 // BLK128x128: one 256-thread CTA per tile; the tile exponent is a shared-memory atomicMax, which is
 // order-independent and so deterministic.
@@ -10,15 +11,9 @@
 static __device__ __forceinline__ void embed_block(uint8_t *dst, const uint8_t *src16, uint8_t b, int Et) {
   uint4 u = *(const uint4 *)src16;
   uint32_t in[4] = {u.x, u.y, u.z, u.w}, out[8];
+  const MxEmbedLut L = mx_embed_lut(b, Et);
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    out[i] = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      int k = 4 * i + j;  // element k: nibble k % 8 of word k / 8
-      out[i] |= (uint32_t)mx_embed_value((uint8_t)((in[k >> 3] >> (4 * (k & 7))) & 15u), b, Et) << (8 * j);
-    }
-  }
+  for (int i = 0; i < 8; i++) out[i] = mx_embed_lookup4(L, in[i >> 1] >> (16 * (i & 1)));  // elements 4i..4i+3
   *(uint4 *)dst = make_uint4(out[0], out[1], out[2], out[3]);
   *(uint4 *)(dst + 16) = make_uint4(out[4], out[5], out[6], out[7]);
 }

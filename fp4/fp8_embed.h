@@ -46,6 +46,53 @@ static inline FP4_HD uint8_t mx_embed_value(uint8_t code, uint8_t b, int Et) {
   return (uint8_t)(s | r);
 }
 
+// The embedding of a whole block at once: its 8 magnitude bytes as a lookup table in two words (byte m =
+// mx_embed_value(m, b, Et)) plus the sign bit to OR in (0x80 per byte; 0 for a NaN block, whose every
+// byte is 0x7F). When every nonzero magnitude is an E4M3 normal (d = e - Et + 6 >= -5, nearly always)
+// the table is the byte pattern [0, t, t+8, t+12 | t+16, t+20, t+24, t+28], t = (d + 6) << 3 (exponent
+// field of 0.5 * 2^d; 1.0 is one exponent up, 1.5 adds mantissa 4, ...); otherwise it is filled entry by
+// entry. mx_embed_lookup4 then embeds 4 codes (nibbles of sel, element j in nibble j) into 4 bytes: on
+// the GPU two byte permutes (PRMT), one for the magnitudes and one for the signs. The CPU test checks
+// lookup == mx_embed_value for every scale byte, group exponent and code.
+typedef struct {
+  uint32_t lo, hi, sign;
+} MxEmbedLut;
+
+static inline FP4_HD MxEmbedLut mx_embed_lut(uint8_t b, int Et) {
+  MxEmbedLut L;
+  int d = (int)b - 127 - Et + 6;
+  if (b == 0xFF) {
+    L.lo = L.hi = 0x7F7F7F7Fu, L.sign = 0;
+  } else if (d >= -5) {
+    uint32_t t = (uint32_t)(d + 6) << 3;  // in [8, 96]: no carries between bytes below
+    L.lo = t * 0x01010100u + 0x0C080000u, L.hi = t * 0x01010101u + 0x1C181410u, L.sign = 0x80808080u;
+  } else {
+    L.lo = L.hi = 0, L.sign = 0x80808080u;
+    for (int m = 1; m < 8; m++) {
+      uint32_t v = mx_embed_value((uint8_t)m, b, Et);
+      if (m < 4) L.lo |= v << (8 * m);
+      else L.hi |= v << (8 * (m - 4));
+    }
+  }
+  return L;
+}
+
+static inline FP4_HD uint32_t mx_embed_lookup4(MxEmbedLut L, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  uint32_t mag = __byte_perm(L.lo, L.hi, sel & 0x7777u);          // byte j = table[code_j & 7]
+  uint32_t sgn = __byte_perm(0x8000u, 0u, (sel >> 3) & 0x1111u);  // byte j = code_j & 8 ? 0x80 : 0
+  return mag | (sgn & L.sign);
+#else
+  uint32_t w = 0;
+  for (int j = 0; j < 4; j++) {
+    uint32_t c = (sel >> (4 * j)) & 15u, m = c & 7u;
+    uint32_t v = ((m < 4 ? L.lo >> (8 * m) : L.hi >> (8 * (m - 4))) & 0xFFu) | (((c & 8u) << 4) & L.sign);
+    w |= v << (8 * j);
+  }
+  return w;
+#endif
+}
+
 static inline FP4_HD float mx_embed_scale(int Et, float scale_mul) { return fp4_ldexp(scale_mul, Et - 6); }
 
 static inline FP4_HD size_t mx_vec128_scale_count(int rows, int K) { return (size_t)((K + 127) / 128) * rows; }

@@ -44,15 +44,13 @@ static __device__ __forceinline__ void store_packed(uint8_t *q, const uint32_t *
   *(uint4 *)q = make_uint4(pk[0], pk[1], pk[2], pk[3]);
 }
 
-// The 32 E4M3 bytes of a block with scale byte b in a group of exponent Et.
+// The 32 E4M3 bytes of a block with scale byte b in a group of exponent Et: the block's 8-entry table
+// (fp8_embed.h) and two byte permutes per 4 codes.
 static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk, uint8_t b, int Et) {
+  const MxEmbedLut L = mx_embed_lut(b, Et);
   uint32_t w[8];
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    w[i] = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) w[i] |= (uint32_t)mx_embed_value(mx_code_of(pk, 4 * i + j), b, Et) << (8 * j);
-  }
+  for (int i = 0; i < 8; i++) w[i] = mx_embed_lookup4(L, pk[i >> 1] >> (16 * (i & 1)));
   *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
   *(uint4 *)(q + 16) = make_uint4(w[4], w[5], w[6], w[7]);
 }
@@ -245,7 +243,9 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     uint32_t pk[4] = {0, 0, 0, 0};
     if (sb != 0xFF) {
 #pragma unroll
-      for (int i = 0; i < 32; i++) pk[i >> 3] |= (uint32_t)e2m1_encode_rne(mx_prescale(v[it][i], e, mode)) << (4 * (i & 7));
+      for (int i = 0; i < 32; i++)  // mx_quantize_block32's element step with the tile's exponent
+        pk[i >> 3] += (e2m1_sign(v[it][i]) | e2m1_rne_mag(fp4_f2u(mx_prescale(fabsf(v[it][i]), e, mode))))
+                      << (4 * (i & 7));
     }
     if (WOUT == OUT_PACKED) {
       store_packed(wq.q + row * (K / 2) + (size_t)b * 16, pk);
@@ -256,10 +256,10 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     if (WTOUT != OUT_NONE) {  // one code per byte, for the column reads below
       uint32_t c8[8];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        c8[i] = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) c8[i] |= (uint32_t)mx_code_of(pk, 4 * i + k) << (8 * k);
+      for (int i = 0; i < 8; i++) {  // nibbles 4i..4i+3 -> bytes, by two spreading steps
+        uint32_t t = (pk[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+        t = (t | (t << 8)) & 0x00FF00FFu;
+        c8[i] = (t | (t << 4)) & 0x0F0F0F0Fu;
       }
       uint4 *dst = (uint4 *)(codes + lr * CODE_PITCH + j * 32);
       dst[0] = make_uint4(c8[0], c8[1], c8[2], c8[3]);

@@ -63,6 +63,9 @@ static inline FP4_HD float mx_prescale(float z, int e, MxScale mode) {
 // Quantizes one 32-block v[0..31] (fp32). rnd: 8 Philox words (bytes 0..31 = elements 0..31), used
 // only when sr. Writes the 32 codes packed as 4 little-endian words (code i at bits 4*(i%8) of word
 // i/8, i.e. the packed byte layout) and returns the E8M0 byte (0xFF for a NaN block, codes then 0).
+// Per element: |z| prescaled (the same two exact-or-once-rounded multiplies as mx_prescale, on |z|:
+// rounding is sign-symmetric), the magnitude code from its bits (e2m1.h), the sign bit of z, and an
+// add into the packed word (the nibbles do not overlap, so + is |).
 static inline FP4_HD uint8_t mx_quantize_block32(const float *v, MxScale mode, int sr, const uint32_t *rnd,
                                                  uint32_t *pk) {
   uint32_t am = 0;
@@ -74,9 +77,9 @@ static inline FP4_HD uint8_t mx_quantize_block32(const float *v, MxScale mode, i
   int e = mx_scale_exp(fp4_u2f(am), mode);
   FP4_UNROLL
   for (int i = 0; i < 32; i++) {
-    float x = mx_prescale(v[i], e, mode);
-    uint32_t c = sr ? e2m1_encode_sr(x, philox_byte(rnd + 4 * (i >> 4), (uint32_t)(i & 15))) : e2m1_encode_rne(x);
-    pk[i >> 3] |= c << (4 * (i & 7));
+    uint32_t a = fp4_f2u(mx_prescale(fabsf(v[i]), e, mode));
+    uint32_t m = sr ? e2m1_sr_mag(a, (rnd[i >> 2] >> (8 * (i & 3))) & 0xffu) : e2m1_rne_mag(a);
+    pk[i >> 3] += (e2m1_sign(v[i]) | m) << (4 * (i & 7));
   }
   return e8m0_encode(e);
 }

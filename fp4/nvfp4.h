@@ -84,11 +84,13 @@ static inline FP4_HD float nv_elem_inv(uint8_t bs, float s_enc) {
   return inv < NV_FLT_MAX ? inv : NV_FLT_MAX;
 }
 
-// One element's code. r8: its 8 SR bits (philox_byte), ignored for RNE.
+// One element's code. r8: its 8 SR bits (philox_byte), ignored for RNE. |x| * inv (finite x, 0 < inv <=
+// FLT_MAX: never NaN, +-Inf saturates to +-6) is the same rounding as x * inv up to the sign, which
+// comes from x; the magnitude code is e2m1.h's bit-level rule.
 static inline FP4_HD uint8_t nv_encode(float x, float inv, int sr, uint32_t r8) {
   if (inv == 0.0f) return 0;
-  float y = FP4_MUL(x, inv);  // finite x, 0 < inv <= FLT_MAX: never NaN (+-Inf saturates to +-6)
-  return sr ? e2m1_encode_sr(y, r8) : e2m1_encode_rne(y);
+  uint32_t a = fp4_f2u(FP4_MUL(fabsf(x), inv));
+  return (uint8_t)(e2m1_sign(x) | (sr ? e2m1_sr_mag(a, r8 & 0xffu) : e2m1_rne_mag(a)));
 }
 
 // q * fp32(bs), the operand of the Hopper BF16 GEMM: exact in fp32 and in BF16. NaN scale -> NaN.
@@ -123,6 +125,11 @@ FP4_UNROLL
   for (int i = 0; i < 16; i++) am = am > nv_abs_bits(v[i]) ? am : nv_abs_bits(v[i]);
   uint8_t bs = nv_block_scale(am, s_enc);
   float inv = nv_elem_inv(bs, s_enc);
+  if (inv == 0.0f) {  // zero or NaN block scale: all codes 0 (nv_encode's first case, hoisted)
+FP4_UNROLL
+    for (int i = 0; i < 16; i++) codes[i] = 0;
+    return bs;
+  }
 FP4_UNROLL
   for (int i = 0; i < 16; i++) codes[i] = nv_encode(v[i], inv, sr, sr ? philox_byte(rnd, (uint32_t)i) : 0u);
   return bs;

@@ -333,6 +333,117 @@ static void test_embed(void) {
   free(x), free(c), free(s), free(f), free(sc), free(w), free(cw), free(swq), free(fw), free(sw);
 }
 
+// ---- The bit-level codecs against their definitions -------------------------------------------------
+// The producers' E2M1 rounding (e2m1.h) and FP8 embedding tables (fp8_embed.h) are integer tricks on
+// float bits. These are the plain definitions they replace, written as comparisons, and the checks
+// that the two agree: in CI on every float in [2^-10, 8] (every threshold of the E2M1 grid with all
+// its neighbours; below 2^-10 all codes are 0 and SR never rounds up) plus 10M random bit patterns
+// (2 s); with FP4_EXHAUSTIVE=1 in the environment over all 2^32 patterns (~20 s, opt-in).
+static uint8_t spec_rne(float x) {
+  uint32_t s = (fp4_f2u(x) >> 28) & 0x8u;
+  float a = fabsf(x);  // NaN compares false everywhere -> magnitude 0
+  uint32_t m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return (uint8_t)(s | m);
+}
+
+// Round up iff (|x| - lo) / (hi - lo) * 512 > 2 r8 + 1, every step exact (see e2m1.h).
+static uint8_t spec_sr(float x, uint32_t r8) {
+  uint32_t s = (fp4_f2u(x) >> 28) & 0x8u;
+  float a = fabsf(x);
+  if (!(a < 6.0f)) return (uint8_t)(isnan(a) ? 0u : (s | 7u));
+  uint32_t lo = (a >= 0.5f) + (a >= 1.0f) + (a >= 1.5f) + (a >= 2.0f) + (a >= 3.0f) + (a >= 4.0f);
+  float step = lo < 4 ? 0.5f : (lo < 6 ? 1.0f : 2.0f);
+  uint32_t up = (a - e2m1_decode((uint8_t)lo)) / step * 512.0f > (float)(2u * r8 + 1u);
+  return (uint8_t)(s | (lo + up));
+}
+
+static void test_codec_bits(void) {
+  TEST_SECTION("bit-level E2M1 RNE/SR == comparison definitions");
+  const int full = getenv("FP4_EXHAUSTIVE") && atoi(getenv("FP4_EXHAUSTIVE"));
+  const uint64_t lo = full ? 0 : 0x3A800000u, hi = full ? 0xFFFFFFFFu : 0x41000000u;  // [2^-10, 8]
+  long bad_rne = 0, bad_sr = 0, n = 0;
+  for (uint64_t u = lo; u <= hi; u++, n++) {
+    float x = fp4_u2f((uint32_t)u);
+    uint32_t r = (uint32_t)((u * 0x9E3779B97F4A7C15ull) >> 56);  // a different r8 per pattern
+    bad_rne += e2m1_encode_rne(x) != spec_rne(x) || e2m1_encode_rne(-x) != spec_rne(-x);
+    bad_sr += e2m1_encode_sr(x, r) != spec_sr(x, r);
+  }
+  CHECK(bad_rne == 0 && bad_sr == 0, "%s: %ld RNE and %ld SR mismatches in %ld patterns",
+        full ? "all 2^32" : "[2^-10, 8]", bad_rne, bad_sr, n);
+  Rng rng;
+  rng_seed(&rng, 5);
+  bad_rne = bad_sr = 0;
+  for (int i = 0; i < 10000000; i++) {
+    uint64_t w = rng_u64(&rng);
+    float x = fp4_u2f((uint32_t)w);
+    uint32_t r = (uint32_t)(w >> 32) & 255u;
+    bad_rne += e2m1_encode_rne(x) != spec_rne(x);
+    bad_sr += e2m1_encode_sr(x, r) != spec_sr(x, r);
+  }
+  CHECK(bad_rne == 0 && bad_sr == 0, "10M random patterns: %ld RNE, %ld SR mismatches", bad_rne, bad_sr);
+  // SR for all 256 r8 at every threshold a grid step can have (multiples of 2^-11 in [0, 8)) +-3 ulps.
+  bad_sr = 0;
+  for (uint32_t r = 0; r < 256; r++)
+    for (int k = 0; k < 8 * 2048; k++)
+      for (int d = -3; d <= 3; d++) {
+        if (k == 0 && d < 0) continue;
+        float x = fp4_u2f(fp4_f2u((float)k / 2048.0f) + (uint32_t)d);
+        bad_sr += e2m1_encode_sr(x, r) != spec_sr(x, r) || e2m1_encode_sr(-x, r) != spec_sr(-x, r);
+      }
+  CHECK(bad_sr == 0, "SR at every threshold for every r8: %ld mismatches", bad_sr);
+}
+
+// mx_quantize_block32 (|z| prescale, magnitude + sign) against the per-element definition.
+static void test_block_equivalence(void) {
+  TEST_SECTION("mx_quantize_block32 == per-element definition");
+  Rng rng;
+  rng_seed(&rng, 77);
+  long bad = 0, blocks = 0;
+  for (int t = 0; t < 40000; t++) {
+    float v[32];
+    int ex = (int)(rng_u64(&rng) % 300) - 150;  // block magnitudes 2^-150 .. 2^150 (subnormal to Inf)
+    for (int i = 0; i < 32; i++) {
+      uint64_t w = rng_u64(&rng);
+      v[i] = ldexpf(rng_normal(&rng), ex);
+      if (w % 17 == 0) v[i] = ldexpf((float)(w >> 40 & 15) * 0.25f, ex);  // grid points and ties
+      if (w % 97 == 0) v[i] = -0.0f;
+    }
+    if (t % 1000 == 1) v[t % 32] = INFINITY;
+    MxScale mode = t & 1 ? MX_SCALE_DOWN : MX_SCALE_UP;
+    int sr = (t >> 1) & 1;
+    uint32_t rnd[8], pk[4];
+    for (int i = 0; i < 8; i++) rnd[i] = (uint32_t)rng_u64(&rng);
+    uint8_t b = mx_quantize_block32(v, mode, sr, rnd, pk);
+    uint32_t am = 0;
+    for (int i = 0; i < 32; i++) am = mx_abs_bits(v[i]) > am ? mx_abs_bits(v[i]) : am;
+    int e = mx_scale_exp(fp4_u2f(am), mode);
+    for (int i = 0; i < 32; i++) {
+      float x = mx_prescale(v[i], e, mode);
+      uint8_t want = sr ? spec_sr(x, (rnd[i / 4] >> (8 * (i % 4))) & 255u) : spec_rne(x);
+      bad += mx_code_of(pk, i) != want;
+    }
+    bad += b != e8m0_encode(e);
+    blocks++;
+  }
+  CHECK(bad == 0, "%ld mismatches over %ld random blocks (RNE/SR, up/down, 2^-150..2^150, Inf)", bad, blocks);
+}
+
+static void test_embed_lut(void) {
+  TEST_SECTION("FP8 embedding tables == mx_embed_value");
+  long bad = 0, n = 0;
+  for (int b = 0; b < 256; b++)
+    for (int Et = -127; Et <= 127; Et++) {
+      if (b != 0xFF && (int)b - 127 > Et) continue;  // Et is the group max: never below a block's e
+      MxEmbedLut L = mx_embed_lut((uint8_t)b, Et);
+      for (uint32_t k = 0; k < 16 + 64; k++) {  // all 16 codes in every byte, then mixed selectors
+        uint32_t sel = k < 16 ? k * 0x1111u : (k * 0x9E37u) & 0xFFFFu, w = mx_embed_lookup4(L, sel);
+        for (int j = 0; j < 4; j++, n++)
+          bad += ((w >> (8 * j)) & 255u) != mx_embed_value((uint8_t)((sel >> (4 * j)) & 15u), (uint8_t)b, Et);
+      }
+    }
+  CHECK(bad == 0, "%ld mismatches in %ld (scale byte, group exponent, code) lookups", bad, n);
+}
+
 int main(void) {
   test_e2m1();
   test_scales();
@@ -341,5 +452,8 @@ int main(void) {
   test_mx_blocks();
   test_weights_and_cols();
   test_embed();
+  test_codec_bits();
+  test_block_equivalence();
+  test_embed_lut();
   TEST_END();
 }

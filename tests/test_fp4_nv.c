@@ -310,6 +310,26 @@ static void test_error(void) {
   free(x), free(y), free(c), free(s);
 }
 
+// nv_encode rounds |x| * inv and takes the sign from x (the producers' form); the definition is the
+// E2M1 code of x * inv. They agree because IEEE rounding is sign-symmetric; checked here over random
+// x and inv of every magnitude, including inv = FLT_MAX (saturation) and -0.
+static void test_encode_form(void) {
+  TEST_SECTION("nv_encode == E2M1(x * inv)");
+  Rng r;
+  rng_seed(&r, 31);
+  long bad = 0;
+  for (int i = 0; i < 2000000; i++) {
+    uint64_t w = rng_u64(&r);
+    float x = ldexpf(rng_normal(&r), (int)(w % 80) - 40), inv = ldexpf(1.0f + rng_uniform(&r), (int)(w >> 8) % 60 - 30);
+    if (w % 1001 == 0) inv = NV_FLT_MAX;
+    if (w % 997 == 0) x = -0.0f;
+    uint32_t r8 = (uint32_t)(w >> 32) & 255u;
+    bad += nv_encode(x, inv, 0, 0) != e2m1_encode_rne(x * inv);
+    bad += nv_encode(x, inv, 1, r8) != e2m1_encode_sr(x * inv, r8);
+  }
+  CHECK(bad == 0, "%ld mismatches in 4M encodes", bad);
+}
+
 int main(void) {
   test_tensor_scale();
   test_block_scale();
@@ -320,5 +340,6 @@ int main(void) {
   test_weight_tiles();
   test_cols();
   test_error();
+  test_encode_form();
   TEST_END();
 }
