@@ -5,6 +5,13 @@
 //   ./train CONFIG.yaml [--set key=value ...] [--resume] [--max-steps N] [--print-config]
 //   ./train tokenize ...            (data preparation, see data/prepare.c)
 //   ./train --help-config           (every config key with its default and range)
+//
+// Signals: SIGTERM/SIGINT save a checkpoint at the next step boundary and exit 0; SIGUSR1 saves one
+// at the next step boundary and keeps training. Test hooks (environment variables, for the test
+// suite only): TRAIN_INJECT_NAN_AT=step[,count[,grad]] makes the loss NaN for `count` (default 1)
+// steps from `step` (1-based, as printed), or with ",grad" one gradient element instead, so that
+// both non-finite checks can be exercised; TRAIN_CKPT_SLOW_MS stretches checkpoint writes so a
+// crash test can kill a save half-way (model/checkpoint.h).
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -40,8 +47,19 @@ typedef struct {
 } RunMeta;
 #define META_VERSION 1
 
-static volatile sig_atomic_t stop_signal;  // SIGTERM/SIGINT: save at the next step boundary and exit
-static void on_signal(int sig) { stop_signal = sig; }
+// The precision recipe's details, resolved ("auto" replaced by what it means), saved as the
+// "recipe" section. The GEMM back end is left out: it changes speed, not the recipe. Checkpoints
+// written before this section existed have none, and are only checked against precision.recipe.
+typedef struct {
+  int32_t sr_dgrad, sr_wgrad, hadamard, weight_2d, scale_round_up, bf16_first, bf16_last;
+} RecipeMeta;
+
+static volatile sig_atomic_t stop_signal;   // SIGTERM/SIGINT: save at the next step boundary and exit
+static volatile sig_atomic_t save_request;  // SIGUSR1: save at the next step boundary, keep going
+static void on_signal(int sig) {
+  if (sig == SIGUSR1) save_request = 1;
+  else stop_signal = sig;
+}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -58,28 +76,58 @@ static void usage(FILE *f) {
           "                            steps to DIR for scripts/hf_compare.py, and exit\n"
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
-          "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n");
+          "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n"
+          "signals: SIGTERM/SIGINT save a checkpoint and exit; SIGUSR1 saves one and keeps training\n");
 }
 
-// Names the first field where a checkpoint's meta differs from this run's.
+// Names the first field where a checkpoint's meta differs from this run's, by its config key.
 static int meta_mismatch(const RunMeta *a, const RunMeta *b, char *msg, size_t len) {
-#define CMP(field, fmt)                                                                            \
-  if (a->field != b->field) {                                                                      \
-    snprintf(msg, len, #field ": checkpoint has " fmt ", this run has " fmt, a->field, b->field); \
-    return 1;                                                                                      \
+#define CMP(field, key, fmt)                                                                     \
+  if (a->field != b->field) {                                                                    \
+    snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, a->field, b->field); \
+    return 1;                                                                                    \
   }
-  CMP(version, "%u") CMP(model.vocab_size, "%d") CMP(model.dim, "%d") CMP(model.n_layers, "%d")
-  CMP(model.n_heads, "%d") CMP(model.n_kv_heads, "%d") CMP(model.ffn_dim, "%d")
-  CMP(model.norm_eps, "%g") CMP(model.rope_theta, "%g") CMP(model.rope_scaling, "%d")
-  CMP(model.rope_factor, "%g") CMP(model.rope_low_freq_factor, "%g")
-  CMP(model.rope_high_freq_factor, "%g") CMP(model.rope_original_max_pos, "%d")
-  CMP(micro_batch, "%d") CMP(global_batch, "%d") CMP(seq_len, "%d") CMP(world, "%d")
-  CMP(seed, "%" PRIu64) CMP(n_params, "%" PRIu64)
+  CMP(version, "run metadata version", "%u") CMP(model.vocab_size, "model.vocab_size", "%d")
+  CMP(model.dim, "model.dim", "%d") CMP(model.n_layers, "model.n_layers", "%d")
+  CMP(model.n_heads, "model.n_heads", "%d") CMP(model.n_kv_heads, "model.n_kv_heads", "%d")
+  CMP(model.ffn_dim, "model.ffn_dim", "%d") CMP(model.norm_eps, "model.norm_eps", "%g")
+  CMP(model.rope_theta, "model.rope_theta", "%g") CMP(model.rope_scaling, "model.rope_scaling", "%d")
+  CMP(model.rope_factor, "model.rope_factor", "%g")
+  CMP(model.rope_low_freq_factor, "model.rope_low_freq_factor", "%g")
+  CMP(model.rope_high_freq_factor, "model.rope_high_freq_factor", "%g")
+  CMP(model.rope_original_max_pos, "model.rope_original_max_pos", "%d")
+  CMP(micro_batch, "batch.micro_batch", "%d") CMP(global_batch, "batch.global_batch", "%d")
+  CMP(seq_len, "batch.seq_len", "%d") CMP(world, "parallel.data_parallel", "%d") CMP(seed, "seed", "%" PRIu64)
+  CMP(n_params, "parameter count", "%" PRIu64)
 #undef CMP
   if (strcmp(a->recipe, b->recipe)) {
     snprintf(msg, len, "precision.recipe: checkpoint has %s, this run has %s", a->recipe, b->recipe);
     return 1;
   }
+  return 0;
+}
+
+static const char *hadamard_name(int size) { return size == 32 ? "h32" : size == 16 ? "h16" : size ? "?" : "none"; }
+
+// Same for the recipe's details, in config-key terms.
+static int recipe_mismatch(const RecipeMeta *a, const RecipeMeta *b, char *msg, size_t len) {
+  static const char *sr[] = {"none", "dgrad", "?", "dgrad_wgrad"};
+  int sa = a->sr_dgrad + 2 * a->sr_wgrad, sb = b->sr_dgrad + 2 * b->sr_wgrad;
+  if (sa != sb) {
+    snprintf(msg, len, "precision.sr: checkpoint has %s, this run has %s", sr[sa & 3], sr[sb & 3]);
+    return 1;
+  }
+#define CMP(field, key, fmt, A, B)                                                                  \
+  if (a->field != b->field) {                                                                        \
+    snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, A, B);                  \
+    return 1;                                                                                        \
+  }
+  CMP(hadamard, "precision.hadamard", "%s", hadamard_name(a->hadamard), hadamard_name(b->hadamard))
+  CMP(weight_2d, "precision.weight_2d", "%s", a->weight_2d ? "on" : "off", b->weight_2d ? "on" : "off")
+  CMP(scale_round_up, "precision.scale_rounding", "%s", a->scale_round_up ? "up" : "down", b->scale_round_up ? "up" : "down")
+  CMP(bf16_first, "precision.bf16_first_blocks", "%d", a->bf16_first, b->bf16_first)
+  CMP(bf16_last, "precision.bf16_last_blocks", "%d", a->bf16_last, b->bf16_last)
+#undef CMP
   return 0;
 }
 
@@ -92,7 +140,10 @@ typedef struct {
   int *inputs, *targets;
   float *host_stage;  // device backends: a host buffer for one state tensor on its way to/from a checkpoint
   RunMeta meta;
-  int64_t step;  // optimizer steps completed
+  RecipeMeta recipe;
+  int64_t step;           // optimizer steps completed
+  int64_t saved_step;     // step of the newest checkpoint of this run (-1: none yet)
+  char last_ckpt[2048];   // its path, for messages when something goes wrong later
 } Run;
 
 // The host address of a backend state buffer for a checkpoint: the buffer itself on the CPU, else
@@ -115,12 +166,19 @@ static void save_checkpoint(Run *r) {
       {"adam_m", host[1], bytes},
       {"adam_v", host[2], bytes},
       {"loader", &ls, sizeof ls},
+      {"recipe", &r->recipe, sizeof r->recipe},
   };
-  char err[512];
+  char err[1024];
   double t0 = now_seconds();
-  if (ckpt_save(r->cfg.ckpt_dir, r->step, secs, 5, r->cfg.ckpt_keep, err, sizeof err))
-    die("checkpoint at step %lld failed: %s", (long long)r->step, err);
-  printf("saved checkpoint %s/ckpt_%08lld.bin (%.2fs)\n", r->cfg.ckpt_dir, (long long)r->step, now_seconds() - t0);
+  // A failed save (disk full, permissions) stops the run: training on without being able to save
+  // would only widen the gap since the last checkpoint, which ckpt_save leaves intact.
+  if (ckpt_save(r->cfg.ckpt_dir, r->step, secs, 6, r->cfg.ckpt_keep, err, sizeof err))
+    die("checkpoint at step %lld failed: %s; stopping (%s%s)", (long long)r->step, err,
+        r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run",
+        r->last_ckpt);
+  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/ckpt_%08lld.bin", r->cfg.ckpt_dir, (long long)r->step);
+  r->saved_step = r->step;
+  printf("saved checkpoint %s (%.2fs)\n", r->last_ckpt, now_seconds() - t0);
   fflush(stdout);
 }
 
@@ -141,6 +199,16 @@ static void resume(Run *r) {
   RunMeta want = r->meta;
   want.tokens_seen = old.tokens_seen;
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
+  size_t recipe_bytes;
+  int has = ckpt_section_size(path, "recipe", &recipe_bytes, err, sizeof err);
+  if (has < 0) die("%s", err);
+  if (has == 0 && strcmp(old.recipe, "bf16")) {  // the details only matter for an FP4 recipe
+    RecipeMeta old_recipe;
+    CkptSection rs = {"recipe", &old_recipe, sizeof old_recipe};
+    if (ckpt_load(path, &rs, 1, NULL, err, sizeof err)) die("%s", err);
+    if (recipe_mismatch(&old_recipe, &r->recipe, why, sizeof why))
+      die("checkpoint %s does not match this run: %s", path, why);
+  }
   size_t n = llama_param_count(r->model), bytes = n * sizeof(float);
   float *state[3] = {llama_params(r->model), r->adam_m, r->adam_v}, *host[3];
   for (int i = 0; i < 3; i++) host[i] = on_host(r) ? state[i] : r->host_stage + i * n;
@@ -157,7 +225,8 @@ static void resume(Run *r) {
   r->ops->params_changed();
   if (loader_set_state(r->train, &ls, err, sizeof err)) die("checkpoint %s: %s", path, err);
   r->meta.tokens_seen = old.tokens_seen;
-  r->step = step;
+  r->step = r->saved_step = step;
+  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
   printf("resumed from %s at step %lld\n", path, (long long)step);
 }
 
@@ -290,6 +359,82 @@ static const Ops *pick_backend(const char *want) {
 
 // Resolves the precision recipe for this backend and hands it to the linear layers. The CPU backend
 // has no quantized path: it computes every recipe in fp32 and says so.
+static RecipeMeta recipe_meta(const Recipe *r) {
+  return (RecipeMeta){r->sr_dgrad, r->sr_wgrad, r->hadamard, r->weight_2d, r->scale_round_up, r->bf16_first,
+                      r->bf16_last};
+}
+
+// TRAIN_INJECT_NAN_AT=step[,count[,grad]] (a test hook, see the top of this file): the steps
+// [first, last] get a NaN loss, or a NaN gradient element when grad is set. Unset: an empty range.
+typedef struct {
+  int64_t first, last;
+  int grad;
+} NanInjection;
+
+static NanInjection parse_nan_injection(void) {
+  NanInjection inj = {1, 0, 0};
+  const char *s = getenv("TRAIN_INJECT_NAN_AT");
+  if (!s || !*s) return inj;
+  char *end;
+  long long at = strtoll(s, &end, 10), count = 1;
+  if (*end == ',') count = strtoll(end + 1, &end, 10);
+  if (!strcmp(end, ",grad")) inj.grad = 1, end += 5;
+  if (*end || at < 1 || count < 1)
+    die("TRAIN_INJECT_NAN_AT: expected step[,count[,grad]] with step and count >= 1, got '%s'", s);
+  inj.first = at, inj.last = at + count - 1;
+  printf("test hook: NaN %s injected at steps %lld..%lld\n", inj.grad ? "gradient" : "loss", at, at + count - 1);
+  return inj;
+}
+
+// The running mean of the last `window` finite losses, for the spike check. Fixed-order sum.
+typedef struct {
+  double *loss;
+  int window, n, next;
+} LossWindow;
+
+static double window_mean(const LossWindow *w) {
+  double sum = 0;
+  for (int i = 0; i < w->n; i++) sum += w->loss[i];
+  return sum / w->n;
+}
+
+static void window_push(LossWindow *w, double loss) {
+  w->loss[w->next] = loss;
+  w->next = (w->next + 1) % w->window;
+  if (w->n < w->window) w->n++;
+}
+
+// A skipped step: said on stdout and in the JSONL log (non-finite values as strings, which JSON
+// allows); at reliability.max_bad_steps in a row the run stops, naming the checkpoint to go back to.
+static void report_bad_step(const Run *r, FILE *log, double loss, float norm, int bad_steps) {
+  printf("step %6lld: loss %g, grad norm %g: not finite, skipping the update (%d in a row, limit %d)\n",
+         (long long)r->step, loss, norm, bad_steps, r->cfg.max_bad_steps);
+  if (log) {
+    fprintf(log, "{\"step\": %lld, \"event\": \"skipped\", \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
+            (long long)r->step, loss, norm);
+    fflush(log);
+  }
+  if (bad_steps < r->cfg.max_bad_steps) return;
+  fflush(stdout);
+  die("%d consecutive non-finite steps (reliability.max_bad_steps), the last at step %lld: stopping; none of them "
+      "updated the weights; %s%s", bad_steps, (long long)r->step,
+      r->last_ckpt[0] ? "resume from the last good checkpoint, " : "no checkpoint of this run was written", r->last_ckpt);
+}
+
+// Logs (stdout and JSONL) a loss above factor x the mean of the last window's losses; logged, not
+// acted on: a spike is worth a look, not a stop. The check starts once the window is full.
+static void check_spike(LossWindow *w, float factor, int64_t step, double loss, FILE *log) {
+  if (w->n == w->window && loss > factor * window_mean(w)) {
+    double mean = window_mean(w);
+    printf("step %6lld: loss spike %.4f > %g x running mean %.4f of the last %d steps\n", (long long)step, loss,
+           factor, mean, w->window);
+    if (log)
+      fprintf(log, "{\"step\": %lld, \"event\": \"spike\", \"loss\": %.9g, \"running_mean\": %.9g, \"factor\": %g}\n",
+              (long long)step, loss, mean, factor);
+  }
+  window_push(w, loss);
+}
+
 static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   Recipe r;
   char err[256], desc[256];
@@ -368,6 +513,7 @@ int main(int argc, char **argv) {
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
+  if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(cfg->ckpt_dir, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   run.ops = pick_backend(cfg->backend);
@@ -377,7 +523,9 @@ int main(int argc, char **argv) {
 
   run.model = llama_create(mc, B, T, run.ops);
   llama_init(run.model, cfg->seed);
-  apply_recipe(cfg, run.ops, mc->n_layers);
+  Recipe recipe = apply_recipe(cfg, run.ops, mc->n_layers);
+  run.recipe = recipe_meta(&recipe);
+  run.saved_step = -1;
   size_t n = llama_param_count(run.model);
   run.adam_m = run.ops->alloc(n * sizeof(float));
   run.adam_v = run.ops->alloc(n * sizeof(float));
@@ -403,8 +551,15 @@ int main(int argc, char **argv) {
 
   FILE *log = NULL;
   if (cfg->log_file[0]) log = xfopen(cfg->log_file, run.step > 0 ? "a" : "w");
+  // A resumed run appends: mark where, so a reader knows that lines for the steps after the
+  // checkpoint may appear twice (the later ones win; on the CPU backend they are identical).
+  if (log && run.step > 0) fprintf(log, "{\"step\": %lld, \"event\": \"resumed\"}\n", (long long)run.step);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
+  signal(SIGUSR1, on_signal);
+  signal(SIGXFSZ, SIG_IGN);  // a file-size limit then fails the write (EFBIG), which we report
+  const NanInjection inject = parse_nan_injection();
+  LossWindow spikes = {xmalloc((size_t)cfg->spike_window * sizeof(double)), cfg->spike_window, 0, 0};
 
   const double tokens_per_step = (double)cfg->global_batch * T;
   printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n", cfg->model_preset[0] ? cfg->model_preset : "custom",
@@ -431,45 +586,57 @@ int main(int argc, char **argv) {
       loader_next(run.train, run.inputs, run.targets);
       loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
     }
-    float lr = lr_at(cfg, run.step), norm;
-    if (optimizer_step(&run, lr, &norm) || !isfinite(loss)) {  // never let one bad batch poison the weights
-      if (++bad_steps > 10) die("%d consecutive non-finite steps; stopping (last good checkpoint kept)", bad_steps);
-      printf("step %6lld: non-finite loss %g / grad norm %g, skipping the update\n", (long long)run.step + 1, loss, norm);
-      run.step++;
-      continue;
+    if (run.step + 1 >= inject.first && run.step + 1 <= inject.last) {  // test hook
+      float nan = NAN;
+      if (inject.grad) run.ops->upload(llama_grads(run.model), &nan, sizeof nan);
+      else loss = NAN;
     }
-    bad_steps = 0;
+    float lr = lr_at(cfg, run.step), norm = NAN;
+    // Never let one bad batch poison the weights: a non-finite loss or gradient skips the update.
+    int good = isfinite(loss) && optimizer_step(&run, lr, &norm) == 0;
     run.step++;
-    run.meta.tokens_seen += (int64_t)tokens_per_step;
-
-    double now = now_seconds();
-    if (run.step % cfg->log_interval == 0 || run.step == cfg->total_steps) {
-      double dt = now - t_last, tps = tokens_per_step * cfg->log_interval / dt;
-      double avg = (now - t_start) / (run.step - first_step);
-      char eta[32];
-      format_eta(avg * (cfg->total_steps - run.step), eta, sizeof eta);
-      printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | eta %s\n", (long long)run.step,
-             cfg->total_steps, loss, lr, norm, tps, eta);
-      fflush(stdout);
-      if (log)
-        fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f}\n",
-                (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps);
-      t_last = now;
-    }
-    if (run.val && run.step % cfg->eval_interval == 0) {
-      float vl = eval_loss(&run);
-      printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
-      if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
+    if (!good) {
+      bad_steps++;
+      report_bad_step(&run, log, loss, norm, bad_steps);  // dies at reliability.max_bad_steps
+    } else {
+      bad_steps = 0;
+      run.meta.tokens_seen += (int64_t)tokens_per_step;
+      if (cfg->spike_factor > 0) check_spike(&spikes, cfg->spike_factor, run.step, loss, log);
+      double now = now_seconds();
+      if (run.step % cfg->log_interval == 0 || run.step == cfg->total_steps) {
+        double dt = now - t_last, tps = tokens_per_step * cfg->log_interval / dt;
+        double avg = (now - t_start) / (run.step - first_step);
+        char eta[32];
+        format_eta(avg * (cfg->total_steps - run.step), eta, sizeof eta);
+        printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | eta %s\n", (long long)run.step,
+               cfg->total_steps, loss, lr, norm, tps, eta);
+        fflush(stdout);
+        if (log)
+          fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f}\n",
+                  (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps);
+        t_last = now;
+      }
+      if (run.val && run.step % cfg->eval_interval == 0) {
+        float vl = eval_loss(&run);
+        printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
+        if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
+      }
     }
     if (log) fflush(log);
     int last = run.step == cfg->total_steps || run.step == max_steps;
     if ((cfg->ckpt_interval > 0 && run.step % cfg->ckpt_interval == 0) || last) save_checkpoint(&run);
+    if (save_request) {
+      save_request = 0;
+      printf("received SIGUSR1: saving a checkpoint and continuing\n");
+      if (run.saved_step != run.step) save_checkpoint(&run);
+    }
     if (stop_signal) {
       printf("received signal %d: saving and exiting\n", (int)stop_signal);
-      if (!last) save_checkpoint(&run);
+      if (run.saved_step != run.step) save_checkpoint(&run);
       break;
     }
   }
+  free(spikes.loss);
   if (log) fclose(log);
   loader_close(run.train);
   if (run.val) loader_close(run.val);

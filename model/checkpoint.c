@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -458,6 +459,13 @@ static void prune(const char *dir, int64_t keep_step, int keep) {
   free_names(v, n);
 }
 
+// Test hook: TRAIN_CKPT_SLOW_MS=ms stretches every save by about ms milliseconds, spread between
+// its sections, so that a crash test can kill the process while a temp file is half written.
+static long slow_write_ms(void) {
+  const char *s = getenv("TRAIN_CKPT_SLOW_MS");
+  return s ? strtol(s, NULL, 10) : 0;
+}
+
 // Writes header+table (head bytes of buf) and the sections at their table offsets into a new file
 // at tmp, then fsyncs it: without the fsync a crash after the rename could leave the final name
 // pointing at blocks never written. On failure the file is removed.
@@ -468,9 +476,11 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
   if (fd < 0) return fail(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
   int bad = write_all(fd, buf, head);
   uint64_t pos = head;
+  long slow_ms = slow_write_ms();
   for (int i = 0; i < n && !bad; i++) {
     bad = write_all(fd, zeros, e[i].offset - pos) || write_all(fd, secs[i].data, e[i].bytes);
     pos = e[i].offset + e[i].bytes;
+    if (slow_ms > 0) nanosleep(&(struct timespec){slow_ms / n / 1000, slow_ms / n % 1000 * 1000000L}, NULL);
   }
   if (!bad) bad = fsync(fd);
   int rc = 0;
@@ -540,4 +550,34 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
   free(e);
   free(buf);
   return rc;
+}
+
+int ckpt_probe_dir(const char *dir, char *err, size_t errlen) {
+  if (!dir[0]) return fail(err, errlen, "checkpoint directory is an empty string");
+  if (make_dirs(dir, err, errlen)) return -1;
+  // Named like a save's temp file, so one left by a crash is removed by the next save.
+  char *probe = path_join(dir, "ckpt_probe.bin.tmp");
+  int rc = 0, fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = fail(err, errlen, "checkpoint directory '%s' is not writable: cannot create '%s': %s", dir, probe,
+              strerror(errno));
+  } else {
+    static const char bytes[CKPT_ALIGN];
+    if (write_all(fd, bytes, sizeof bytes) || fsync(fd))
+      rc = fail(err, errlen, "checkpoint directory '%s' is not writable: cannot write '%s': %s", dir, probe,
+                strerror(errno));
+    close(fd);
+    unlink(probe);
+  }
+  free(probe);
+  return rc;
+}
+
+int ckpt_section_size(const char *path, const char *name, size_t *bytes, char *err, size_t errlen) {
+  CkptFile f;
+  if (ckpt_open(path, &f, err, errlen)) return -1;
+  const CkptEntry *e = find_entry(&f, name);
+  if (e) *bytes = e->bytes;
+  ckpt_close(&f);
+  return e ? 0 : 1;
 }

@@ -54,6 +54,20 @@ int ckpt_read_section(const char *path, const char *name, void **data, size_t *b
 // *step (if not NULL) gets the step. This is what ckpt_latest runs on each candidate.
 int ckpt_verify(const char *path, int64_t *step, char *err, size_t errlen);
 
+// Checks, before a long run, that dir can hold checkpoints: mkdir -p, then create, write, fsync and
+// remove a small probe file. Returns 0, or -1 with a message naming the path (a directory that is
+// a file, no permission, no space) in err.
+int ckpt_probe_dir(const char *dir, char *err, size_t errlen);
+
+// Whether path has a section called name (the header and table are verified, no data is read):
+// 0 and *bytes = its size when it has, 1 when it has not, -1 with err when the file is bad. Lets a
+// reader accept checkpoints written before a section was added.
+int ckpt_section_size(const char *path, const char *name, size_t *bytes, char *err, size_t errlen);
+
+// Test hook: the environment variable TRAIN_CKPT_SLOW_MS=ms makes every ckpt_save take about ms
+// milliseconds longer (sleeps between sections, while the temp file is open), so crash tests can
+// kill a process in the middle of a save. Unset in normal runs.
+
 #ifdef __cplusplus
 }
 #endif

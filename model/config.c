@@ -118,6 +118,12 @@ static const Key KEYS[] = {
     KINT("eval.interval", eval_interval, "0", 0, BIG, "steps between validation passes; 0: none"),
     KINT("eval.batches", eval_batches, "8", 1, BIG, "micro-batches per validation pass"),
 
+    KINT("reliability.max_bad_steps", max_bad_steps, "10", 1, BIG,
+         "consecutive non-finite steps (each skipped) after which the run stops; the last checkpoint is kept"),
+    KFLOAT("reliability.spike_factor", spike_factor, "3.0", 0, INF, 0,
+           "log a loss spike when a step's loss exceeds this x the running mean; 0: off, else > 1"),
+    KINT("reliability.spike_window", spike_window, "20", 1, 100000, "steps in the running mean of the spike check"),
+
     KENUM("parallel.backend", backend, "auto", "auto|cpu|cuda", "compute backend; auto: cuda when a GPU is present"),
     KINT("parallel.threads", threads, "0", 0, BIG, "CPU backend OpenMP threads; 0: all cores"),
     KINT("parallel.data_parallel", data_parallel, "1", 1, BIG, "expected number of data-parallel ranks"),
@@ -496,6 +502,8 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   if (!c->train_data[0]) FAIL("data.train", "is empty (use \"synthetic\" or shard paths)");
   if (c->eval_interval > 0 && !c->val_data[0])
     FAIL("eval.interval", "%d, but data.val is empty (nothing to evaluate)", c->eval_interval);
+  if (c->spike_factor > 0 && c->spike_factor <= 1)
+    FAIL("reliability.spike_factor", "%g would flag ordinary steps: use 0 (off) or a factor > 1", c->spike_factor);
   if (c->resume && !c->ckpt_dir[0]) FAIL("checkpoint.resume", "is on, but checkpoint.dir is empty");
   return 0;
 #undef FAIL

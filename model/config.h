@@ -64,6 +64,11 @@ typedef struct {
 
   uint64_t seed;
 
+  // reliability
+  int max_bad_steps;   // consecutive non-finite (skipped) steps after which the run stops
+  float spike_factor;  // a loss above spike_factor x the running mean is logged as a spike; 0: off
+  int spike_window;    // steps in that running mean
+
   // parallel
   char backend[CFG_NAME];  // "auto", "cpu", "cuda"
   int threads;             // CPU backend OpenMP threads (0: all)
