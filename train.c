@@ -27,6 +27,7 @@
 #include "model/bench.h"
 #include "fp4/recipe.h"
 #ifdef HAVE_CUDA
+#include "model/attention_cudnn.h"
 #include "model/ops_cuda.h"
 #endif
 #include "model/checkpoint.h"
@@ -343,11 +344,17 @@ static void compare_dump(Run *r, const char *dir) {
 }
 
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
-static const Ops *pick_backend(const char *want) {
+static const Ops *pick_backend(const char *want, int deterministic) {
   if (!strcmp(want, "cpu")) return &ops_cpu;
 #ifdef HAVE_CUDA
   char err[512];
   const Ops *cuda = cuda_backend_init(0, err, sizeof err);
+  if (cuda && deterministic) {
+    // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
+    // attention backward adds with atomics: both would make a resumed run drift from the original.
+    setenv("GEMM_AUTOTUNE", "0", 1);
+    attention_cudnn_set_deterministic(1);
+  }
   if (cuda) return cuda;
   if (!strcmp(want, "cuda")) die("parallel.backend: cuda: %s", err);
   printf("no usable GPU (%s): using the CPU backend\n", err);
@@ -509,14 +516,14 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    const Ops *ops = pick_backend(cfg->backend);
+    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic);
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
   if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(cfg->ckpt_dir, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run.ops = pick_backend(cfg->backend);
+  run.ops = pick_backend(cfg->backend, cfg->deterministic);
   const int world = cfg->data_parallel, B = cfg->micro_batch, T = cfg->seq_len;
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;

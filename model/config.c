@@ -127,6 +127,9 @@ static const Key KEYS[] = {
     KENUM("parallel.backend", backend, "auto", "auto|cpu|cuda", "compute backend; auto: cuda when a GPU is present"),
     KINT("parallel.threads", threads, "0", 0, BIG, "CPU backend OpenMP threads; 0: all cores"),
     KINT("parallel.data_parallel", data_parallel, "1", 1, BIG, "expected number of data-parallel ranks"),
+    KBOOL("parallel.deterministic", deterministic, "false",
+          "bit-reproducible GPU runs across processes (resume): deterministic cuDNN attention backward and "
+          "cuBLASLt's first heuristic instead of timing-based GEMM autotuning (a little slower)"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 

@@ -73,6 +73,7 @@ typedef struct {
   char backend[CFG_NAME];  // "auto", "cpu", "cuda"
   int threads;             // CPU backend OpenMP threads (0: all)
   int data_parallel;       // expected world size (1 for single process)
+  int deterministic;       // GPU: same bits in every process (the CPU backend always is)
 } TrainConfig;
 
 // Fills *c with the defaults of every key (model keys from the "tiny" preset); clears the key lines.

@@ -63,6 +63,13 @@ if has benchfp4; then
   done
 fi
 
+if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact losses (mxfp4, so SR is covered)
+  CRASH_BACKEND=cuda CRASH_ARGS="--set precision.recipe=mxfp4" CRASH_STEPS=${CRASH_STEPS:-400} CRASH_KILLS=10 \
+    CRASH_SECONDS=70 CRASH_SLEEP_MS=1200 CRASH_SPAN_MS=2500 timeout 300 bash tests/test_crash.sh >"$OUT/crash_gpu.log" 2>&1
+  tail -n 14 "$OUT/crash_gpu.log"
+  note "gpu crash test: $(tail -n 1 "$OUT/crash_gpu.log")"
+fi
+
 if has peer; then
   timeout 500 python3 scripts/torch_llama_peer.py --layers 2,4 >"$OUT/peer.log" 2>&1
   tail -n 5 "$OUT/peer.log"

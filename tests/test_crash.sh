@@ -11,10 +11,13 @@ cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-kills_wanted=${CRASH_KILLS:-30} budget=${CRASH_SECONDS:-60} steps=150
+kills_wanted=${CRASH_KILLS:-30} budget=${CRASH_SECONDS:-60} steps=${CRASH_STEPS:-150}
+# CRASH_BACKEND=cuda CRASH_ARGS="--set precision.recipe=mxfp4" CRASH_SLEEP_MS=1500 runs the same test on a
+# GPU (scripts/gpu_check.sh crash): parallel.deterministic makes GPU runs bit-reproducible.
+backend=${CRASH_BACKEND:-cpu} sleep_ms=${CRASH_SLEEP_MS:-100} span_ms=${CRASH_SPAN_MS:-500}
 RANDOM=12345  # the kill times follow a fixed sequence; where they land still depends on the machine
-C=(configs/tiny.yaml --set parallel.backend=cpu --set parallel.threads=2 --set logging.interval=1
-   --set eval.interval=0 --set schedule.total_steps=$steps)
+C=(configs/tiny.yaml --set parallel.backend=$backend --set parallel.threads=2 --set logging.interval=1
+   --set eval.interval=0 --set schedule.total_steps=$steps --set parallel.deterministic=true ${CRASH_ARGS:-})
 
 ./train "${C[@]}" --set logging.file="$tmp/ref.jsonl" >"$tmp/ref.out" 2>&1
 check "the uninterrupted run succeeds" '[ $? -eq 0 ] && [ "$(grep -c "\"loss\"" "$tmp/ref.jsonl")" -eq $steps ]'
@@ -27,7 +30,8 @@ while [ $kills -lt "$kills_wanted" ] && [ $((SECONDS - t0)) -lt "$budget" ]; do
   runs=$((runs + 1))
   TRAIN_CKPT_SLOW_MS=60 ./train "${R[@]}" >"$tmp/run$runs.out" 2>&1 &
   pid=$!
-  sleep "0.$((100 + RANDOM % 500))"  # 0.1 .. 0.6 s, startup included
+  ms=$((sleep_ms + RANDOM % span_ms))  # 0.1 .. 0.6 s on the CPU, startup included
+  sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
   if kill -KILL $pid 2>/dev/null; then
     wait $pid 2>/dev/null
     kills=$((kills + 1))
