@@ -25,6 +25,9 @@
 #include "data/prepare.h"
 #include "model/adamw.h"
 #include "model/bench.h"
+#include "model/mc_eval.h"
+#include "data/evals.h"
+#include "data/tokenizer.h"
 #include "fp4/recipe.h"
 #ifdef HAVE_CUDA
 #include "model/attention_cudnn.h"
@@ -75,6 +78,7 @@ static void usage(FILE *f) {
           "  --dry-run                 print the model size and FLOPs per token and exit\n"
           "  --compare-dump DIR        write params, one batch, its logits, loss, gradients and 10 AdamW\n"
           "                            steps to DIR for scripts/hf_compare.py, and exit\n"
+          "  --eval-only               validation loss and eval.tasks of the (resumed) model, then exit\n"
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
           "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n"
@@ -140,6 +144,9 @@ typedef struct {
   DataLoader *train, *val;
   int *inputs, *targets;
   float *host_stage;  // device backends: a host buffer for one state tensor on its way to/from a checkpoint
+  Tokenizer *tok;           // eval.tasks: the tokenizer and the parsed, tokenized tasks
+  McTask *tasks[8];
+  int n_tasks;
   RunMeta meta;
   RecipeMeta recipe;
   int64_t step;           // optimizer steps completed
@@ -461,6 +468,50 @@ static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   return r;
 }
 
+// eval.tasks: parsed and tokenized once at startup, so a bad file stops the run before training.
+static void open_tasks(Run *r) {
+  const TrainConfig *c = &r->cfg;
+  if (!c->eval_tasks[0]) return;
+  char err[512], buf[CFG_PATH], *save = NULL;
+  if (c->model.vocab_size < TOKENIZER_BOS + 2)
+    die("eval.tasks: model.vocab_size %d cannot hold the Llama-3 tokenizer's ids (128256)", c->model.vocab_size);
+  r->tok = tokenizer_load(c->tokenizer_path, NULL, err, sizeof err);
+  if (!r->tok) die("data.tokenizer: %s", err);
+  static const struct { const char *name, *file; } files[] = {
+      {"hellaswag", "hellaswag_val.txt"}, {"arc_challenge", "arc_challenge.jsonl"}, {"winogrande", "winogrande.jsonl"}};
+  snprintf(buf, sizeof buf, "%s", c->eval_tasks);
+  for (char *item = strtok_r(buf, ",", &save); item && r->n_tasks < 8; item = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(item, ':'), path[2 * CFG_PATH];
+    int shots = colon ? atoi(colon + 1) : 0;
+    if (colon) *colon = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+      if (!strcmp(item, files[i].name)) snprintf(path, sizeof path, "%s/%s", c->eval_dir, files[i].file);
+    r->tasks[r->n_tasks] = mc_task_open(r->tok, item, path, shots, c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
+    if (!r->tasks[r->n_tasks]) die("eval.tasks: %s", err);
+    r->n_tasks++;
+  }
+}
+
+// Scores every task and logs accuracy (and length-normalized accuracy) beside the training loss.
+static void run_tasks(Run *r, FILE *log) {
+  char err[512];
+  for (int i = 0; i < r->n_tasks; i++) {
+    EvalResult e;
+    double t0 = now_seconds();
+    if (mc_task_run(r->tasks[i], r->model, r->cfg.micro_batch, r->cfg.seq_len, &e, err, sizeof err))
+      die("eval at step %lld: %s", (long long)r->step, err);
+    printf("step %6lld | %s %d-shot: acc %.4f", (long long)r->step, e.name, r->tasks[i]->k_shot, e.acc);
+    if (e.has_norm) printf(", acc_norm %.4f", e.acc_norm);
+    printf(" (%d docs, %.1fs)\n", e.n, now_seconds() - t0);
+    if (log) {
+      fprintf(log, "{\"step\": %lld, \"eval/%s/acc\": %.6f", (long long)r->step, e.name, e.acc);
+      if (e.has_norm) fprintf(log, ", \"eval/%s/acc_norm\": %.6f", e.name, e.acc_norm);
+      fprintf(log, ", \"eval/%s/n\": %d}\n", e.name, e.n);
+    }
+  }
+  fflush(stdout);
+}
+
 static void format_eta(double s, char *buf, size_t len) {
   if (!isfinite(s) || s < 0) s = 0;
   long t = (long)s;
@@ -481,6 +532,7 @@ int main(int argc, char **argv) {
   if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
   int force_resume = 0, print_config = 0, dry_run = 0;
   const char *dump_dir = NULL, *bench_layers = NULL;
+  int eval_only = 0;
   int bench_steps = 10;
   int64_t max_steps = -1;
   for (int i = 2; i < argc; i++) {
@@ -490,6 +542,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--print-config")) print_config = 1;
     else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
     else if (!strcmp(argv[i], "--compare-dump") && i + 1 < argc) dump_dir = argv[++i];
+    else if (!strcmp(argv[i], "--eval-only")) eval_only = 1;
     else if (!strcmp(argv[i], "--bench")) bench_layers = "2,4";
     else if (!strcmp(argv[i], "--layers") && i + 1 < argc) bench_layers = argv[++i];
     else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) bench_steps = atoi(argv[++i]);
@@ -543,14 +596,26 @@ int main(int argc, char **argv) {
   run.targets = xmalloc((size_t)B * T * sizeof(int));
   run.train = loader_open(cfg->train_data, B, T, 0, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
   if (!run.train) die("data.train: %s", err);
-  if (cfg->val_data[0] && cfg->eval_interval > 0) {
+  if (cfg->val_data[0] && (cfg->eval_interval > 0 || eval_only)) {
     run.val = loader_open(cfg->val_data, B, T, 0, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
     if (!run.val) die("data.val: %s", err);
   }
   run.meta = (RunMeta){.version = META_VERSION, .model = *mc, .micro_batch = B, .global_batch = cfg->global_batch,
                        .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
   snprintf(run.meta.recipe, sizeof run.meta.recipe, "%s", cfg->recipe);
+  open_tasks(&run);
   if (cfg->resume) resume(&run);
+  if (eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
+    FILE *elog = cfg->log_file[0] ? xfopen(cfg->log_file, "a") : NULL;
+    if (run.val) {
+      float vl = eval_loss(&run);
+      printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
+      if (elog) fprintf(elog, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
+    }
+    run_tasks(&run, elog);
+    if (elog) fclose(elog);
+    return 0;
+  }
   if (dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
     compare_dump(&run, dump_dir);
     return 0;
@@ -623,10 +688,13 @@ int main(int argc, char **argv) {
                   (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps);
         t_last = now;
       }
-      if (run.val && run.step % cfg->eval_interval == 0) {
-        float vl = eval_loss(&run);
-        printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
-        if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
+      if (cfg->eval_interval > 0 && run.step % cfg->eval_interval == 0) {
+        if (run.val) {
+          float vl = eval_loss(&run);
+          printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
+          if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
+        }
+        run_tasks(&run, log);
       }
     }
     if (log) fflush(log);
@@ -644,6 +712,8 @@ int main(int argc, char **argv) {
     }
   }
   free(spikes.loss);
+  for (int i = 0; i < run.n_tasks; i++) mc_task_free(run.tasks[i]);
+  if (run.tok) tokenizer_free(run.tok);
   if (log) fclose(log);
   loader_close(run.train);
   if (run.val) loader_close(run.val);

@@ -90,6 +90,7 @@ static const Key KEYS[] = {
 
     KSTR("data.train", train_data, "synthetic", "\"synthetic\", or shard paths/globs separated by commas"),
     KSTR("data.val", val_data, "", "validation shards, same form; empty: no validation"),
+    KSTR("data.tokenizer", tokenizer_path, "", "tiktoken-format tokenizer.model (needed by eval.tasks)"),
 
     KENUM("precision.recipe", recipe, "bf16", "bf16|mxfp4|nvfp4",
           "linear-layer recipe (the CPU backend computes in fp32)"),
@@ -117,6 +118,10 @@ static const Key KEYS[] = {
 
     KINT("eval.interval", eval_interval, "0", 0, BIG, "steps between validation passes; 0: none"),
     KINT("eval.batches", eval_batches, "8", 1, BIG, "micro-batches per validation pass"),
+    KSTR("eval.tasks", eval_tasks, "",
+         "downstream tasks with shot counts, e.g. \"hellaswag:10,arc_challenge:25,winogrande:5\"; empty: none"),
+    KSTR("eval.dir", eval_dir, "", "folder holding hellaswag_val.txt, arc_challenge.jsonl, winogrande.jsonl"),
+    KINT("eval.limit", eval_limit, "0", 0, BIG, "documents per task (the first N); 0: all"),
 
     KINT("reliability.max_bad_steps", max_bad_steps, "10", 1, BIG,
          "consecutive non-finite steps (each skipped) after which the run stops; the last checkpoint is kept"),
@@ -503,8 +508,22 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
            c->decay_start, c->decay_steps, c->total_steps);
   }
   if (!c->train_data[0]) FAIL("data.train", "is empty (use \"synthetic\" or shard paths)");
-  if (c->eval_interval > 0 && !c->val_data[0])
-    FAIL("eval.interval", "%d, but data.val is empty (nothing to evaluate)", c->eval_interval);
+  if (c->eval_interval > 0 && !c->val_data[0] && !c->eval_tasks[0])
+    FAIL("eval.interval", "%d, but data.val and eval.tasks are empty (nothing to evaluate)", c->eval_interval);
+  if (c->eval_tasks[0]) {  // "name:shots,name:shots": names and counts checked here, files when the run opens them
+    char buf[CFG_PATH], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", c->eval_tasks);
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+      char *colon = strchr(item, ':'), *end = NULL;
+      if (colon) *colon = 0;
+      if (strcmp(item, "hellaswag") && strcmp(item, "arc_challenge") && strcmp(item, "winogrande"))
+        FAIL("eval.tasks", "unknown task '%s' (known: hellaswag, arc_challenge, winogrande)", item);
+      if (colon && (strtol(colon + 1, &end, 10) < 0 || !end || *end || end == colon + 1))
+        FAIL("eval.tasks", "'%s': the shot count after ':' must be a non-negative integer", colon + 1);
+    }
+    if (!c->tokenizer_path[0]) FAIL("eval.tasks", "needs data.tokenizer (the tokenizer.model to encode the tasks)");
+    if (!c->eval_dir[0]) FAIL("eval.tasks", "needs eval.dir (the folder with the task files)");
+  }
   if (c->spike_factor > 0 && c->spike_factor <= 1)
     FAIL("reliability.spike_factor", "%g would flag ordinary steps: use 0 (off) or a factor > 1", c->spike_factor);
   if (c->resume && !c->ckpt_dir[0]) FAIL("checkpoint.resume", "is on, but checkpoint.dir is empty");

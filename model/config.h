@@ -61,6 +61,10 @@ typedef struct {
   // eval
   int eval_interval;  // steps between validation passes (0 disables)
   int eval_batches;   // micro-batches per validation pass
+  char eval_tasks[CFG_PATH];      // "hellaswag:10,arc_challenge:25,winogrande:5" (lm-evaluation-harness scoring)
+  char eval_dir[CFG_PATH];        // where the task files are
+  int eval_limit;                 // documents per task, 0: all
+  char tokenizer_path[CFG_PATH];  // data.tokenizer
 
   uint64_t seed;
 

@@ -256,7 +256,7 @@ int main(void) {
   expect_error("model:\n  rope_scaling: true\n  rope_high_freq_factor: 1\n",
                "t.yaml:3: model.rope_high_freq_factor: 1 must exceed model.rope_low_freq_factor (1)", NULL);
   expect_error("checkpoint:\n  resume: true\n", "t.yaml:2: checkpoint.resume: is on, but checkpoint.dir is empty", NULL);
-  expect_error("eval:\n  interval: 10\n", "t.yaml:2: eval.interval: 10, but data.val is empty", NULL);
+  expect_error("eval:\n  interval: 10\n", "t.yaml:2: eval.interval: 10, but data.val and eval.tasks are empty", NULL);
   expect_error("data:\n  train: \"\"\n", "t.yaml:2: data.train: is empty", NULL);
   // After --set the key has no line: the message names the source without one.
   config_defaults(&c);

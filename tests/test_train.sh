@@ -39,6 +39,17 @@ check "SIGTERM leaves a checkpoint" 'ls "$tmp/sig"/ckpt_*.bin >/dev/null 2>&1'
 out=$(./train configs/llama3_8b.yaml --dry-run 2>&1)
 check "llama3_8b has 8,030,261,248 parameters" 'echo "$out" | grep -q "8030261248 parameters (525336576 embedding)"'
 check "llama3_8b costs 57.91 GFLOP/token at seq 8192" 'echo "$out" | grep -q "57.91 GFLOP/token at seq 8192"'
+# Downstream tasks through ./train (a random model with the Llama-3 vocabulary: the wiring, not accuracy).
+ev=(configs/tiny.yaml --set model.vocab_size=128256 --set model.max_seq_len=128 --set batch.seq_len=128
+    --set batch.micro_batch=4 --set batch.global_batch=4 --set data.tokenizer=../shared/data/tokenizer/tokenizer.model
+    --set eval.dir=../shared/data/evals --set eval.limit=4 --set logging.file="$tmp/eval.jsonl")
+out=$(./train "${ev[@]}" --set eval.tasks=hellaswag:0,arc_challenge:1,winogrande:0 --eval-only 2>&1)
+check "--eval-only scores the three tasks" 'echo "$out" | grep -q "hellaswag 0-shot: acc .*acc_norm" && echo "$out" | grep -q "arc_challenge 1-shot" && echo "$out" | grep -q "winogrande 0-shot: acc"'
+check "eval results are logged beside the loss" 'grep -q "\"eval/hellaswag/acc_norm\"" "$tmp/eval.jsonl" && grep -q "\"eval/winogrande/acc\"" "$tmp/eval.jsonl"'
+out=$(./train "${ev[@]}" --set eval.tasks=mmlu:5 --eval-only 2>&1)
+check "an unknown task is refused naming eval.tasks" 'echo "$out" | grep -q "eval.tasks: unknown task .mmlu."'
+out=$(./train configs/tiny.yaml --set eval.tasks=winogrande:5 2>&1)
+check "eval.tasks without data.tokenizer is refused" 'echo "$out" | grep -q "eval.tasks: needs data.tokenizer"'
 for f in configs/paper/*.yaml; do
   out=$(./train "$f" --dry-run 2>&1)
   check "$f loads: the paper's 8B at 57.91 GFLOP/token" 'echo "$out" | grep -q "8030261248 parameters.*57.91 GFLOP/token"'
