@@ -146,3 +146,13 @@ int make_dirs(const char *dir, char *err, size_t errlen) {
   free(p);
   return rc;
 }
+
+int set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}

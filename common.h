@@ -41,6 +41,9 @@ float rng_normal(Rng *r);   // N(0, 1), Box-Muller
 // Used by shards and checkpoints; fast enough for multi-GB buffers (~several GB/s).
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
 
+// Formats a one-line error into err (when err is not NULL) and returns -1: `return set_err(...)`.
+int set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 // mkdir -p: creates dir and its missing parents. Returns 0, or -1 with a message naming the path.
 int make_dirs(const char *dir, char *err, size_t errlen);
 

@@ -39,14 +39,6 @@ struct DataLoader {
   uint32_t *succ_base;  // per context token: first of its successors (see synth_window)
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 // Seeds an Rng from a tuple of 64-bit words, so distinct (seed, purpose, index) never share a stream.
 static void rng_seed_tuple(Rng *r, uint64_t a, uint64_t b, uint64_t c) {

@@ -42,13 +42,6 @@ struct Tokenizer {
   int jit;                // the pattern was JIT-compiled (pcre2_jit_match may be used)
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 // ---------------------------------------------------------------------------------------------
 // The rank table: byte string -> id, for the mergeable tokens. BPE does a lookup per candidate

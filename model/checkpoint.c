@@ -47,16 +47,6 @@ typedef struct {
 _Static_assert(sizeof(CkptHeader) == 64, "the header is 64 bytes");
 _Static_assert(sizeof(CkptEntry) == 96, "a section table entry is 96 bytes");
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 static char *path_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
@@ -156,26 +146,26 @@ static void ckpt_close(CkptFile *f) {
 static int read_header(CkptFile *f, const char *path, uint64_t size, char *err, size_t errlen) {
   CkptHeader *h = &f->h;
   if (size < sizeof *h)
-    return fail(err, errlen, "'%s' is not a checkpoint: %llu bytes is less than the 64-byte header", path,
+    return set_err(err, errlen, "'%s' is not a checkpoint: %llu bytes is less than the 64-byte header", path,
                 (unsigned long long)size);
   if (read_at(f->fd, h, sizeof *h, 0))
-    return fail(err, errlen, "cannot read the header of checkpoint '%s': %s", path, io_error(errno));
-  if (memcmp(h->magic, CKPT_MAGIC, 8)) return fail(err, errlen, "'%s' is not a checkpoint (bad magic)", path);
+    return set_err(err, errlen, "cannot read the header of checkpoint '%s': %s", path, io_error(errno));
+  if (memcmp(h->magic, CKPT_MAGIC, 8)) return set_err(err, errlen, "'%s' is not a checkpoint (bad magic)", path);
   if (h->version != CKPT_VERSION)
-    return fail(err, errlen, "checkpoint '%s' has format version %u; this build reads version %u", path, h->version,
+    return set_err(err, errlen, "checkpoint '%s' has format version %u; this build reads version %u", path, h->version,
                 CKPT_VERSION);
   if (h->n_sections > CKPT_MAX_SECTIONS)
-    return fail(err, errlen, "checkpoint '%s' has a corrupt header (%u sections)", path, h->n_sections);
+    return set_err(err, errlen, "checkpoint '%s' has a corrupt header (%u sections)", path, h->n_sections);
   uint64_t head = sizeof *h + (uint64_t)h->n_sections * sizeof(CkptEntry);
   if (size < head)
-    return fail(err, errlen, "checkpoint '%s' is truncated: %llu bytes, less than its header and table (%llu)", path,
+    return set_err(err, errlen, "checkpoint '%s' is truncated: %llu bytes, less than its header and table (%llu)", path,
                 (unsigned long long)size, (unsigned long long)head);
   // The header checksum covers the header (with the checksum field zeroed) and the whole table.
   unsigned char *buf = xmalloc(head);
   if (read_at(f->fd, buf, head, 0)) {
     int e = errno;
     free(buf);
-    return fail(err, errlen, "cannot read the section table of checkpoint '%s': %s", path, io_error(e));
+    return set_err(err, errlen, "cannot read the section table of checkpoint '%s': %s", path, io_error(e));
   }
   memset(buf + offsetof(CkptHeader, checksum), 0, sizeof(uint64_t));
   uint64_t sum = hash64(buf, head, 0);
@@ -183,21 +173,21 @@ static int read_header(CkptFile *f, const char *path, uint64_t size, char *err, 
   memcpy(f->e, buf + sizeof *h, (size_t)h->n_sections * sizeof(CkptEntry));
   free(buf);
   if (sum != h->checksum)
-    return fail(err, errlen, "checkpoint '%s' has a header checksum mismatch (corrupt header or section table)", path);
+    return set_err(err, errlen, "checkpoint '%s' has a header checksum mismatch (corrupt header or section table)", path);
   if (size != h->file_bytes)
-    return fail(err, errlen, "checkpoint '%s' is %s: %llu bytes on disk, its header says %llu", path,
+    return set_err(err, errlen, "checkpoint '%s' is %s: %llu bytes on disk, its header says %llu", path,
                 size < h->file_bytes ? "truncated" : "too long", (unsigned long long)size,
                 (unsigned long long)h->file_bytes);
   // A valid checksum makes the checks below redundant for files this code wrote; they keep a
   // hand-made or buggy file from sending reads out of bounds.
   uint64_t c = h->chunk_bytes;
   if (c < 4096 || c > ((uint64_t)1 << 40) || (c & (c - 1)))
-    return fail(err, errlen, "checkpoint '%s' has a bad chunk size %llu", path, (unsigned long long)c);
+    return set_err(err, errlen, "checkpoint '%s' has a bad chunk size %llu", path, (unsigned long long)c);
   for (uint32_t i = 0; i < h->n_sections; i++) {
     const CkptEntry *e = &f->e[i];
     if (!memchr(e->name, 0, sizeof e->name) || !e->name[0] || e->offset % CKPT_ALIGN || e->offset < head ||
         e->offset > h->file_bytes || e->bytes > h->file_bytes - e->offset)
-      return fail(err, errlen, "checkpoint '%s': section table entry %u is malformed", path, i);
+      return set_err(err, errlen, "checkpoint '%s': section table entry %u is malformed", path, i);
   }
   return 0;
 }
@@ -206,9 +196,9 @@ static int read_header(CkptFile *f, const char *path, uint64_t size, char *err, 
 static int ckpt_open(const char *path, CkptFile *f, char *err, size_t errlen) {
   f->e = NULL;
   f->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) return fail(err, errlen, "cannot open checkpoint '%s': %s", path, strerror(errno));
+  if (f->fd < 0) return set_err(err, errlen, "cannot open checkpoint '%s': %s", path, strerror(errno));
   struct stat st;
-  int rc = fstat(f->fd, &st) ? fail(err, errlen, "cannot stat checkpoint '%s': %s", path, strerror(errno))
+  int rc = fstat(f->fd, &st) ? set_err(err, errlen, "cannot stat checkpoint '%s': %s", path, strerror(errno))
                              : read_header(f, path, (uint64_t)st.st_size, err, errlen);
   if (rc) ckpt_close(f);
   return rc;
@@ -229,19 +219,19 @@ static int missing_section(const CkptFile *f, const char *path, const char *name
     if (k < 0) break;
     used += (size_t)k;
   }
-  return fail(err, errlen, "checkpoint '%s' has no section '%s' (it has: %s)", path, name,
+  return set_err(err, errlen, "checkpoint '%s' has no section '%s' (it has: %s)", path, name,
               f->h.n_sections ? have : "none");
 }
 
 // Reads one section's data into dst and checks its checksum.
 static int read_entry(const CkptFile *f, const char *path, const CkptEntry *e, void *dst, char *err, size_t errlen) {
   if (read_at(f->fd, dst, e->bytes, e->offset))
-    return fail(err, errlen, "cannot read section '%s' of checkpoint '%s': %s", e->name, path, io_error(errno));
+    return set_err(err, errlen, "cannot read section '%s' of checkpoint '%s': %s", e->name, path, io_error(errno));
   CkptSection s = {e->name, dst, e->bytes};
   uint64_t sum;
   checksum_sections(&s, 1, f->h.chunk_bytes, &sum);
   if (sum != e->checksum)
-    return fail(err, errlen, "checkpoint '%s': section '%s' fails its checksum (corrupt data)", path, e->name);
+    return set_err(err, errlen, "checkpoint '%s': section '%s' fails its checksum (corrupt data)", path, e->name);
   return 0;
 }
 
@@ -261,11 +251,11 @@ int ckpt_verify(const char *path, int64_t *step, char *err, size_t errlen) {
     for (uint64_t c = 0; c < nc && !rc; c++) {
       uint64_t lo = c * chunk, len = e->bytes - lo < chunk ? e->bytes - lo : chunk;
       if (read_at(f.fd, buf, len, e->offset + lo))
-        rc = fail(err, errlen, "cannot read section '%s' of checkpoint '%s': %s", e->name, path, io_error(errno));
+        rc = set_err(err, errlen, "cannot read section '%s' of checkpoint '%s': %s", e->name, path, io_error(errno));
       else h[c] = hash64(buf, len, c);
     }
     if (!rc && hash64(h, nc * sizeof(uint64_t), e->bytes) != e->checksum)
-      rc = fail(err, errlen, "checkpoint '%s': section '%s' fails its checksum (corrupt data)", path, e->name);
+      rc = set_err(err, errlen, "checkpoint '%s': section '%s' fails its checksum (corrupt data)", path, e->name);
     free(h);
   }
   free(buf);
@@ -283,7 +273,7 @@ int ckpt_load(const char *path, CkptSection *secs, int n, int64_t *step, char *e
     const CkptEntry *e = find_entry(&f, secs[i].name);
     if (!e) rc = missing_section(&f, path, secs[i].name, err, errlen);
     else if (e->bytes != secs[i].bytes)
-      rc = fail(err, errlen, "checkpoint '%s': section '%s': checkpoint has %llu bytes, this run expects %zu", path,
+      rc = set_err(err, errlen, "checkpoint '%s': section '%s': checkpoint has %llu bytes, this run expects %zu", path,
                 secs[i].name, (unsigned long long)e->bytes, secs[i].bytes);
   }
   for (int i = 0; i < n && !rc; i++) rc = read_entry(&f, path, find_entry(&f, secs[i].name), secs[i].data, err, errlen);
@@ -363,7 +353,7 @@ static int list_ckpts(const char *dir, CkptName **out) {
 // A file's step must be the one in its name: a copied or renamed file is not what it claims.
 static int step_matches_name(const CkptName *c, int64_t step, char *err, size_t errlen) {
   if (step == c->step) return 1;
-  fail(err, errlen, "checkpoint '%s' holds step %lld, not the step in its name", c->path, (long long)step);
+  set_err(err, errlen, "checkpoint '%s' holds step %lld, not the step in its name", c->path, (long long)step);
   return 0;
 }
 
@@ -473,7 +463,7 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
                       const CkptEntry *e, int n, char *err, size_t errlen) {
   static const char zeros[CKPT_ALIGN];
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
+  if (fd < 0) return set_err(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
   int bad = write_all(fd, buf, head);
   uint64_t pos = head;
   long slow_ms = slow_write_ms();
@@ -484,27 +474,27 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
   }
   if (!bad) bad = fsync(fd);
   int rc = 0;
-  if (bad) rc = fail(err, errlen, "cannot write checkpoint temp file '%s': %s", tmp, strerror(errno));
-  if (close(fd) && !rc) rc = fail(err, errlen, "cannot close checkpoint temp file '%s': %s", tmp, strerror(errno));
+  if (bad) rc = set_err(err, errlen, "cannot write checkpoint temp file '%s': %s", tmp, strerror(errno));
+  if (close(fd) && !rc) rc = set_err(err, errlen, "cannot close checkpoint temp file '%s': %s", tmp, strerror(errno));
   if (rc) unlink(tmp);
   return rc;
 }
 
 int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, char *err, size_t errlen) {
-  if (step < 0) return fail(err, errlen, "checkpoint step must be >= 0, got %lld", (long long)step);
+  if (step < 0) return set_err(err, errlen, "checkpoint step must be >= 0, got %lld", (long long)step);
   if (n < 0 || n > CKPT_MAX_SECTIONS)
-    return fail(err, errlen, "checkpoint section count %d is out of range [0, %d]", n, CKPT_MAX_SECTIONS);
+    return set_err(err, errlen, "checkpoint section count %d is out of range [0, %d]", n, CKPT_MAX_SECTIONS);
   for (int i = 0; i < n; i++) {
     const char *name = secs[i].name;
     if (!name || !name[0] || strlen(name) > CKPT_NAME_MAX)
-      return fail(err, errlen, "checkpoint section %d: name '%s' must be 1 to %d bytes", i, name ? name : "(null)",
+      return set_err(err, errlen, "checkpoint section %d: name '%s' must be 1 to %d bytes", i, name ? name : "(null)",
                   CKPT_NAME_MAX);
     if (!secs[i].data && secs[i].bytes)
-      return fail(err, errlen, "checkpoint section '%s' has %zu bytes but no data", name, secs[i].bytes);
+      return set_err(err, errlen, "checkpoint section '%s' has %zu bytes but no data", name, secs[i].bytes);
     for (int j = 0; j < i; j++)
-      if (!strcmp(secs[j].name, name)) return fail(err, errlen, "checkpoint section name '%s' appears twice", name);
+      if (!strcmp(secs[j].name, name)) return set_err(err, errlen, "checkpoint section name '%s' appears twice", name);
   }
-  if (!dir[0]) return fail(err, errlen, "checkpoint directory is an empty string");
+  if (!dir[0]) return set_err(err, errlen, "checkpoint directory is an empty string");
   if (make_dirs(dir, err, errlen)) return -1;
   remove_stale_temps(dir);
 
@@ -538,11 +528,11 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
 
   int rc = write_temp(tmp, buf, head, secs, e, n, err, errlen);
   if (!rc && rename(tmp, final)) {
-    rc = fail(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+    rc = set_err(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
     unlink(tmp);
   }
   if (!rc && sync_dir(dir))
-    rc = fail(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final, strerror(errno));
+    rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final, strerror(errno));
   if (!rc) prune(dir, step, keep);
   free(tmp);
   free(final);
@@ -553,18 +543,18 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
 }
 
 int ckpt_probe_dir(const char *dir, char *err, size_t errlen) {
-  if (!dir[0]) return fail(err, errlen, "checkpoint directory is an empty string");
+  if (!dir[0]) return set_err(err, errlen, "checkpoint directory is an empty string");
   if (make_dirs(dir, err, errlen)) return -1;
   // Named like a save's temp file, so one left by a crash is removed by the next save.
   char *probe = path_join(dir, "ckpt_probe.bin.tmp");
   int rc = 0, fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    rc = fail(err, errlen, "checkpoint directory '%s' is not writable: cannot create '%s': %s", dir, probe,
+    rc = set_err(err, errlen, "checkpoint directory '%s' is not writable: cannot create '%s': %s", dir, probe,
               strerror(errno));
   } else {
     static const char bytes[CKPT_ALIGN];
     if (write_all(fd, bytes, sizeof bytes) || fsync(fd))
-      rc = fail(err, errlen, "checkpoint directory '%s' is not writable: cannot write '%s': %s", dir, probe,
+      rc = set_err(err, errlen, "checkpoint directory '%s' is not writable: cannot write '%s': %s", dir, probe,
                 strerror(errno));
     close(fd);
     unlink(probe);

@@ -8,14 +8,6 @@
 
 #include "common.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 // log softmax(row)[target] in double, summed serially in index order (deterministic).
 static double log_prob(const float *row, int V, int target) {
