@@ -51,6 +51,15 @@ typedef struct {
 } RunMeta;
 #define META_VERSION 1
 
+// What a file for checkpoint.init_from says about its parameters, saved as "init_meta" by
+// scripts/import_hf.py (ckpt_io.pack_init_meta): 60 bytes, no padding. A training checkpoint can
+// serve as well: its "meta" holds the same LlamaConfig.
+typedef struct {
+  uint32_t version;
+  LlamaConfig model;
+} InitMeta;
+#define INIT_META_VERSION 1
+
 // The precision recipe's details, resolved ("auto" replaced by what it means), saved as the
 // "recipe" section. The GEMM back end is left out: it changes speed, not the recipe. Checkpoints
 // written before this section existed have none, and are only checked against precision.recipe.
@@ -85,6 +94,28 @@ static void usage(FILE *f) {
           "signals: SIGTERM/SIGINT save a checkpoint and exit; SIGUSR1 saves one and keeps training\n");
 }
 
+// Names the first model key where a file's model config (a) differs from this run's (b); 'what'
+// names the file's side in the message ("checkpoint has ..."). max_seq_len only sizes the RoPE
+// tables, and the scaling details only matter when scaling is on, so neither is compared.
+static int model_mismatch(const LlamaConfig *a, const LlamaConfig *b, const char *what, char *msg, size_t len) {
+#define CMP(field, key, fmt)                                                                        \
+  if (a->field != b->field) {                                                                       \
+    snprintf(msg, len, key ": %s has " fmt ", this run has " fmt, what, a->field, b->field);        \
+    return 1;                                                                                       \
+  }
+  CMP(vocab_size, "model.vocab_size", "%d") CMP(dim, "model.dim", "%d") CMP(n_layers, "model.n_layers", "%d")
+  CMP(n_heads, "model.n_heads", "%d") CMP(n_kv_heads, "model.n_kv_heads", "%d") CMP(ffn_dim, "model.ffn_dim", "%d")
+  CMP(norm_eps, "model.norm_eps", "%g") CMP(rope_theta, "model.rope_theta", "%g")
+  CMP(rope_scaling, "model.rope_scaling", "%d")
+  if (a->rope_scaling) {
+    CMP(rope_factor, "model.rope_factor", "%g") CMP(rope_low_freq_factor, "model.rope_low_freq_factor", "%g")
+    CMP(rope_high_freq_factor, "model.rope_high_freq_factor", "%g")
+    CMP(rope_original_max_pos, "model.rope_original_max_pos", "%d")
+  }
+#undef CMP
+  return 0;
+}
+
 // Names the first field where a checkpoint's meta differs from this run's, by its config key.
 static int meta_mismatch(const RunMeta *a, const RunMeta *b, char *msg, size_t len) {
 #define CMP(field, key, fmt)                                                                     \
@@ -92,15 +123,8 @@ static int meta_mismatch(const RunMeta *a, const RunMeta *b, char *msg, size_t l
     snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, a->field, b->field); \
     return 1;                                                                                    \
   }
-  CMP(version, "run metadata version", "%u") CMP(model.vocab_size, "model.vocab_size", "%d")
-  CMP(model.dim, "model.dim", "%d") CMP(model.n_layers, "model.n_layers", "%d")
-  CMP(model.n_heads, "model.n_heads", "%d") CMP(model.n_kv_heads, "model.n_kv_heads", "%d")
-  CMP(model.ffn_dim, "model.ffn_dim", "%d") CMP(model.norm_eps, "model.norm_eps", "%g")
-  CMP(model.rope_theta, "model.rope_theta", "%g") CMP(model.rope_scaling, "model.rope_scaling", "%d")
-  CMP(model.rope_factor, "model.rope_factor", "%g")
-  CMP(model.rope_low_freq_factor, "model.rope_low_freq_factor", "%g")
-  CMP(model.rope_high_freq_factor, "model.rope_high_freq_factor", "%g")
-  CMP(model.rope_original_max_pos, "model.rope_original_max_pos", "%d")
+  CMP(version, "run metadata version", "%u")
+  if (model_mismatch(&a->model, &b->model, "checkpoint", msg, len)) return 1;
   CMP(micro_batch, "batch.micro_batch", "%d") CMP(global_batch, "batch.global_batch", "%d")
   CMP(seq_len, "batch.seq_len", "%d") CMP(world, "parallel.data_parallel", "%d") CMP(seed, "seed", "%" PRIu64)
   CMP(n_params, "parameter count", "%" PRIu64)
@@ -191,14 +215,15 @@ static void save_checkpoint(Run *r) {
 }
 
 // Loads the newest valid checkpoint, after checking that it was written by a compatible run.
-static void resume(Run *r) {
+// Returns 1 when it did, 0 when checkpoint.dir holds none (the run starts from scratch).
+static int resume(Run *r) {
   char path[2048], err[512];
   int64_t step;
   int found = ckpt_latest(r->cfg.ckpt_dir, path, sizeof path, &step);
   if (found < 0) die("cannot scan checkpoint dir '%s'", r->cfg.ckpt_dir);
   if (found == 1) {
     printf("resume: no checkpoint in '%s', starting from scratch\n", r->cfg.ckpt_dir);
-    return;
+    return 0;
   }
   RunMeta old;
   CkptSection meta = {"meta", &old, sizeof old};
@@ -236,6 +261,41 @@ static void resume(Run *r) {
   r->step = r->saved_step = step;
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
   printf("resumed from %s at step %lld\n", path, (long long)step);
+  return 1;
+}
+
+// checkpoint.init_from: replaces the random init by the "params" of a file, after checking that its
+// model config ("init_meta" of an imported model, or a training checkpoint's "meta") is this run's.
+// Only the parameters are taken: the optimizer state, step and data position start fresh.
+static void init_from(Run *r) {
+  const char *path = r->cfg.init_from;
+  char err[1024], why[512];
+  size_t meta_bytes;
+  const char *name = "init_meta";
+  int has = ckpt_section_size(path, name, &meta_bytes, err, sizeof err);
+  if (has < 0) die("checkpoint.init_from: %s", err);
+  if (has == 1) name = "meta";
+  void *buf;
+  if (ckpt_read_section(path, name, &buf, &meta_bytes, err, sizeof err)) die("checkpoint.init_from: %s", err);
+  size_t want_bytes = has == 1 ? sizeof(RunMeta) : sizeof(InitMeta);
+  uint32_t want_version = has == 1 ? META_VERSION : INIT_META_VERSION;
+  if (meta_bytes != want_bytes)
+    die("checkpoint.init_from: '%s': section '%s' has %zu bytes, this build's has %zu", path, name, meta_bytes, want_bytes);
+  // Both structs start with the version, then the model config.
+  LlamaConfig model = has == 1 ? ((RunMeta *)buf)->model : ((InitMeta *)buf)->model;
+  uint32_t version = *(uint32_t *)buf;
+  free(buf);
+  if (version != want_version)
+    die("checkpoint.init_from: '%s': section '%s' has version %u, this build reads %u", path, name, version, want_version);
+  if (model_mismatch(&model, &r->cfg.model, "the file", why, sizeof why))
+    die("checkpoint.init_from: '%s' holds a different model: %s", path, why);
+  size_t bytes = llama_param_count(r->model) * sizeof(float);
+  float *host = on_host(r) ? llama_params(r->model) : r->host_stage;
+  CkptSection params = {"params", host, bytes};
+  if (ckpt_load(path, &params, 1, NULL, err, sizeof err)) die("checkpoint.init_from: %s", err);
+  if (!on_host(r)) r->ops->upload(llama_params(r->model), host, bytes);
+  r->ops->params_changed();
+  printf("initialized from %s\n", path);
 }
 
 // Clips by the global gradient norm and applies AdamW to every tensor (norms not decayed). Returns
@@ -604,7 +664,9 @@ int main(int argc, char **argv) {
                        .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
   snprintf(run.meta.recipe, sizeof run.meta.recipe, "%s", cfg->recipe);
   open_tasks(&run);
-  if (cfg->resume) resume(&run);
+  // A resume wins over checkpoint.init_from: the checkpoint already holds the trained parameters.
+  int resumed = cfg->resume && resume(&run);
+  if (!resumed && cfg->init_from[0]) init_from(&run);
   if (eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
     FILE *elog = cfg->log_file[0] ? xfopen(cfg->log_file, "a") : NULL;
     if (run.val) {

@@ -112,6 +112,9 @@ static const Key KEYS[] = {
     KINT("checkpoint.interval", ckpt_interval, "0", 0, BIG, "steps between checkpoints; 0: only at the end"),
     KINT("checkpoint.keep", ckpt_keep, "3", 1, BIG, "checkpoints kept (older ones are deleted)"),
     KBOOL("checkpoint.resume", resume, "false", "resume from the latest checkpoint in checkpoint.dir, if any"),
+    KSTR("checkpoint.init_from", init_from, "",
+         "start from the \"params\" of this file instead of the random init: a model imported by "
+         "scripts/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes precedence"),
 
     KINT("logging.interval", log_interval, "1", 1, BIG, "steps between log lines"),
     KSTR("logging.file", log_file, "", "JSONL metrics file; empty: none"),

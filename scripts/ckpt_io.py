@@ -1,14 +1,19 @@
-"""ckpt_io.py: the Python side of the engine's file formats, shared by hf_compare.py and export_hf.py.
+"""ckpt_io.py: the Python side of the engine's file formats, shared by hf_compare.py, export_hf.py
+and import_hf.py.
 
 - hash64(): a numpy port of common.c's hash64, vectorized over many equal-length pieces, so that
   the 64 MiB chunks of a multi-GB checkpoint section are checked together;
-- Checkpoint: reads and verifies a checkpoint file (docs/checkpoint_format.md);
+- Checkpoint: reads and verifies a checkpoint file (docs/checkpoint_format.md); write_checkpoint()
+  writes one, streaming its sections;
 - parse_run_meta(): the "meta" section (train.c's RunMeta, with a LlamaConfig inside);
+  pack_init_meta() / parse_init_meta(): the "init_meta" section of an imported model (train.c's InitMeta);
 - param_layout(): the flat parameter layout of model/llama.c (names, shapes, offsets, decay);
 - hf_tensors(): maps that flat buffer onto Hugging Face LlamaForCausalLM names;
-- hf_config(): the LlamaForCausalLM config.json for a model config;
+- hf_config(): the LlamaForCausalLM config.json for a model config; model_config_from_hf() the
+  inverse, refusing what the engine cannot represent;
 - CompareDump: reads the directory `./train --compare-dump DIR` writes;
-- write_safetensors(): streams tensors to a .safetensors file in fp32 or bf16.
+- write_safetensors(): streams tensors to a .safetensors file in fp32 or bf16; SafetensorsReader
+  memory-maps one file or a sharded set and converts BF16/F16/F32 tensors to fp32.
 
 Only numpy and the standard library are needed here (no torch), so an export runs anywhere.
 """
@@ -151,12 +156,75 @@ def section_checksum(data, chunk_bytes):
     return hash64(h.view(np.uint8), nbytes)
 
 
+CHUNK_BYTES = 1 << 26  # the checksum chunk the engine writes (64 MiB)
+
+
+def _align64(x):
+    return (x + 63) & ~63
+
+
+def _as_bytes(piece):
+    """A bytes-like object or a numpy array as a flat uint8 array (no copy when contiguous)."""
+    if isinstance(piece, np.ndarray):
+        return np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+    return np.frombuffer(piece, dtype=np.uint8)
+
+
+def write_checkpoint(path, sections, step=0, chunk_bytes=CHUNK_BYTES):
+    """Writes a checkpoint file holding sections [(name, pieces)] in that order (byte layout:
+    docs/checkpoint_format.md). pieces is an iterable of bytes-like objects or numpy arrays whose
+    bytes, concatenated, are the section, so a multi-GB section streams through one tensor at a
+    time. The data goes to path.tmp behind a zeroed header and table; each section's checksum is
+    then computed from that file, memory-mapped, with section_checksum (the reader's own code, all
+    64 MiB chunks advancing together); the header and table are filled in last, and the file is
+    fsynced and renamed to path, so path never holds a partial file. Returns {name: bytes}."""
+    names = [name for name, _ in sections]
+    for name in names:
+        if not 1 <= len(name.encode()) <= 63:
+            raise ValueError(f"checkpoint section name '{name}' must be 1 to 63 bytes")
+    if len(set(names)) != len(names):
+        raise ValueError(f"checkpoint section names repeat: {names}")
+    n, table_end = len(sections), HEADER_BYTES + ENTRY_BYTES * len(sections)
+    entries, tmp = [], path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(bytes(table_end))  # header and table: filled in once the checksums are known
+            for name, pieces in sections:
+                off = _align64(f.tell())
+                f.write(bytes(off - f.tell()))
+                for piece in pieces:
+                    f.write(_as_bytes(piece))
+                entries.append((name, off, f.tell() - off))
+            file_bytes = f.tell()
+            f.flush()
+            head = bytearray(table_end)
+            struct.pack_into("<8sIIqQQ", head, 0, CKPT_MAGIC, CKPT_VERSION, n, step, file_bytes, chunk_bytes)
+            for i, (name, off, nbytes) in enumerate(entries):
+                data = np.memmap(tmp, dtype=np.uint8, mode="r", offset=off, shape=(nbytes,)) if nbytes else np.zeros(0, np.uint8)
+                e = HEADER_BYTES + ENTRY_BYTES * i
+                head[e : e + 64] = name.encode().ljust(64, b"\0")
+                struct.pack_into("<QQQ", head, e + 64, off, nbytes, section_checksum(data, chunk_bytes))
+                del data
+            struct.pack_into("<Q", head, 56, hash64(bytes(head), 0))  # computed with its own field zero
+            f.seek(0)
+            f.write(head)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return {name: nbytes for name, _, nbytes in entries}
+
+
 # ---- RunMeta (train.c) ------------------------------------------------------------------------
 
 # uint32 version; LlamaConfig {7 int, float norm_eps, float rope_theta, int rope_scaling, 3 float,
 # int rope_original_max_pos}; char recipe[64]; 4 int32 (micro_batch, global_batch, seq_len, world);
 # 4 bytes of padding (the uint64 after them is 8-aligned); uint64 seed, n_params; int64 tokens_seen.
-_META_FMT = "<I 7i ffi fff i 64s 4i 4x QQq"
+_MODEL_FMT = "7i ffi fff i"  # LlamaConfig (model/llama_config.h), 56 bytes
+_META_FMT = "<I " + _MODEL_FMT + " 64s 4i 4x QQq"
 _META_FIELDS = ("version vocab_size dim n_layers n_heads n_kv_heads ffn_dim max_seq_len norm_eps rope_theta "
                 "rope_scaling rope_factor rope_low_freq_factor rope_high_freq_factor rope_original_max_pos "
                 "recipe micro_batch global_batch seq_len world seed n_params tokens_seen").split()
@@ -173,6 +241,29 @@ def parse_run_meta(buf, where="meta"):
     if meta["version"] != META_VERSION:
         raise CheckpointError(f"{where}: RunMeta version {meta['version']}, this reader knows {META_VERSION}")
     meta["recipe"] = meta["recipe"].split(b"\0", 1)[0].decode()
+    return meta
+
+
+# InitMeta (train.c): what an imported model's "init_meta" section holds, uint32 version then the
+# LlamaConfig, 60 bytes, all fields 4-byte little-endian. checkpoint.init_from compares it with the
+# run's model config before it loads "params".
+_INIT_META_FMT = "<I " + _MODEL_FMT
+INIT_META_BYTES, INIT_META_VERSION = 60, 1
+assert struct.calcsize(_INIT_META_FMT) == INIT_META_BYTES
+
+
+def pack_init_meta(cfg):
+    """A model config (MODEL_KEYS) -> the init_meta section's bytes."""
+    return struct.pack(_INIT_META_FMT, INIT_META_VERSION, *(cfg[k] for k in MODEL_KEYS))
+
+
+def parse_init_meta(buf, where="init_meta"):
+    """init_meta bytes -> {"version", *MODEL_KEYS}."""
+    if len(buf) != INIT_META_BYTES:
+        raise CheckpointError(f"{where}: {len(buf)} bytes, train.c's InitMeta has {INIT_META_BYTES}")
+    meta = dict(zip(["version"] + MODEL_KEYS, struct.unpack(_INIT_META_FMT, bytes(buf))))
+    if meta["version"] != INIT_META_VERSION:
+        raise CheckpointError(f"{where}: InitMeta version {meta['version']}, this reader knows {INIT_META_VERSION}")
     return meta
 
 
@@ -290,6 +381,68 @@ def _f32(x):
     return x
 
 
+# What the engine assumes when rope scaling is off: the unused scaling keys keep the presets' values.
+_ROPE_OFF = {"rope_factor": 8.0, "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0, "rope_original_max_pos": 8192}
+
+
+def model_config_from_hf(c, where="config.json"):
+    """The engine's model config (MODEL_KEYS) of a LlamaForCausalLM config.json, the inverse of
+    hf_config(). Raises ValueError naming the field when the model is something the engine cannot
+    represent: another architecture, tied embeddings, biases, an activation other than SiLU, a head
+    size other than hidden_size / heads, RoPE scaling other than none or "llama3". Reads both the
+    transformers 4.x keys (rope_theta, rope_scaling) and 5.x's rope_parameters."""
+
+    def need(ok, msg):
+        if not ok:
+            raise ValueError(f"{where}: {msg}")
+
+    archs = c.get("architectures") or []
+    need(c.get("model_type") == "llama" and (not archs or "LlamaForCausalLM" in archs),
+         f"model_type {c.get('model_type')!r}, architectures {archs}: only a LlamaForCausalLM (model_type 'llama') can be imported")
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+        need(isinstance(c.get(key), int) and c[key] > 0, f"{key} must be a positive integer, got {c.get(key)!r}")
+    need(not c.get("tie_word_embeddings", False),
+         "tie_word_embeddings is true: the engine has a separate output head (lm_head), only untied embeddings are supported")
+    for key in ("attention_bias", "mlp_bias"):
+        need(not c.get(key, False), f"{key} is true: the engine's projections have no biases")
+    act = c.get("hidden_act", "silu")
+    need(act == "silu", f"hidden_act {act!r}: the engine's MLP is SwiGLU with SiLU")
+    D, H = c["hidden_size"], c["num_attention_heads"]
+    KV = c.get("num_key_value_heads") or H
+    need(D % H == 0, f"hidden_size {D} is not divisible by num_attention_heads {H}")
+    need(H % KV == 0, f"num_attention_heads {H} is not divisible by num_key_value_heads {KV}")
+    hd = c.get("head_dim") or D // H
+    need(hd == D // H, f"head_dim {hd}: the engine's head size is hidden_size / num_attention_heads = {D // H}")
+
+    rope_params = c.get("rope_parameters") or {}  # transformers 5.x
+    theta = c.get("rope_theta", rope_params.get("rope_theta", 10000.0))
+    scaling = c.get("rope_scaling")
+    if scaling is None and rope_params.get("rope_type", "default") != "default":
+        scaling = rope_params
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    need(kind in ("default", "llama3"), f"rope_scaling type {kind!r}: the engine implements none or 'llama3'")
+    cfg = {
+        "vocab_size": c["vocab_size"], "dim": D, "n_layers": c["num_hidden_layers"], "n_heads": H, "n_kv_heads": KV,
+        "ffn_dim": c["intermediate_size"], "max_seq_len": c.get("max_position_embeddings", 2048),
+        "norm_eps": _f32(c.get("rms_norm_eps", 1e-6)), "rope_theta": _f32(theta), "rope_scaling": int(kind == "llama3"),
+        **_ROPE_OFF,
+    }
+    if kind == "llama3":
+        for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            need(key in scaling, f"rope_scaling of type 'llama3' has no {key!r}")
+        cfg.update(rope_factor=_f32(scaling["factor"]), rope_low_freq_factor=_f32(scaling["low_freq_factor"]),
+                   rope_high_freq_factor=_f32(scaling["high_freq_factor"]),
+                   rope_original_max_pos=int(scaling["original_max_position_embeddings"]))
+    return cfg
+
+
+def model_yaml(cfg):
+    """The `model:` section of an engine config for a model config (every key, so no preset matters)."""
+    keys = MODEL_KEYS if cfg["rope_scaling"] else MODEL_KEYS[:10]
+    vals = {k: ("true" if cfg[k] else "false") if k == "rope_scaling" else cfg[k] for k in keys}
+    return "model:\n" + "".join(f"  {k}: {_f32(v) if isinstance(v, float) else v}\n" for k, v in vals.items())
+
+
 # ---- compare dump (train.c compare_dump) -----------------------------------------------------
 
 
@@ -361,3 +514,75 @@ def write_safetensors(path, tensors, dtype="bf16", metadata=None):
             data = fp32_to_bf16_bits(a) if dtype == "bf16" else np.ascontiguousarray(a, dtype="<f4")
             f.write(data.tobytes())
     os.replace(tmp, path)
+
+
+class SafetensorsReader:
+    """The tensors of a Hugging Face model directory: model.safetensors, or the shards that
+    model.safetensors.index.json lists. Every header is read and checked on open (dtype, shape,
+    offsets inside the file); fp32_blocks() memory-maps one tensor and converts it to fp32."""
+
+    DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+
+    def __init__(self, d):
+        single, index = os.path.join(d, "model.safetensors"), os.path.join(d, "model.safetensors.index.json")
+        weight_map = None
+        if os.path.exists(single):
+            files = ["model.safetensors"]
+        elif os.path.exists(index):
+            with open(index) as f:
+                weight_map = json.load(f).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise CheckpointError(f"{index}: no 'weight_map'")
+            files = sorted(set(weight_map.values()))
+        else:
+            raise CheckpointError(f"'{d}' has neither model.safetensors nor model.safetensors.index.json")
+        self.tensors = {}  # name -> (path, absolute byte offset, dtype tag, shape)
+        for fn in files:
+            self._read_header(os.path.join(d, fn))
+        if weight_map is not None:
+            for name, fn in weight_map.items():
+                if name not in self.tensors or os.path.basename(self.tensors[name][0]) != fn:
+                    raise CheckpointError(f"{index}: '{name}' is mapped to {fn}, which does not hold it")
+
+    def _read_header(self, path):
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            n = struct.unpack("<Q", raw)[0] if len(raw) == 8 else None
+            if n is None or n > min(size - 8, 1 << 28):
+                raise CheckpointError(f"'{path}' is not a safetensors file (header length {n}, file {size} bytes)")
+            try:
+                head = json.loads(f.read(n))
+            except ValueError as e:
+                raise CheckpointError(f"'{path}': the safetensors header is not JSON ({e})") from None
+        head.pop("__metadata__", None)
+        for name, t in head.items():
+            tag, shape, (begin, end) = t.get("dtype"), t.get("shape"), t.get("data_offsets", (0, -1))
+            if tag not in self.DTYPES:
+                raise CheckpointError(f"'{path}': tensor '{name}' has dtype {tag}; BF16, F16 or F32 can be imported")
+            if end - begin != int(np.prod(shape)) * self.DTYPES[tag][1] or 8 + n + end > size:
+                raise CheckpointError(f"'{path}': tensor '{name}' ({tag} {shape}) has data_offsets {[begin, end]} that "
+                                      f"do not fit its shape or the file ({size} bytes)")
+            if name in self.tensors:
+                raise CheckpointError(f"'{path}': tensor '{name}' is also in '{self.tensors[name][0]}'")
+            self.tensors[name] = (path, 8 + n + begin, tag, tuple(shape))
+
+    def shape(self, name):
+        return self.tensors[name][3]
+
+    def fp32_blocks(self, name, block_bytes=1 << 26):
+        """The tensor as fp32, flattened, in blocks of about block_bytes (whole rows): BF16 widens
+        exactly (its bits are the top half of an fp32), F16 converts exactly, F32 is copied."""
+        path, off, tag, shape = self.tensors[name]
+        numel = int(np.prod(shape))
+        if numel == 0:
+            return
+        src = np.memmap(path, dtype=self.DTYPES[tag][0], mode="r", offset=off, shape=(numel,))
+        row = int(np.prod(shape[1:])) if len(shape) > 1 else numel
+        step = max(1, block_bytes // (4 * row)) * row
+        for i in range(0, numel, step):
+            x = src[i : i + step]
+            if tag == "BF16":
+                yield (x.astype(np.uint32) << np.uint32(16)).view("<f4")
+            else:
+                yield x.astype("<f4")
