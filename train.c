@@ -34,10 +34,12 @@
 #include "model/ops_cuda.h"
 #endif
 #include "model/checkpoint.h"
+#include "model/comm.h"
 #include "model/config.h"
 #include "model/llama.h"
 #include "model/ops.h"
 #include "model/schedule.h"
+#include "model/zero.h"
 
 // What a checkpoint must agree on with the run that loads it. Fixed-size POD, saved as "meta".
 typedef struct {
@@ -164,10 +166,12 @@ typedef struct {
   TrainConfig cfg;
   const Ops *ops;  // the backend: ops_cpu, or the CUDA table
   Llama *model;
-  float *adam_m, *adam_v;
+  Comm *comm;    // the data-parallel job (world 1: no other process, no sockets)
+  int rank, world;
+  Zero *zero;    // the optimizer: AdamW moments of this rank's shard (all of them when world is 1)
   DataLoader *train, *val;
   int *inputs, *targets;
-  float *host_stage;  // device backends: a host buffer for one state tensor on its way to/from a checkpoint
+  float *host_stage;  // device backends: host room for the params and the m, v shards of a checkpoint
   Tokenizer *tok;           // eval.tasks: the tokenizer and the parsed, tokenized tasks
   McTask *tasks[8];
   int n_tasks;
@@ -175,40 +179,79 @@ typedef struct {
   RecipeMeta recipe;
   int64_t step;           // optimizer steps completed
   int64_t saved_step;     // step of the newest checkpoint of this run (-1: none yet)
-  char last_ckpt[2048];   // its path, for messages when something goes wrong later
+  char last_ckpt[4200];   // its path (a manifest when sharded), for messages when something goes wrong
 } Run;
 
-// The host address of a backend state buffer for a checkpoint: the buffer itself on the CPU, else
-// the staging buffer (filled from the device when saving).
+// The checkpointed state: params (all of them), then AdamW m and v (this rank's shard). state[]
+// is backend memory; host[] is the same memory on the CPU, else room in the staging buffer.
+typedef struct {
+  float *state[3], *host[3];
+  size_t bytes[3];
+} CkptState;
+
 static int on_host(const Run *r) { return r->ops == &ops_cpu; }
 
+static CkptState ckpt_state(Run *r) {
+  const Zero *z = r->zero;
+  size_t n = z->n, s = z->hi - z->lo, offset[3] = {0, n, n + s};
+  CkptState c = {{llama_params(r->model), z->m, z->v}, {0}, {n * sizeof(float), s * sizeof(float), s * sizeof(float)}};
+  for (int i = 0; i < 3; i++) c.host[i] = on_host(r) ? c.state[i] : r->host_stage + offset[i];
+  return c;
+}
+
+// With one process: checkpoint.dir/ckpt_<step>.bin. With world > 1: a sharded checkpoint, one file
+// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (model/zero.h). The parameters
+// are identical on every rank, so only rank 0's file holds them.
 static void save_checkpoint(Run *r) {
   if (!r->cfg.ckpt_dir[0]) return;
-  size_t n = llama_param_count(r->model), bytes = n * sizeof(float);
-  float *state[3] = {llama_params(r->model), r->adam_m, r->adam_v}, *host[3];
-  for (int i = 0; i < 3; i++) {
-    host[i] = on_host(r) ? state[i] : r->host_stage + i * n;
-    if (!on_host(r)) r->ops->download(host[i], state[i], bytes);
-  }
+  const int sharded = r->world > 1;
+  CkptState st = ckpt_state(r);
+  for (int i = 0; i < 3; i++)
+    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(st.host[i], st.state[i], st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
-  CkptSection secs[] = {
-      {"meta", &r->meta, sizeof r->meta},
-      {"params", host[0], bytes},
-      {"adam_m", host[1], bytes},
-      {"adam_v", host[2], bytes},
-      {"loader", &ls, sizeof ls},
-      {"recipe", &r->recipe, sizeof r->recipe},
-  };
-  char err[1024];
+  CkptSection secs[6] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
+  if (r->rank == 0) *s++ = (CkptSection){"params", st.host[0], st.bytes[0]};
+  *s++ = (CkptSection){"adam_m", st.host[1], st.bytes[1]};
+  *s++ = (CkptSection){"adam_v", st.host[2], st.bytes[2]};
+  *s++ = (CkptSection){"loader", &ls, sizeof ls};
+  *s++ = (CkptSection){"recipe", &r->recipe, sizeof r->recipe};
+  char dir[2048], err[1024];
+  if (sharded) snprintf(dir, sizeof dir, "%s/rank_%d", r->cfg.ckpt_dir, r->rank);
+  else snprintf(dir, sizeof dir, "%s", r->cfg.ckpt_dir);
   double t0 = now_seconds();
   // A failed save (disk full, permissions) stops the run: training on without being able to save
-  // would only widen the gap since the last checkpoint, which ckpt_save leaves intact.
-  if (ckpt_save(r->cfg.ckpt_dir, r->step, secs, 6, r->cfg.ckpt_keep, err, sizeof err))
+  // would only widen the gap since the last checkpoint, which ckpt_save leaves intact. The other
+  // ranks then stop at their next collective, naming this one.
+  if (ckpt_save(dir, r->step, secs, (int)(s - secs), r->cfg.ckpt_keep, err, sizeof err))
     die("checkpoint at step %lld failed: %s; stopping (%s%s)", (long long)r->step, err,
         r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run",
         r->last_ckpt);
-  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/ckpt_%08lld.bin", r->cfg.ckpt_dir, (long long)r->step);
+  char path[2200];
+  snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
+  if (sharded) {
+    // Every rank's file is durable once this all-reduce of their sizes and checksums returns.
+    ZeroManifest man = {r->step, r->world, r->zero->n, xcalloc((size_t)r->world, sizeof(ZeroShardFile))};
+    double *info = xcalloc(4 * (size_t)r->world, sizeof(double)), *mine = info + 4 * r->rank;
+    uint64_t sum, bytes;
+    if (zero_file_checksum(path, &sum, &bytes, err, sizeof err)) die("checkpoint at step %lld: %s", (long long)r->step, err);
+    mine[0] = (double)(sum >> 32), mine[1] = (double)(sum & 0xffffffffu), mine[2] = (double)bytes;  // exact in doubles
+    comm_allreduce_sum_f64(r->comm, info, 4 * r->world);
+    for (int k = 0; k < r->world; k++) {
+      ZeroShardFile *f = &man.files[k];
+      snprintf(f->path, sizeof f->path, "%s/rank_%d/ckpt_%08lld.bin", r->cfg.ckpt_dir, k, (long long)r->step);
+      comm_shard_range(man.n, r->world, k, &f->lo, &f->hi);
+      f->checksum = (uint64_t)info[4 * k] << 32 | (uint64_t)info[4 * k + 1];
+      f->bytes = (uint64_t)info[4 * k + 2];
+    }
+    if (r->rank == 0 && zero_manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
+      die("checkpoint at step %lld: %s", (long long)r->step, err);
+    comm_barrier(r->comm);  // nobody reports the checkpoint before its manifest exists
+    free(info);
+    zero_manifest_free(&man);
+    snprintf(path, sizeof path, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)r->step);
+  }
+  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
   r->saved_step = r->step;
   printf("saved checkpoint %s (%.2fs)\n", r->last_ckpt, now_seconds() - t0);
   fflush(stdout);
@@ -216,21 +259,47 @@ static void save_checkpoint(Run *r) {
 
 // Loads the newest valid checkpoint, after checking that it was written by a compatible run.
 // Returns 1 when it did, 0 when checkpoint.dir holds none (the run starts from scratch).
+// Rank 0 picks the newest complete one, single-file (what a one-process run writes) or sharded
+// (a manifest), and tells the others, so that every rank loads the same step. The world size may
+// differ from the checkpoint's: parameters are whole in every form, and this rank's range of the
+// moments is cut out of the saved shards (zero_load_moments).
 static int resume(Run *r) {
-  char path[2048], err[512];
-  int64_t step;
-  int found = ckpt_latest(r->cfg.ckpt_dir, path, sizeof path, &step);
-  if (found < 0) die("cannot scan checkpoint dir '%s'", r->cfg.ckpt_dir);
-  if (found == 1) {
+  char err[1024], why[512];
+  struct {
+    int64_t step;
+    int32_t kind;  // 0: none, 1: one file, 2: a sharded checkpoint's manifest
+    char path[2048];
+  } pick = {-1, 0, ""};
+  ZeroManifest man = {0};
+  if (r->rank == 0) {
+    int64_t step;
+    int one = ckpt_latest(r->cfg.ckpt_dir, pick.path, sizeof pick.path, &step);
+    if (one < 0) die("cannot scan checkpoint dir '%s'", r->cfg.ckpt_dir);
+    int sharded = zero_manifest_latest(r->cfg.ckpt_dir, &man, err, sizeof err);
+    if (sharded == 0 && (one != 0 || man.step >= step)) pick.kind = 2, pick.step = man.step;
+    else if (one == 0) pick.kind = 1, pick.step = step;
+    zero_manifest_free(&man);
+  }
+  comm_broadcast_bytes(r->comm, &pick, sizeof pick);
+  if (pick.kind == 0) {
     printf("resume: no checkpoint in '%s', starting from scratch\n", r->cfg.ckpt_dir);
     return 0;
   }
+  ZeroShardFile single = {.lo = 0, .hi = r->zero->n}, *src = &single;
+  int nsrc = 1;
+  if (pick.kind == 1) snprintf(single.path, sizeof single.path, "%s", pick.path);
+  else {
+    if (zero_manifest_read(r->cfg.ckpt_dir, pick.step, &man, err, sizeof err)) die("resume: %s", err);
+    src = man.files, nsrc = man.world;
+  }
+  const char *path = src[0].path;  // meta, params, loader state: rank 0's file
   RunMeta old;
+  int64_t step;
   CkptSection meta = {"meta", &old, sizeof old};
   if (ckpt_load(path, &meta, 1, &step, err, sizeof err)) die("%s", err);
-  char why[512];
   RunMeta want = r->meta;
   want.tokens_seen = old.tokens_seen;
+  want.world = old.world;  // another world size is fine: the moments are re-cut below
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
   size_t recipe_bytes;
   int has = ckpt_section_size(path, "recipe", &recipe_bytes, err, sizeof err);
@@ -242,25 +311,23 @@ static int resume(Run *r) {
     if (recipe_mismatch(&old_recipe, &r->recipe, why, sizeof why))
       die("checkpoint %s does not match this run: %s", path, why);
   }
-  size_t n = llama_param_count(r->model), bytes = n * sizeof(float);
-  float *state[3] = {llama_params(r->model), r->adam_m, r->adam_v}, *host[3];
-  for (int i = 0; i < 3; i++) host[i] = on_host(r) ? state[i] : r->host_stage + i * n;
+  CkptState st = ckpt_state(r);
   LoaderState ls;
-  CkptSection secs[] = {
-      {"params", host[0], bytes},
-      {"adam_m", host[1], bytes},
-      {"adam_v", host[2], bytes},
-      {"loader", &ls, sizeof ls},
-  };
-  if (ckpt_load(path, secs, 4, &step, err, sizeof err)) die("%s", err);
+  CkptSection secs[] = {{"params", st.host[0], st.bytes[0]}, {"loader", &ls, sizeof ls}};
+  if (ckpt_load(path, secs, 2, &step, err, sizeof err)) die("%s", err);
+  if (zero_load_moments(src, nsrc, r->zero->lo, r->zero->hi, st.host[1], st.host[2], err, sizeof err))
+    die("resume: %s", err);
   if (!on_host(r))
-    for (int i = 0; i < 3; i++) r->ops->upload(state[i], host[i], bytes);
+    for (int i = 0; i < 3; i++) r->ops->upload(st.state[i], st.host[i], st.bytes[i]);
   r->ops->params_changed();
   if (loader_set_state(r->train, &ls, err, sizeof err)) die("checkpoint %s: %s", path, err);
   r->meta.tokens_seen = old.tokens_seen;
   r->step = r->saved_step = step;
-  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
-  printf("resumed from %s at step %lld\n", path, (long long)step);
+  if (pick.kind == 1) snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick.path);
+  else snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);
+  if (old.world != r->world) printf("resume: re-sharding the optimizer state from %d to %d ranks\n", old.world, r->world);
+  printf("resumed from %s at step %lld\n", r->last_ckpt, (long long)step);
+  zero_manifest_free(&man);
   return 1;
 }
 
@@ -290,7 +357,7 @@ static void init_from(Run *r) {
   if (model_mismatch(&model, &r->cfg.model, "the file", why, sizeof why))
     die("checkpoint.init_from: '%s' holds a different model: %s", path, why);
   size_t bytes = llama_param_count(r->model) * sizeof(float);
-  float *host = on_host(r) ? llama_params(r->model) : r->host_stage;
+  float *host = on_host(r) ? llama_params(r->model) : r->host_stage;  // the staging buffer starts with the params
   CkptSection params = {"params", host, bytes};
   if (ckpt_load(path, &params, 1, NULL, err, sizeof err)) die("checkpoint.init_from: %s", err);
   if (!on_host(r)) r->ops->upload(llama_params(r->model), host, bytes);
@@ -298,22 +365,12 @@ static void init_from(Run *r) {
   printf("initialized from %s\n", path);
 }
 
-// Clips by the global gradient norm and applies AdamW to every tensor (norms not decayed). Returns
-// -1 without touching the weights when the gradient is not finite.
+// Clips by the global gradient norm and applies AdamW (norms not decayed), ZeRO-1 style over the
+// ranks (model/zero.h). Returns -1 without touching the weights when the gradient is not finite.
 static int optimizer_step(Run *r, float lr, float *norm_out) {
   const TrainConfig *c = &r->cfg;
-  const Ops *op = r->ops;
-  float *g = llama_grads(r->model), *p = llama_params(r->model);
-  float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(r->model)));
-  *norm_out = norm;
-  if (!isfinite(norm)) return -1;
-  float scale = clip_scale(norm, c->grad_clip);
-  for (int i = 0; i < llama_num_tensors(r->model); i++) {
-    const ParamTensor *t = llama_tensor(r->model, i);
-    op->adamw(p + t->offset, g + t->offset, r->adam_m + t->offset, r->adam_v + t->offset, t->numel, lr, c->beta1,
-              c->beta2, c->eps, t->decay ? c->weight_decay : 0.0f, scale, r->step + 1);
-  }
-  return 0;
+  ZeroHyper h = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
+  return zero_step(r->zero, &h, lr, r->step + 1, norm_out);
 }
 
 static float eval_loss(Run *r) {
@@ -323,7 +380,8 @@ static float eval_loss(Run *r) {
     loader_next(r->val, r->inputs, r->targets);
     sum += llama_forward(r->model, r->inputs, r->targets, r->cfg.ignore_index);
   }
-  return (float)(sum / r->cfg.eval_batches);
+  comm_allreduce_sum_f64(r->comm, &sum, 1);  // each rank read its own eval.batches micro-batches
+  return (float)(sum / ((double)r->cfg.eval_batches * r->world));
 }
 
 static void write_floats(const char *dir, const char *name, const float *p, size_t n) {
@@ -411,11 +469,11 @@ static void compare_dump(Run *r, const char *dir) {
 }
 
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
-static const Ops *pick_backend(const char *want, int deterministic) {
+static const Ops *pick_backend(const char *want, int deterministic, int device) {
   if (!strcmp(want, "cpu")) return &ops_cpu;
 #ifdef HAVE_CUDA
   char err[512];
-  const Ops *cuda = cuda_backend_init(0, err, sizeof err);
+  const Ops *cuda = cuda_backend_init(device, err, sizeof err);
   if (cuda && deterministic) {
     // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
     // attention backward adds with atomics: both would make a resumed run drift from the original.
@@ -629,15 +687,28 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic);
+    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic, 0);
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
-  if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(cfg->ckpt_dir, err, sizeof err)) die("checkpoint.dir: %s", err);
-  if (cfg->data_parallel != 1) die("parallel.data_parallel: %d, but this build runs one process (set it to 1)", cfg->data_parallel);
+  // Data parallelism: the environment says which rank this process is (model/comm.h); the config
+  // says how many ranks the global batch was planned for. They must agree.
+  CommEnv env;
+  if (comm_env(&env, err, sizeof err)) die("%s", err);
+  if (cfg->data_parallel != env.world)
+    die("parallel.data_parallel is %d but the launcher started %d process%s (WORLD_SIZE / SLURM_NTASKS): set "
+        "parallel.data_parallel=%d, or launch %d", cfg->data_parallel, env.world, env.world == 1 ? "" : "es", env.world,
+        cfg->data_parallel);
+  if (env.world > 1 && (dump_dir || eval_only)) die("--compare-dump and --eval-only run in one process (WORLD_SIZE 1)");
+  run.rank = env.rank, run.world = env.world;
+  char probe[2048];  // ranks of one job share checkpoint.dir: each checks its own sub-directory
+  if (env.world > 1) snprintf(probe, sizeof probe, "%s/rank_%d", cfg->ckpt_dir, env.rank);
+  else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
+  if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run.ops = pick_backend(cfg->backend, cfg->deterministic);
-  const int world = cfg->data_parallel, B = cfg->micro_batch, T = cfg->seq_len;
+  run.ops = pick_backend(cfg->backend, cfg->deterministic, env.local_rank);
+  run.comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, run.ops != &ops_cpu);
+  const int world = run.world, B = cfg->micro_batch, T = cfg->seq_len;
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;
 
@@ -647,17 +718,14 @@ int main(int argc, char **argv) {
   run.recipe = recipe_meta(&recipe);
   run.saved_step = -1;
   size_t n = llama_param_count(run.model);
-  run.adam_m = run.ops->alloc(n * sizeof(float));
-  run.adam_v = run.ops->alloc(n * sizeof(float));
-  run.ops->zero(run.adam_m, n * sizeof(float));
-  run.ops->zero(run.adam_v, n * sizeof(float));
-  if (!on_host(&run)) run.host_stage = xmalloc(3 * n * sizeof(float));
+  run.zero = zero_create(run.model, run.ops, run.comm);
+  if (!on_host(&run)) run.host_stage = xmalloc((n + 2 * (run.zero->hi - run.zero->lo)) * sizeof(float));
   run.inputs = xmalloc((size_t)B * T * sizeof(int));
   run.targets = xmalloc((size_t)B * T * sizeof(int));
-  run.train = loader_open(cfg->train_data, B, T, 0, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
+  run.train = loader_open(cfg->train_data, B, T, run.rank, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
   if (!run.train) die("data.train: %s", err);
   if (cfg->val_data[0] && (cfg->eval_interval > 0 || eval_only)) {
-    run.val = loader_open(cfg->val_data, B, T, 0, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
+    run.val = loader_open(cfg->val_data, B, T, run.rank, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
     if (!run.val) die("data.val: %s", err);
   }
   run.meta = (RunMeta){.version = META_VERSION, .model = *mc, .micro_batch = B, .global_batch = cfg->global_batch,
@@ -683,8 +751,8 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  FILE *log = NULL;
-  if (cfg->log_file[0]) log = xfopen(cfg->log_file, run.step > 0 ? "a" : "w");
+  FILE *log = NULL;  // one JSONL log for the job, written by rank 0
+  if (cfg->log_file[0] && run.rank == 0) log = xfopen(cfg->log_file, run.step > 0 ? "a" : "w");
   // A resumed run appends: mark where, so a reader knows that lines for the steps after the
   // checkpoint may appear twice (the later ones win; on the CPU backend they are identical).
   if (log && run.step > 0) fprintf(log, "{\"step\": %lld, \"event\": \"resumed\"}\n", (long long)run.step);
@@ -725,6 +793,12 @@ int main(int argc, char **argv) {
       if (inject.grad) run.ops->upload(llama_grads(run.model), &nan, sizeof nan);
       else loss = NAN;
     }
+    // The ranks agree on the step's loss (the mean over ranks) and on whether any of them was
+    // asked to stop or save, so that all of them skip, save and exit at the same step.
+    double agree[3] = {loss, stop_signal != 0, save_request != 0};
+    comm_allreduce_sum_f64(run.comm, agree, 3);
+    loss = agree[0] / world;
+    int stop_now = agree[1] > 0, save_now = agree[2] > 0;
     float lr = lr_at(cfg, run.step), norm = NAN;
     // Never let one bad batch poison the weights: a non-finite loss or gradient skips the update.
     int good = isfinite(loss) && optimizer_step(&run, lr, &norm) == 0;
@@ -762,13 +836,14 @@ int main(int argc, char **argv) {
     if (log) fflush(log);
     int last = run.step == cfg->total_steps || run.step == max_steps;
     if ((cfg->ckpt_interval > 0 && run.step % cfg->ckpt_interval == 0) || last) save_checkpoint(&run);
-    if (save_request) {
+    if (save_now) {
       save_request = 0;
-      printf("received SIGUSR1: saving a checkpoint and continuing\n");
+      printf("received SIGUSR1%s: saving a checkpoint and continuing\n", world > 1 ? " (on some rank)" : "");
       if (run.saved_step != run.step) save_checkpoint(&run);
     }
-    if (stop_signal) {
-      printf("received signal %d: saving and exiting\n", (int)stop_signal);
+    if (stop_now) {
+      if (stop_signal) printf("received signal %d: saving and exiting\n", (int)stop_signal);
+      else printf("another rank received a stop signal: saving and exiting\n");
       if (run.saved_step != run.step) save_checkpoint(&run);
       break;
     }
@@ -779,9 +854,9 @@ int main(int argc, char **argv) {
   if (log) fclose(log);
   loader_close(run.train);
   if (run.val) loader_close(run.val);
+  zero_free(run.zero);
   llama_free(run.model);
-  run.ops->release(run.adam_m);
-  run.ops->release(run.adam_v);
+  comm_free(run.comm);
   free(run.host_stage); free(run.inputs); free(run.targets);
   return 0;
 }

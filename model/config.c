@@ -138,6 +138,10 @@ static const Key KEYS[] = {
     KBOOL("parallel.deterministic", deterministic, "false",
           "bit-reproducible GPU runs across processes (resume): deterministic cuDNN attention backward and "
           "cuBLASLt's first heuristic instead of timing-based GEMM autotuning (a little slower)"),
+    KSTR("parallel.rendezvous", rendezvous, "env",
+         "how ranks find rank 0: env (MASTER_ADDR, MASTER_PORT) or file:/shared/path (rank 0 writes host and port)"),
+    KFLOAT("parallel.timeout_s", timeout_s, "600", 0, INF, OPEN_LO,
+           "seconds a rendezvous or collective may wait for a peer before the run stops naming it"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -496,6 +500,8 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   if (c->global_batch % ((int64_t)c->micro_batch * c->data_parallel))
     FAIL("batch.global_batch", "%d is not divisible by batch.micro_batch (%d) x parallel.data_parallel (%d)",
          c->global_batch, c->micro_batch, c->data_parallel);
+  if (strcmp(c->rendezvous, "env") && (strncmp(c->rendezvous, "file:", 5) || !c->rendezvous[5]))
+    FAIL("parallel.rendezvous", "expected \"env\" or \"file:/shared/path\", got '%s'", c->rendezvous);
   if (c->warmup_steps > c->total_steps)
     FAIL("schedule.warmup_steps", "%d exceeds schedule.total_steps (%d)", c->warmup_steps, c->total_steps);
   // wsd: a decay that starts at or after total_steps is never reached (the paper's 8B runs), so

@@ -79,6 +79,8 @@ typedef struct {
   int threads;             // CPU backend OpenMP threads (0: all)
   int data_parallel;       // expected world size (1 for single process)
   int deterministic;       // GPU: same bits in every process (the CPU backend always is)
+  char rendezvous[CFG_PATH];  // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (model/comm.h)
+  float timeout_s;            // a collective or rendezvous waiting longer than this stops the run
 } TrainConfig;
 
 // Fills *c with the defaults of every key (model keys from the "tiny" preset); clears the key lines.

@@ -1,0 +1,332 @@
+// model/comm_tcp.c: rendezvous and the host-memory collectives over TCP (see model/comm.h).
+// A star: rank 0 holds one socket per peer and computes every reduction, adding contributions in
+// rank order, so the bits never depend on which peer was faster.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "model/comm.h"
+
+struct Comm {
+  int rank, world, local_rank;
+  double timeout_s;
+  int *fd;         // rank 0: fd[r] is the socket to rank r (r >= 1); other ranks: fd[0], to rank 0
+  float *scratch;  // rank 0: one chunk of a peer's contribution
+#ifdef HAVE_CUDA
+  CommNccl *nccl;  // device collectives, when comm_init was asked for them
+#endif
+};
+
+enum { HELLO_MAGIC = 0x4c6c4450, CHUNK = 1 << 18 };  // floats per reduce-scatter chunk (1 MiB)
+
+static int env_int(const char *name, int *out) {
+  const char *s = getenv(name);
+  if (!s || !*s) return 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*end || v < 0 || v > 1 << 24) return -1;
+  *out = (int)v;
+  return 1;
+}
+
+int comm_env(CommEnv *e, char *err, size_t errlen) {
+  *e = (CommEnv){0, 1, 0, "127.0.0.1", 29500};
+  const char *rank_var = "RANK", *world_var = "WORLD_SIZE", *local_var = "LOCAL_RANK";
+  if (!getenv("RANK") && getenv("SLURM_PROCID")) rank_var = "SLURM_PROCID", world_var = "SLURM_NTASKS", local_var = "SLURM_LOCALID";
+  int has_rank = env_int(rank_var, &e->rank), has_world = env_int(world_var, &e->world);
+  if (has_rank < 0) return set_err(err, errlen, "%s: expected a rank number, got '%s'", rank_var, getenv(rank_var));
+  if (has_world < 0 || e->world < 1)
+    return set_err(err, errlen, "%s: expected a positive number, got '%s'", world_var, getenv(world_var));
+  if (has_rank && !has_world) return set_err(err, errlen, "%s is set but %s is not", rank_var, world_var);
+  if (e->rank >= e->world) return set_err(err, errlen, "%s=%d is not below %s=%d", rank_var, e->rank, world_var, e->world);
+  if (env_int(local_var, &e->local_rank) < 0) return set_err(err, errlen, "%s: expected a number, got '%s'", local_var, getenv(local_var));
+  const char *addr = getenv("MASTER_ADDR");
+  if (addr && *addr) snprintf(e->master_addr, sizeof e->master_addr, "%s", addr);
+  if (env_int("MASTER_PORT", &e->master_port) < 0 || e->master_port > 65535)
+    return set_err(err, errlen, "MASTER_PORT: expected a port number, got '%s'", getenv("MASTER_PORT"));
+  return 0;
+}
+
+void comm_shard_range(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+  size_t q = n / (size_t)world;
+  *lo = q * (size_t)rank;
+  *hi = rank == world - 1 ? n : *lo + q;
+}
+
+int comm_rank(const Comm *c) { return c->rank; }
+int comm_world(const Comm *c) { return c->world; }
+int comm_local_rank(const Comm *c) { return c->local_rank; }
+
+// ---- sockets with deadlines -----------------------------------------------------------------
+
+// Waits until fd is ready for events; dies after timeout_s without progress.
+static void wait_fd(const Comm *c, int fd, short events, int peer, const char *what) {
+  struct pollfd p = {fd, events, 0};
+  int ms = c->timeout_s * 1000 > 2e9 ? 2000000000 : (int)(c->timeout_s * 1000);
+  for (;;) {
+    int r = poll(&p, 1, ms);
+    if (r > 0) return;
+    if (r == 0 && peer < 0)
+      die("comm: rank %d: not every rank connected within %g s during %s (parallel.timeout_s)", c->rank, c->timeout_s, what);
+    if (r == 0)
+      die("comm: rank %d: no progress from rank %d for %g s during %s (parallel.timeout_s): is it alive?", c->rank,
+          peer, c->timeout_s, what);
+    if (errno != EINTR) die("comm: rank %d: poll on rank %d failed during %s: %s", c->rank, peer, what, strerror(errno));
+  }
+}
+
+// The socket to peer: rank 0 has one per peer, the others only the one to rank 0.
+static int fd_of(const Comm *c, int peer) { return c->fd[c->rank == 0 ? peer : 0]; }
+
+static void send_fd(const Comm *c, int fd, int peer, const void *buf, size_t len, const char *what) {
+  const char *p = buf;
+  while (len > 0) {
+    wait_fd(c, fd, POLLOUT, peer, what);
+    ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k <= 0) die("comm: rank %d: lost the connection to rank %d during %s: %s (did it exit?)", c->rank, peer, what, strerror(errno));
+    p += k, len -= (size_t)k;
+  }
+}
+
+static void recv_fd(const Comm *c, int fd, int peer, void *buf, size_t len, const char *what) {
+  char *p = buf;
+  while (len > 0) {
+    wait_fd(c, fd, POLLIN, peer, what);
+    ssize_t k = recv(fd, p, len, 0);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k == 0 && peer < 0) die("comm: rank %d: a connecting process hung up during %s", c->rank, what);
+    if (k == 0) die("comm: rank %d: rank %d closed the connection during %s (it exited or was killed)", c->rank, peer, what);
+    if (k < 0) die("comm: rank %d: lost the connection to rank %d during %s: %s", c->rank, peer, what, strerror(errno));
+    p += k, len -= (size_t)k;
+  }
+}
+
+static void send_all(const Comm *c, int peer, const void *buf, size_t len, const char *what) {
+  send_fd(c, fd_of(c, peer), peer, buf, len, what);
+}
+
+static void recv_all(const Comm *c, int peer, void *buf, size_t len, const char *what) {
+  recv_fd(c, fd_of(c, peer), peer, buf, len, what);
+}
+
+static void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// ---- rendezvous -----------------------------------------------------------------------------
+
+typedef struct {
+  int32_t magic, rank, world;
+} Hello;
+
+// file:PATH: rank 0's "host port", written to a temp file and renamed so readers never see half.
+static void publish_address(const char *path, int port) {
+  char host[256], tmp[4096];
+  if (gethostname(host, sizeof host)) snprintf(host, sizeof host, "127.0.0.1");
+  host[sizeof host - 1] = 0;
+  const char *addr = getenv("MASTER_ADDR");  // an explicit address wins over the host name
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) die("parallel.rendezvous: cannot write '%s': %s", tmp, strerror(errno));
+  fprintf(f, "%s %d\n", addr && *addr ? addr : host, port);
+  if (fclose(f) || rename(tmp, path)) die("parallel.rendezvous: cannot publish '%s': %s", path, strerror(errno));
+}
+
+static int read_address(const char *path, char *host, size_t hostlen, int *port) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512];
+  int ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  char h[256];
+  if (!ok || sscanf(line, "%255s %d", h, port) != 2) return -1;
+  snprintf(host, hostlen, "%s", h);
+  return 0;
+}
+
+static int connect_once(const char *host, int port) {
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+  if (getaddrinfo(host, ps, &hints, &res)) return -1;
+  int fd = socket(res->ai_family, res->ai_socktype, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen)) close(fd), fd = -1;
+  freeaddrinfo(res);
+  return fd;
+}
+
+static void rendezvous_root(Comm *c, const CommEnv *e, const char *file) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  if (lfd < 0) die("comm: rank 0: socket: %s", strerror(errno));
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(file ? 0 : e->master_port), .sin_addr.s_addr = INADDR_ANY};
+  if (bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, c->world))
+    die("comm: rank 0 cannot listen on port %d (MASTER_PORT): %s", e->master_port, strerror(errno));
+  if (file) {
+    socklen_t len = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &len);
+    publish_address(file, ntohs(a.sin_port));
+  }
+  for (int joined = 1; joined < c->world; joined++) {
+    wait_fd(c, lfd, POLLIN, -1, "rendezvous");
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) die("comm: rank 0: accept: %s", strerror(errno));
+    set_nodelay(fd);
+    Hello h;
+    recv_fd(c, fd, -1, &h, sizeof h, "rendezvous handshake");
+    if (h.magic != HELLO_MAGIC) die("comm: rank 0: a connection on port %d is not a rank of this job", e->master_port);
+    if (h.world != c->world) die("comm: rank 0: rank %d has WORLD_SIZE=%d, rank 0 has %d", h.rank, h.world, c->world);
+    if (h.rank < 1 || h.rank >= c->world || c->fd[h.rank] >= 0) die("comm: rank 0: two processes claim rank %d", h.rank);
+    c->fd[h.rank] = fd;
+  }
+  close(lfd);
+  Hello ack = {HELLO_MAGIC, 0, c->world};
+  for (int r = 1; r < c->world; r++) send_all(c, r, &ack, sizeof ack, "rendezvous handshake");
+}
+
+static void rendezvous_peer(Comm *c, const CommEnv *e, const char *file) {
+  double deadline = now_seconds() + c->timeout_s;
+  char host[256];
+  int port = e->master_port, fd = -1;
+  while (fd < 0) {
+    snprintf(host, sizeof host, "%s", e->master_addr);
+    if (!file || read_address(file, host, sizeof host, &port) == 0) fd = connect_once(host, port);
+    if (fd >= 0) break;
+    if (now_seconds() > deadline)
+      die("comm: rank %d: could not reach rank 0 at %s within %g s (parallel.timeout_s)", c->rank,
+          file ? file : e->master_addr, c->timeout_s);
+    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  }
+  set_nodelay(fd);
+  c->fd[0] = fd;
+  Hello h = {HELLO_MAGIC, c->rank, c->world};
+  send_all(c, 0, &h, sizeof h, "rendezvous handshake");
+  recv_all(c, 0, &h, sizeof h, "rendezvous handshake (waiting for every rank to join)");
+  if (h.magic != HELLO_MAGIC || h.world != c->world)
+    die("comm: rank %d: rank 0 at %s:%d answered with WORLD_SIZE=%d, this rank has %d", c->rank, host, port, h.world, c->world);
+}
+
+Comm *comm_init(const CommEnv *e, const char *rendezvous, double timeout_s, int device) {
+  Comm *c = xcalloc(1, sizeof *c);
+  c->rank = e->rank, c->world = e->world, c->local_rank = e->local_rank, c->timeout_s = timeout_s;
+  c->fd = xmalloc((size_t)c->world * sizeof(int));
+  for (int r = 0; r < c->world; r++) c->fd[r] = -1;
+  if (c->world == 1) return c;
+  const char *file = NULL;
+  if (rendezvous && !strncmp(rendezvous, "file:", 5)) file = rendezvous + 5;
+  else if (rendezvous && *rendezvous && strcmp(rendezvous, "env"))
+    die("parallel.rendezvous: expected \"env\" or \"file:/path\", got '%s'", rendezvous);
+  if (c->rank == 0) {
+    c->scratch = xmalloc(CHUNK * sizeof(float));
+    rendezvous_root(c, e, file);
+  } else {
+    rendezvous_peer(c, e, file);
+  }
+  if (device) {
+#ifdef HAVE_CUDA
+    c->nccl = comm_nccl_init(c, c->rank, c->world, timeout_s);
+#else
+    die("comm: device collectives need NCCL, but this build has no CUDA");
+#endif
+  }
+  return c;
+}
+
+void comm_free(Comm *c) {
+  if (!c) return;
+#ifdef HAVE_CUDA
+  if (c->nccl) comm_nccl_free(c->nccl);
+#endif
+  for (int r = 0; r < c->world; r++)
+    if (c->fd[r] >= 0) close(c->fd[r]);
+  free(c->fd);
+  free(c->scratch);
+  free(c);
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+
+void comm_allreduce_sum_f64(Comm *c, double *x, int n) {
+  if (c->world == 1) return;
+  if (c->rank == 0) {
+    double *in = xmalloc((size_t)n * sizeof(double));
+    for (int r = 1; r < c->world; r++) {
+      recv_all(c, r, in, (size_t)n * sizeof(double), "all-reduce");
+      for (int i = 0; i < n; i++) x[i] += in[i];
+    }
+    free(in);
+    for (int r = 1; r < c->world; r++) send_all(c, r, x, (size_t)n * sizeof(double), "all-reduce");
+  } else {
+    send_all(c, 0, x, (size_t)n * sizeof(double), "all-reduce");
+    recv_all(c, 0, x, (size_t)n * sizeof(double), "all-reduce");
+  }
+}
+
+void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n) {
+  if (c->world == 1) return;
+#ifdef HAVE_CUDA
+  if (c->nccl) { comm_nccl_reduce_scatter_sum(c->nccl, buf, n); return; }
+#endif
+  size_t lo, hi;
+  if (c->rank == 0) {
+    // Chunk by chunk, so rank 0 needs one chunk of scratch and the peers' sends keep flowing.
+    for (size_t a = 0; a < n; a += CHUNK) {
+      size_t k = n - a < CHUNK ? n - a : CHUNK;
+      for (int r = 1; r < c->world; r++) {
+        recv_all(c, r, c->scratch, k * sizeof(float), "reduce-scatter of the gradients");
+        for (size_t i = 0; i < k; i++) buf[a + i] += c->scratch[i];
+      }
+    }
+    for (int r = 1; r < c->world; r++) {
+      comm_shard_range(n, c->world, r, &lo, &hi);
+      send_all(c, r, buf + lo, (hi - lo) * sizeof(float), "reduce-scatter of the gradients");
+    }
+  } else {
+    comm_shard_range(n, c->world, c->rank, &lo, &hi);
+    send_all(c, 0, buf, n * sizeof(float), "reduce-scatter of the gradients");
+    recv_all(c, 0, buf + lo, (hi - lo) * sizeof(float), "reduce-scatter of the gradients");
+  }
+}
+
+void comm_all_gather(Comm *c, float *buf, size_t n) {
+  if (c->world == 1) return;
+#ifdef HAVE_CUDA
+  if (c->nccl) { comm_nccl_all_gather(c->nccl, buf, n); return; }
+#endif
+  size_t lo, hi;
+  if (c->rank == 0) {
+    for (int r = 1; r < c->world; r++) {
+      comm_shard_range(n, c->world, r, &lo, &hi);
+      recv_all(c, r, buf + lo, (hi - lo) * sizeof(float), "all-gather of the parameters");
+    }
+    for (int r = 1; r < c->world; r++) send_all(c, r, buf, n * sizeof(float), "all-gather of the parameters");
+  } else {
+    comm_shard_range(n, c->world, c->rank, &lo, &hi);
+    send_all(c, 0, buf + lo, (hi - lo) * sizeof(float), "all-gather of the parameters");
+    recv_all(c, 0, buf, n * sizeof(float), "all-gather of the parameters");
+  }
+}
+
+void comm_broadcast_bytes(Comm *c, void *buf, size_t len) {
+  if (c->world == 1) return;
+  if (c->rank == 0)
+    for (int r = 1; r < c->world; r++) send_all(c, r, buf, len, "broadcast");
+  else
+    recv_all(c, 0, buf, len, "broadcast");
+}
+
+void comm_barrier(Comm *c) {
+  double x = 0;
+  comm_allreduce_sum_f64(c, &x, 1);
+}
