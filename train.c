@@ -712,7 +712,7 @@ int main(int argc, char **argv) {
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;
 
-  run.model = llama_create(mc, B, T, run.ops);
+  run.model = llama_create_ex(mc, B, T, run.ops, llama_recompute_parse(cfg->recompute));
   llama_init(run.model, cfg->seed);
   Recipe recipe = apply_recipe(cfg, run.ops, mc->n_layers);
   run.recipe = recipe_meta(&recipe);
@@ -771,6 +771,7 @@ int main(int argc, char **argv) {
   else
     printf("backend %s, recipe %s", run.ops->name, cfg->recipe);
   printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
+  printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run.model) / 1e6, cfg->recompute);
   if (loader_synthetic_entropy(run.train) > 0)
     printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run.train));
   else

@@ -26,6 +26,7 @@ typedef struct {
   double fwdbwd_s;    // forward + backward only
   double opt_s;       // optimizer only (grad norm + AdamW over all tensors)
   double mem_gb;      // peak device memory of this depth
+  double act_gb;      // the model's activation arena (llama_activation_bytes) at this depth
   float loss;
 } Timing;
 
@@ -54,7 +55,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   LlamaConfig mc = cfg->model;
   mc.n_layers = layers;
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
-  Llama *m = llama_create(&mc, B, T, op);
+  Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
   llama_init(m, cfg->seed);
 #ifdef HAVE_CUDA
   if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends
@@ -76,7 +77,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
   for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
 
-  Timing tm = {.layers = layers};
+  Timing tm = {.layers = layers, .act_gb = llama_activation_bytes(m) / 1e9};
   int64_t t = 0;
   for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
     llama_zero_grad(m);
@@ -157,6 +158,8 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb, b.loss);
   printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
          pl_fb * 1e3, pl_opt * 1e3, mem_layer);
+  printf("activations per layer (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", cfg->recompute,
+         (b.act_gb - a.act_gb) / (lb - la) * 1e3, a.act_gb * 1e3, la);
   printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
          a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
   printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,

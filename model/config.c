@@ -138,6 +138,9 @@ static const Key KEYS[] = {
     KBOOL("parallel.deterministic", deterministic, "false",
           "bit-reproducible GPU runs across processes (resume): deterministic cuDNN attention backward and "
           "cuBLASLt's first heuristic instead of timing-based GEMM autotuning (a little slower)"),
+    KENUM("parallel.recompute", recompute, "none", "none|ffn|full",
+          "activation recomputation: ffn: the backward recomputes each block's feed-forward activations, "
+          "full: the whole block from its input; less activation memory, same results, more compute"),
     KSTR("parallel.rendezvous", rendezvous, "env",
          "how ranks find rank 0: env (MASTER_ADDR, MASTER_PORT) or file:/shared/path (rank 0 writes host and port)"),
     KFLOAT("parallel.timeout_s", timeout_s, "600", 0, INF, OPEN_LO,
@@ -409,6 +412,10 @@ static void format_value(const TrainConfig *c, const Key *k, int quote, char *bu
     buf[o++] = '"';
     for (size_t i = 0; i < len && o + 6 < n; i++) {  // escapes YAML's double-quoted style reads back
       if (s[i] == '"' || s[i] == '\\') buf[o++] = '\\', buf[o++] = (char)s[i];
+      // YAML's Unicode line breaks (U+0085, U+2028, U+2029) would be folded on reading: escape them
+      else if (s[i] == 0xc2 && i + 1 < len && s[i + 1] == 0x85) buf[o++] = '\\', buf[o++] = 'N', i++;
+      else if (s[i] == 0xe2 && i + 2 < len && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
+        buf[o++] = '\\', buf[o++] = s[i + 2] == 0xa8 ? 'L' : 'P', i += 2;
       else if (s[i] < 0x20 || s[i] == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", s[i]);
       else buf[o++] = (char)s[i];
     }

@@ -79,6 +79,7 @@ typedef struct {
   int threads;             // CPU backend OpenMP threads (0: all)
   int data_parallel;       // expected world size (1 for single process)
   int deterministic;       // GPU: same bits in every process (the CPU backend always is)
+  char recompute[CFG_NAME];  // activation recomputation: "none", "ffn", "full" (model/llama.h)
   char rendezvous[CFG_PATH];  // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (model/comm.h)
   float timeout_s;            // a collective or rendezvous waiting longer than this stops the run
 } TrainConfig;

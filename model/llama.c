@@ -15,19 +15,24 @@ enum {
 // Upper bound on head logits held at once (floats): the head runs max(1, this / V) tokens per chunk.
 #define HEAD_CHUNK_FLOATS (1 << 22)
 
-// The activation arena: what the forward saves for the backward, then scratch. Stacked [L, ...]
-// buffers hold one slice per layer. void* buffers hold ops->act_bytes-sized elements.
+// The activation arena: what the forward saves for the backward, then scratch. Stacked [S, ...]
+// buffers hold S slices: one per layer (S = L) when the forward saves them, or a single slice
+// (S = 1) that every block overwrites when the backward recomputes them (attn_slices, ffn_slices).
+// void* buffers hold ops->act_bytes-sized elements.
 typedef struct {
   void *res;                    // [L+1, N, D] stream entering block l; slice L enters the final norm
-  void *res_mid;                // [L, N, D] stream after the attention half
-  void *attn_in;                // [L, N, D] rmsnorm(res) * attn_norm
-  void *q, *k, *v;              // [L, N, H*hd], [L, N, KV*hd] x2; q and k after RoPE
-  void *att;                    // [L, N, H*hd] attention output, the input of wo
-  void *ffn_in;                 // [L, N, D] rmsnorm(res_mid) * ffn_norm
-  void *gate, *up, *swi;        // [L, N, F] x3; swi = silu(gate) * up, the input of w_down
+  // the attention half, S = attn_slices
+  void *attn_in;                // [S, N, D] rmsnorm(res) * attn_norm
+  void *q, *k, *v;              // [S, N, H*hd], [S, N, KV*hd] x2; q and k after RoPE
+  void *att;                    // [S, N, H*hd] attention output, the input of wo
+  void *res_mid;                // [S, N, D] stream after the attention half
+  float *attn_rstd;             // [S, N]
+  float *lse;                   // [S, B, H, T] attention log-sum-exp
+  // the feed-forward half, S = ffn_slices
+  void *ffn_in;                 // [S, N, D] rmsnorm(res_mid) * ffn_norm
+  void *gate, *up, *swi;        // [S, N, F] x3; swi = silu(gate) * up, the input of w_down
+  float *ffn_rstd;              // [S, N]
   void *final;                  // [N, D] final rmsnorm output, the input of the head
-  float *attn_rstd, *ffn_rstd;  // [L, N]
-  float *lse;                   // [L, B, H, T] attention log-sum-exp
   float *final_rstd;            // [N]
   int *inputs, *targets;        // [N] the micro-batch, in backend memory
   void *tmp;                    // [N, D] a block's output before the residual add
@@ -51,6 +56,8 @@ struct Llama {
   Acts a;
   void *arena;                     // the one allocation behind every Acts pointer
   int head_chunk;                  // tokens per chunk of the fused head + cross-entropy
+  int recompute;                   // LlamaRecompute: which activations the backward recomputes
+  size_t arena_bytes;
   int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
 };
 
@@ -115,11 +122,17 @@ static float *whole(const Llama *m, float *base, int id) { return base + m->tens
 
 // ---- activations --------------------------------------------------------------------------------
 
+// Slices of the attention half's and the FFN half's activation buffers: one per layer when the
+// forward keeps them for the backward, a single scratch slice when the backward recomputes them.
+static size_t attn_slices(const Llama *m) { return m->recompute == LLAMA_RECOMPUTE_FULL ? 1 : (size_t)m->c.n_layers; }
+static size_t ffn_slices(const Llama *m) { return m->recompute == LLAMA_RECOMPUTE_NONE ? (size_t)m->c.n_layers : 1; }
+
 // Sizes and carves the arena: with base == NULL only returns the byte count. The only place that
 // knows how big each activation buffer is.
 static size_t layout_acts(Llama *m, char *base) {
   Acts *a = &m->a;
   const size_t N = m->N, D = m->c.dim, L = m->c.n_layers, F = m->c.ffn_dim, Q = m->qdim, K = m->kvdim;
+  const size_t SA = attn_slices(m), SF = ffn_slices(m);
   const size_t ab = m->ops->act_bytes, fb = sizeof(float), lb = ab > fb ? ab : fb;
   size_t off = 0;
 #define CARVE(field, count, elem_bytes)                                \
@@ -128,20 +141,20 @@ static size_t layout_acts(Llama *m, char *base) {
     off += ((size_t)(count) * (elem_bytes) + 255) & ~(size_t)255;        \
   } while (0)
   CARVE(res, (L + 1) * N * D, ab);
-  CARVE(res_mid, L * N * D, ab);
-  CARVE(attn_in, L * N * D, ab);
-  CARVE(q, L * N * Q, ab);
-  CARVE(k, L * N * K, ab);
-  CARVE(v, L * N * K, ab);
-  CARVE(att, L * N * Q, ab);
-  CARVE(ffn_in, L * N * D, ab);
-  CARVE(gate, L * N * F, ab);
-  CARVE(up, L * N * F, ab);
-  CARVE(swi, L * N * F, ab);
+  CARVE(attn_in, SA * N * D, ab);
+  CARVE(q, SA * N * Q, ab);
+  CARVE(k, SA * N * K, ab);
+  CARVE(v, SA * N * K, ab);
+  CARVE(att, SA * N * Q, ab);
+  CARVE(res_mid, SA * N * D, ab);
+  CARVE(attn_rstd, SA * N, fb);
+  CARVE(lse, SA * N * m->c.n_heads, fb);
+  CARVE(ffn_in, SF * N * D, ab);
+  CARVE(gate, SF * N * F, ab);
+  CARVE(up, SF * N * F, ab);
+  CARVE(swi, SF * N * F, ab);
+  CARVE(ffn_rstd, SF * N, fb);
   CARVE(final, N * D, ab);
-  CARVE(attn_rstd, L * N, fb);
-  CARVE(ffn_rstd, L * N, fb);
-  CARVE(lse, L * N * m->c.n_heads, fb);
   CARVE(final_rstd, N, fb);
   CARVE(inputs, N, sizeof(int));
   CARVE(targets, N, sizeof(int));
@@ -172,28 +185,47 @@ typedef struct {
 static LayerActs layer_acts(const Llama *m, int l) {
   const Acts *a = &m->a;
   const size_t N = m->N, D = m->c.dim, F = m->c.ffn_dim, Q = m->qdim, K = m->kvdim;
+  const size_t la = (size_t)l % attn_slices(m), lf = (size_t)l % ffn_slices(m);  // 0 for a scratch slice
   return (LayerActs){
       .res_in = act(m, a->res, l * N * D),
-      .attn_in = act(m, a->attn_in, l * N * D),
-      .q = act(m, a->q, l * N * Q),
-      .k = act(m, a->k, l * N * K),
-      .v = act(m, a->v, l * N * K),
-      .att = act(m, a->att, l * N * Q),
-      .res_mid = act(m, a->res_mid, l * N * D),
-      .ffn_in = act(m, a->ffn_in, l * N * D),
-      .gate = act(m, a->gate, l * N * F),
-      .up = act(m, a->up, l * N * F),
-      .swi = act(m, a->swi, l * N * F),
+      .attn_in = act(m, a->attn_in, la * N * D),
+      .q = act(m, a->q, la * N * Q),
+      .k = act(m, a->k, la * N * K),
+      .v = act(m, a->v, la * N * K),
+      .att = act(m, a->att, la * N * Q),
+      .res_mid = act(m, a->res_mid, la * N * D),
+      .ffn_in = act(m, a->ffn_in, lf * N * D),
+      .gate = act(m, a->gate, lf * N * F),
+      .up = act(m, a->up, lf * N * F),
+      .swi = act(m, a->swi, lf * N * F),
       .res_out = act(m, a->res, (l + 1) * N * D),
-      .attn_rstd = a->attn_rstd + l * N,
-      .ffn_rstd = a->ffn_rstd + l * N,
-      .lse = a->lse + l * N * m->c.n_heads,
+      .attn_rstd = a->attn_rstd + la * N,
+      .ffn_rstd = a->ffn_rstd + lf * N,
+      .lse = a->lse + la * N * m->c.n_heads,
   };
 }
 
 // ---- lifetime -----------------------------------------------------------------------------------
 
+int llama_recompute_parse(const char *name) {
+  if (!strcmp(name, "none")) return LLAMA_RECOMPUTE_NONE;
+  if (!strcmp(name, "ffn")) return LLAMA_RECOMPUTE_FFN;
+  if (!strcmp(name, "full")) return LLAMA_RECOMPUTE_FULL;
+  return -1;
+}
+
+const char *llama_recompute_name(int recompute) {
+  static const char *names[] = {"none", "ffn", "full"};
+  return recompute >= 0 && recompute <= LLAMA_RECOMPUTE_FULL ? names[recompute] : "?";
+}
+
 Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
+  return llama_create_ex(c, B, T, ops, LLAMA_RECOMPUTE_NONE);
+}
+
+Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int recompute) {
+  if (recompute < LLAMA_RECOMPUTE_NONE || recompute > LLAMA_RECOMPUTE_FULL)
+    die("model: recompute mode %d is not one of none (0), ffn (1), full (2)", recompute);
   if (c->vocab_size < 1 || c->dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->ffn_dim < 1)
     die("model: vocab_size %d, dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d must all be >= 1",
         c->vocab_size, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
@@ -211,6 +243,7 @@ Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
   m->hd = llama_head_dim(c);
   m->qdim = c->n_heads * m->hd, m->kvdim = c->n_kv_heads * m->hd;
   m->ops = ops;
+  m->recompute = recompute;
   layout_params(m);
   m->params = ops->alloc(m->n_params * sizeof(float));
   m->grads = ops->alloc(m->n_params * sizeof(float));
@@ -229,7 +262,8 @@ Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
 
   int chunk = HEAD_CHUNK_FLOATS / c->vocab_size;
   m->head_chunk = chunk < 1 ? 1 : chunk > m->N ? m->N : chunk;
-  m->arena = ops->alloc(layout_acts(m, NULL));
+  m->arena_bytes = layout_acts(m, NULL);
+  m->arena = ops->alloc(m->arena_bytes);
   layout_acts(m, m->arena);
   return m;
 }
@@ -246,6 +280,7 @@ void llama_free(Llama *m) {
 }
 
 const LlamaConfig *llama_config(const Llama *m) { return &m->c; }
+size_t llama_activation_bytes(const Llama *m) { return m->arena_bytes; }
 float *llama_params(Llama *m) { return m->params; }
 float *llama_grads(Llama *m) { return m->grads; }
 size_t llama_param_count(const Llama *m) { return m->n_params; }
@@ -298,40 +333,61 @@ void llama_init(Llama *m, uint64_t seed) {
 
 static LinearId lin(int layer, LinearKind kind) { return (LinearId){layer, kind}; }
 
+// The two halves of a block's forward. forward_blocks runs them for every block; with
+// recomputation the backward runs them again, block by block, to refill what the forward did not
+// keep. Rerunning an op on the same inputs gives the same bits (every op is deterministic). That
+// holds for the FP4 recipes too: a linear layer's quantization of x is a pure function of x and
+// the step, and its stochastic-rounding bits are keyed by (step, micro-batch, layer, tensor)
+// (model/linear_fp4.h), not by how many times the layer was called.
+
+// Attention half: res_mid = res_in + wo(attention(rope(q), rope(k), v)), q/k/v from rmsnorm(res_in).
+// Also regenerates the attention's lse.
+static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const LayerActs *s) {
+  const Ops *op = m->ops;
+  const int B = m->B, T = m->T, N = m->N, D = m->c.dim, H = m->c.n_heads, KV = m->c.n_kv_heads;
+  const int hd = m->hd, Q = m->qdim, K = m->kvdim;
+  op->rmsnorm_fwd(s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+  op->matmul_fwd(op->ctx, lin(l, LIN_Q), s->q, s->attn_in, w->wq, N, D, Q);
+  op->matmul_fwd(op->ctx, lin(l, LIN_K), s->k, s->attn_in, w->wk, N, D, K);
+  op->matmul_fwd(op->ctx, lin(l, LIN_V), s->v, s->attn_in, w->wv, N, D, K);
+  op->rope_fwd(s->q, m->rope_cos, m->rope_sin, B, T, H, hd);
+  op->rope_fwd(s->k, m->rope_cos, m->rope_sin, B, T, KV, hd);
+  op->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KV, hd);
+  op->matmul_fwd(op->ctx, lin(l, LIN_O), m->a.tmp, s->att, w->wo, N, Q, D);
+  op->residual_fwd(s->res_mid, s->res_in, m->a.tmp, (size_t)N * D);
+}
+
+// Feed-forward half up to w_down's input: swi = silu(w_gate x) * (w_up x), x = rmsnorm(res_mid).
+// (w_down and the residual add, whose outputs the backward does not read, stay in forward_blocks.)
+static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerActs *s) {
+  const Ops *op = m->ops;
+  const int N = m->N, D = m->c.dim, F = m->c.ffn_dim;
+  op->rmsnorm_fwd(s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+  op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s->gate, s->ffn_in, w->w_gate, N, D, F);
+  op->matmul_fwd(op->ctx, lin(l, LIN_UP), s->up, s->ffn_in, w->w_up, N, D, F);
+  op->swiglu_fwd(s->swi, s->gate, s->up, (size_t)N * F);
+}
+
 // Embedding, the blocks and the final norm: fills every saved activation up to a->final.
 static void forward_blocks(Llama *m, const int *inputs) {
   const Ops *op = m->ops;
   const LlamaConfig *c = &m->c;
   Acts *a = &m->a;
-  const int B = m->B, T = m->T, N = m->N, D = c->dim, F = c->ffn_dim, H = c->n_heads, KV = c->n_kv_heads;
-  const int hd = m->hd, Q = m->qdim, K = m->kvdim;
-  const float eps = c->norm_eps;
+  const int N = m->N, D = c->dim, F = c->ffn_dim;
 
   op->upload(a->inputs, inputs, (size_t)N * sizeof(int));
   op->embed_fwd(a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
   for (int l = 0; l < c->n_layers; l++) {
     LayerWeights w = layer_weights(m, m->params, l);
     LayerActs s = layer_acts(m, l);
-    // attention: res_mid = res_in + wo(attention(rope(q), rope(k), v)), q/k/v from rmsnorm(res_in)
-    op->rmsnorm_fwd(s.attn_in, s.attn_rstd, s.res_in, w.attn_norm, N, D, eps);
-    op->matmul_fwd(op->ctx, lin(l, LIN_Q), s.q, s.attn_in, w.wq, N, D, Q);
-    op->matmul_fwd(op->ctx, lin(l, LIN_K), s.k, s.attn_in, w.wk, N, D, K);
-    op->matmul_fwd(op->ctx, lin(l, LIN_V), s.v, s.attn_in, w.wv, N, D, K);
-    op->rope_fwd(s.q, m->rope_cos, m->rope_sin, B, T, H, hd);
-    op->rope_fwd(s.k, m->rope_cos, m->rope_sin, B, T, KV, hd);
-    op->attention_fwd(s.att, s.lse, s.q, s.k, s.v, B, T, H, KV, hd);
-    op->matmul_fwd(op->ctx, lin(l, LIN_O), a->tmp, s.att, w.wo, N, Q, D);
-    op->residual_fwd(s.res_mid, s.res_in, a->tmp, (size_t)N * D);
-    // feed-forward: res_out = res_mid + w_down(silu(w_gate m) * (w_up m)), m = rmsnorm(res_mid)
-    op->rmsnorm_fwd(s.ffn_in, s.ffn_rstd, s.res_mid, w.ffn_norm, N, D, eps);
-    op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s.gate, s.ffn_in, w.w_gate, N, D, F);
-    op->matmul_fwd(op->ctx, lin(l, LIN_UP), s.up, s.ffn_in, w.w_up, N, D, F);
-    op->swiglu_fwd(s.swi, s.gate, s.up, (size_t)N * F);
+    attention_half_fwd(m, l, &w, &s);
+    // feed-forward: res_out = res_mid + w_down(swi)
+    ffn_hidden_fwd(m, l, &w, &s);
     op->matmul_fwd(op->ctx, lin(l, LIN_DOWN), a->tmp, s.swi, w.w_down, N, F, D);
     op->residual_fwd(s.res_out, s.res_mid, a->tmp, (size_t)N * D);
   }
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
-  op->rmsnorm_fwd(a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, eps);
+  op->rmsnorm_fwd(a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, c->norm_eps);
 }
 
 float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_index) {
@@ -366,6 +422,9 @@ static void backward_blocks(Llama *m) {
   for (int l = c->n_layers - 1; l >= 0; l--) {
     LayerWeights w = layer_weights(m, p, l), dw = layer_weights(m, g, l);
     LayerActs s = layer_acts(m, l);
+    // refill the scratch slices of this block from its saved input (res_in, or res_mid for ffn)
+    if (m->recompute == LLAMA_RECOMPUTE_FULL) attention_half_fwd(m, l, &w, &s);
+    if (m->recompute != LLAMA_RECOMPUTE_NONE) ffn_hidden_fwd(m, l, &w, &s);
     // feed-forward
     op->matmul_bwd(op->ctx, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
     op->swiglu_bwd(a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);

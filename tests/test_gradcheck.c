@@ -1,7 +1,8 @@
 // tests/test_gradcheck.c: the whole model (model/llama.c over ops_cpu) against an independent
 // double-precision Llama written here from the HF formulas: same loss and logits, and analytic
 // gradients of EVERY entry of EVERY parameter tensor against central differences of the double
-// loss. Also: tensor table, init, gradient accumulation over micro-batches, determinism.
+// loss. Also: tensor table, init, gradient accumulation over micro-batches, determinism, and
+// activation recomputation (bit-identical to none, smaller arena).
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -388,11 +389,91 @@ static void test_determinism(void) {
   free(ga), free(gb), free(gc), free(gd);
 }
 
+// One optimizer step's worth of work with a recompute mode: two accumulated micro-batches (the
+// first through llama_forward + llama_backward, the second through llama_forward_backward), then
+// an eval forward and llama_logits. Fills grads [n] and logits [N, V]; returns the losses.
+typedef struct {
+  float train1, train2, eval;
+  size_t act_bytes;
+} RecomputeRun;
+
+static RecomputeRun recompute_run(const LlamaConfig *c, int B, int T, int mode, float *grads, float *logits) {
+  const int N = B * T;
+  Llama *m = llama_create_ex(c, B, T, &ops_cpu, mode);
+  randomize(m, 13);
+  int *in1 = xmalloc(N * sizeof(int)), *tg1 = xmalloc(N * sizeof(int));
+  int *in2 = xmalloc(N * sizeof(int)), *tg2 = xmalloc(N * sizeof(int));
+  make_batch(in1, tg1, N, c->vocab_size, 31);
+  make_batch(in2, tg2, N, c->vocab_size, 32);
+  RecomputeRun r = {.act_bytes = llama_activation_bytes(m)};
+  llama_zero_grad(m);
+  r.train1 = llama_forward(m, in1, tg1, IGN);
+  llama_backward(m, 0.5f);
+  r.train2 = llama_forward_backward(m, in2, tg2, IGN, 0.5f);
+  memcpy(grads, llama_grads(m), llama_param_count(m) * sizeof(float));
+  r.eval = llama_forward(m, in2, tg1, IGN);
+  llama_logits(m, in1, logits);
+  free(in1), free(tg1), free(in2), free(tg2);
+  llama_free(m);
+  return r;
+}
+
+static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+static void test_recompute(void) {
+  TEST_SECTION("activation recomputation: bit-identical results, smaller arena");
+  CHECK(llama_recompute_parse("none") == LLAMA_RECOMPUTE_NONE && llama_recompute_parse("ffn") == LLAMA_RECOMPUTE_FFN &&
+            llama_recompute_parse("full") == LLAMA_RECOMPUTE_FULL && llama_recompute_parse("attn") == -1,
+        "llama_recompute_parse");
+  CHECK(!strcmp(llama_recompute_name(LLAMA_RECOMPUTE_FFN), "ffn"), "llama_recompute_name(ffn) = %s",
+        llama_recompute_name(LLAMA_RECOMPUTE_FFN));
+  LlamaConfig c;
+  if (llama_preset("tiny", &c)) die("no tiny preset");
+  c.n_layers = 3;  // more than two blocks share the scratch slices
+  const int B = 2, T = 16, N = B * T, V = c.vocab_size;
+  size_t n = (size_t)llama_num_params(&c);
+  float *g[3], *lg[3];
+  RecomputeRun r[3];
+  for (int mode = 0; mode < 3; mode++) {
+    g[mode] = xmalloc(n * sizeof(float)), lg[mode] = xmalloc((size_t)N * V * sizeof(float));
+    r[mode] = recompute_run(&c, B, T, mode, g[mode], lg[mode]);
+    printf("  %-4s losses %.7f %.7f, eval %.7f, activations %zu bytes\n", llama_recompute_name(mode), r[mode].train1,
+           r[mode].train2, r[mode].eval, r[mode].act_bytes);
+  }
+  double gmax = 0;
+  for (size_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(g[0][i]));
+  CHECK(gmax > 1e-3, "the reference gradients are not trivially zero (max %g)", gmax);
+  for (int mode = 1; mode < 3; mode++) {
+    const char *name = llama_recompute_name(mode);
+    CHECK(r[mode].train1 == r[0].train1 && r[mode].train2 == r[0].train2,
+          "%s: training losses %.9g %.9g, without recomputation %.9g %.9g", name, r[mode].train1, r[mode].train2,
+          r[0].train1, r[0].train2);
+    CHECK(!memcmp(g[mode], g[0], n * sizeof(float)), "%s: accumulated gradients differ from recompute none", name);
+    CHECK(r[mode].eval == r[0].eval, "%s: eval loss %.9g vs %.9g", name, r[mode].eval, r[0].eval);
+    CHECK(!memcmp(lg[mode], lg[0], (size_t)N * V * sizeof(float)), "%s: llama_logits differ from recompute none", name);
+  }
+  // The arena loses L-1 slices of every recomputed buffer (each buffer is 256-byte aligned).
+  const size_t L = c.n_layers, D = c.dim, F = c.ffn_dim, hd = D / c.n_heads, Q = c.n_heads * hd;
+  const size_t K = c.n_kv_heads * hd, H = c.n_heads, fb = sizeof(float);
+  const size_t ffn_slice[] = {N * D * fb, N * F * fb, N * F * fb, N * F * fb, N * fb};  // ffn_in gate up swi ffn_rstd
+  const size_t attn_slice[] = {N * D * fb, N * Q * fb, N * K * fb, N * K * fb, N * Q * fb, N * D * fb, N * fb,
+                               N * H * fb};  // attn_in q k v att res_mid attn_rstd lse
+  size_t save_ffn = 0, save_attn = 0;
+  for (int i = 0; i < 5; i++) save_ffn += align256(L * ffn_slice[i]) - align256(ffn_slice[i]);
+  for (int i = 0; i < 8; i++) save_attn += align256(L * attn_slice[i]) - align256(attn_slice[i]);
+  CHECK(r[0].act_bytes - r[1].act_bytes == save_ffn, "ffn saves %zu bytes, want %zu", r[0].act_bytes - r[1].act_bytes,
+        save_ffn);
+  CHECK(r[0].act_bytes - r[2].act_bytes == save_ffn + save_attn, "full saves %zu bytes, want %zu",
+        r[0].act_bytes - r[2].act_bytes, save_ffn + save_attn);
+  for (int mode = 0; mode < 3; mode++) free(g[mode]), free(lg[mode]);
+}
+
 int main(void) {
   omp_set_num_threads(2);
   test_tensor_table();
   test_against_reference();
   test_accumulation();
   test_determinism();
+  test_recompute();
   TEST_END();
 }
