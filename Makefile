@@ -45,7 +45,7 @@ endif
 all: train $(TESTS) $(GPU_TESTS)
 gpu-tests: $(GPU_TESTS)
 
-train: $(BUILD)/train.o $(BUILD)/libengine.a
+train: $(BUILD)/train.o $(BUILD)/run_ckpt.o $(BUILD)/libengine.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libengine.a: $(LIB_OBJ) $(CU_OBJ)
