@@ -20,6 +20,7 @@
 #include "fp4/nvfp4.h"
 #include "model/cuda_common.h"
 #include "model/gemm.h"
+#include "model/lt_tune.h"
 
 enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
 static const size_t WORKSPACE_BYTES = 64u << 20;  // as model/gemm.cu
@@ -58,7 +59,6 @@ typedef struct {
 static cublasLtHandle_t g_lt;
 static void *g_ws;
 static int g_autotune;
-static cudaEvent_t g_ev[2];
 static Plan *g_plans;
 static int g_nplans, g_capplans;
 
@@ -86,8 +86,6 @@ static void lt_init(void) {
   g_autotune = !(e && strcmp(e, "0") == 0);
   CUBLAS_CHECK(cublasLtCreate(&g_lt));
   CUDA_CHECK(cudaMalloc(&g_ws, WORKSPACE_BYTES));
-  CUDA_CHECK(cudaEventCreate(&g_ev[0]));
-  CUDA_CHECK(cudaEventCreate(&g_ev[1]));
 }
 
 static void describe(char *buf, size_t n, const PlanKey *k) {
@@ -143,27 +141,7 @@ static void plan_destroy(Plan *p) {
 
 // Up to `max` heuristic results with state SUCCESS, in the heuristic's order (0 if none).
 static int plan_candidates(const Plan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE_BYTES,
-                                                    sizeof WORKSPACE_BYTES));
-  uint32_t align = (uint32_t)p->key.align;
-  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align));
-  // Split-K only with fp32 partials reduced in a fixed order (as model/gemm.cu: deterministic).
-  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
-                                                    sizeof reductions));
-  int n = 0;
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->lout, p->lout, pref, max, res, &n);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  int valid = 0;
-  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; i++)
-    if (res[i].state == CUBLAS_STATUS_SUCCESS) res[valid++] = res[i];
-  return valid;
+  return lt_candidates(g_lt, p->desc, p->la, p->lb, p->lout, p->key.align, WORKSPACE_BYTES, res, max, NULL);
 }
 
 static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c) {
@@ -180,39 +158,22 @@ static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, co
                         algo, g_ws, WORKSPACE_BYTES, cuda_stream());
 }
 
-// Mean ms per call over `reps` back-to-back calls, or -1 if the algorithm refuses to run.
-static double time_calls(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c, int reps) {
-  CUDA_CHECK(cudaEventRecord(g_ev[0], cuda_stream()));
-  for (int r = 0; r < reps; r++)
-    if (launch(p, algo, c) != CUBLAS_STATUS_SUCCESS) return -1;
-  CUDA_CHECK(cudaEventRecord(g_ev[1], cuda_stream()));
-  CUDA_CHECK(cudaEventSynchronize(g_ev[1]));
-  CUDA_CHECK_LAUNCH();
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, g_ev[0], g_ev[1]));
-  return ms / reps;
+typedef struct {
+  const Plan *p;
+  const Call *c;
+} TuneCall;
+
+static cublasStatus_t launch_tune(void *ctx, const cublasLtMatmulAlgo_t *algo) {
+  const TuneCall *t = (const TuneCall *)ctx;
+  return launch(t->p, algo, t->c);
 }
 
-// Times candidates 0..n-1 (a warm-up call sizes the passes; rounds interleave the candidates) and
-// returns the fastest's index, its ms in *best_ms; -1 if none ran.
+// The fastest of candidates 0..n-1 on call c (lt_pick_fastest), its ms in *best_ms; -1 if none ran.
 static int pick_fastest(const Plan *p, const cublasLtMatmulHeuristicResult_t *res, int n, const Call *c, int rounds,
                         double target_ms, double *best_ms) {
   double ms[CANDIDATES];
-  int reps[CANDIDATES];
-  for (int i = 0; i < n; i++) {
-    ms[i] = time_calls(p, &res[i].algo, c, 1);
-    double r = ms[i] > 0 ? target_ms / ms[i] : 1;
-    reps[i] = r < 1 ? 1 : r > 200 ? 200 : (int)r;
-  }
-  for (int round = 0; round < rounds; round++)
-    for (int i = 0; i < n; i++) {
-      if (ms[i] < 0) continue;
-      double t = time_calls(p, &res[i].algo, c, reps[i]);
-      if (t > 0 && t < ms[i]) ms[i] = t;
-    }
-  int best = -1;
-  for (int i = 0; i < n; i++)
-    if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
+  TuneCall t = {p, c};
+  int best = lt_pick_fastest(launch_tune, &t, res, n, rounds, target_ms, ms);
   if (best >= 0) *best_ms = ms[best];
   return best;
 }
@@ -286,10 +247,10 @@ static int alignment_of(const char *who, const void *const *ptrs, const char *co
 
 // ---------------------------------------------------------------------------------------------
 // Hopper FP8 path.
-static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, int accumulate, int align) {
+static PlanKey plan_key(int kind, int out_fp32, int a_blk, int b_blk, int M, int N, int K, int accumulate, int align) {
   PlanKey k;
-  memset(&k, 0, sizeof k);
-  k.kind = KIND_FP8;
+  memset(&k, 0, sizeof k);  // the key is compared with memcmp: no stray padding bytes
+  k.kind = kind;
   k.out_fp32 = out_fp32;
   k.a_blk = a_blk != 0;
   k.b_blk = b_blk != 0;
@@ -299,6 +260,10 @@ static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, 
   k.accumulate = accumulate;
   k.align = align;
   return k;
+}
+
+static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, int accumulate, int align) {
+  return plan_key(KIND_FP8, out_fp32, a_blk, b_blk, M, N, K, accumulate, align);
 }
 
 static void check_modes(const char *who, int a_blk, int b_blk) {
@@ -607,15 +572,7 @@ void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Op
   fp4_swizzle_scales(B.scales, N, cols, mx, max_b, sb);
   scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, mx ? max_a : NULL, mx ? max_b : NULL);
   CUDA_CHECK_LAUNCH();
-  PlanKey key;
-  memset(&key, 0, sizeof key);
-  key.kind = KIND_NATIVE;
-  key.out_fp32 = out_fp32;
-  key.M = M;
-  key.N = N;
-  key.K = K;
-  key.accumulate = beta != 0.0f;
-  key.align = align;
+  PlanKey key = plan_key(KIND_NATIVE, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, A.codes, B.codes, sa, sb, ab, ab + 1};
   Plan *p = plan_get(&key, &c);
   if (p->n_candidates == 0) {
@@ -639,15 +596,7 @@ static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const vo
   float *ab = (float *)scratch(&g_dev_scalars, 64);  // [0] alpha, [1] beta
   scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, NULL, NULL);
   CUDA_CHECK_LAUNCH();
-  PlanKey key;
-  memset(&key, 0, sizeof key);
-  key.kind = KIND_BF16_DEV;
-  key.out_fp32 = out_fp32;
-  key.M = M;
-  key.N = N;
-  key.K = K;
-  key.accumulate = beta != 0.0f;
-  key.align = align;
+  PlanKey key = plan_key(KIND_BF16_DEV, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, a, b, NULL, NULL, ab, ab + 1};
   Plan *p = plan_get(&key, &c);
   if (p->n_candidates == 0) {
@@ -672,8 +621,6 @@ void fp4_gemm_shutdown(void) {
   free(g_plans);
   g_plans = NULL;
   g_nplans = g_capplans = 0;
-  CUDA_CHECK(cudaEventDestroy(g_ev[1]));
-  CUDA_CHECK(cudaEventDestroy(g_ev[0]));
   CUDA_CHECK(cudaFree(g_ws));
   g_ws = NULL;
   CUBLAS_CHECK(cublasLtDestroy(g_lt));

@@ -81,6 +81,17 @@ static void need_aligned(const char *who, const char *what, const void *p, size_
   if (!aligned(p, a)) die("%s: %s = %p must be %zu-byte aligned", who, what, p, a);
 }
 
+// 16 E2M1 codes (one per byte) -> 8 bytes, element 2i in the low nibble of byte i.
+static __device__ __forceinline__ uint2 pack16(const uint8_t *c) {
+  uint2 packed = make_uint2(0, 0);
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    packed.x |= (uint32_t)c[i] << (4 * i);
+    packed.y |= (uint32_t)c[8 + i] << (4 * i);
+  }
+  return packed;
+}
+
 // ---- tensor amax ------------------------------------------------------------------------------------
 // Vectors [0, nvec) in steps of 4 per thread (independent loads in flight), then the tail n % E.
 template <typename T>
@@ -140,13 +151,7 @@ __global__ void rows_kernel(const bf16 *x, size_t nblocks, const float *amax, Ph
   if (SR) philox_group16(s, b, w);
   uint8_t c[16];
   const uint8_t bs = nv_quantize_block16(v, s_enc, SR, w, c);
-  uint2 packed = make_uint2(0, 0);
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    packed.x |= (uint32_t)c[i] << (4 * i);
-    packed.y |= (uint32_t)c[8 + i] << (4 * i);
-  }
-  reinterpret_cast<uint2 *>(codes)[b] = packed;
+  reinterpret_cast<uint2 *>(codes)[b] = pack16(c);
   scales[b] = bs;
 }
 
@@ -228,13 +233,7 @@ __global__ void cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool v
       if (SR) philox_group16(s, e / 16, w);
       uint8_t c[16];
       const uint8_t bs = nv_quantize_block16(v, s_enc, SR, w, c);
-      uint2 packed = make_uint2(0, 0);
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        packed.x |= (uint32_t)c[i] << (4 * i);
-        packed.y |= (uint32_t)c[8 + i] << (4 * i);
-      }
-      *reinterpret_cast<uint2 *>(codes + e / 2) = packed;
+      *reinterpret_cast<uint2 *>(codes + e / 2) = pack16(c);
       scales[e / 16] = bs;
     }
   }

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "model/cuda_common.h"
 #include "model/gemm.h"
+#include "model/lt_tune.h"
 
 enum { CANDIDATES = 8 };  // heuristic algorithms timed per shape
 static const size_t WORKSPACE_BYTES = 64u << 20;  // split-K and Hopper kernels like 32 MiB+
@@ -44,7 +45,6 @@ typedef struct {
 static cublasLtHandle_t g_lt;
 static void *g_ws;
 static int g_autotune;
-static cudaEvent_t g_ev[2];
 static GemmPlan *g_plans;
 static int g_nplans, g_capplans;
 
@@ -56,8 +56,6 @@ static void gemm_init(void) {
   g_autotune = !(e && strcmp(e, "0") == 0);
   CUBLAS_CHECK(cublasLtCreate(&g_lt));
   CUDA_CHECK(cudaMalloc(&g_ws, WORKSPACE_BYTES));
-  CUDA_CHECK(cudaEventCreate(&g_ev[0]));
-  CUDA_CHECK(cudaEventCreate(&g_ev[1]));
 }
 
 static const char *layout_name(int a_t, int b_t) {
@@ -115,32 +113,12 @@ static void describe(char *buf, size_t n, const GemmKey *k) {
 
 // Up to `max` heuristic algorithms that fit the workspace and the key's pointer alignment.
 static int plan_candidates(const GemmPlan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE_BYTES,
-                                                    sizeof WORKSPACE_BYTES));
-  // The default assumes 256-byte aligned buffers; slices of larger buffers may be less aligned.
-  uint32_t align = (uint32_t)p->key.align;
-  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align));
-  // Split-K only with fp32 partial sums reduced in a fixed order: the "in place" and "output
-  // type" schemes would sum partials in the BF16 output (and "in place" orders them at run time).
-  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
-                                                    sizeof reductions));
-  int n = 0;
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->lout, p->lout, pref, max, res, &n);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  int valid = 0;  // keep the results whose state is SUCCESS, in the heuristic's order
-  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; i++)
-    if (res[i].state == CUBLAS_STATUS_SUCCESS) res[valid++] = res[i];
+  cublasStatus_t st;
+  int valid = lt_candidates(g_lt, p->desc, p->la, p->lb, p->lout, p->key.align, WORKSPACE_BYTES, res, max, &st);
   if (valid == 0) {
     char d[160];
     describe(d, sizeof d, &p->key);
-    die("gemm: cuBLASLt offers no algorithm for %s (heuristic status %d, %d results)", d, (int)st, n);
+    die("gemm: cuBLASLt offers no algorithm for %s (heuristic status %d)", d, (int)st);
   }
   return valid;
 }
@@ -151,40 +129,26 @@ static cublasStatus_t launch(const GemmPlan *p, const cublasLtMatmulAlgo_t *algo
                         WORKSPACE_BYTES, cuda_stream());
 }
 
-// Mean milliseconds per call over `reps` back-to-back calls, or -1 if the algorithm refuses to run.
-static double time_calls(const GemmPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A,
-                         const void *B, float alpha, float beta, int reps) {
-  CUDA_CHECK(cudaEventRecord(g_ev[0], cuda_stream()));
-  for (int r = 0; r < reps; r++)
-    if (launch(p, algo, out, A, B, alpha, beta) != CUBLAS_STATUS_SUCCESS) return -1;
-  CUDA_CHECK(cudaEventRecord(g_ev[1], cuda_stream()));
-  CUDA_CHECK(cudaEventSynchronize(g_ev[1]));
-  CUDA_CHECK_LAUNCH();
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, g_ev[0], g_ev[1]));
-  return ms / reps;
+// One GEMM call with fixed operands, for lt_pick_fastest.
+typedef struct {
+  const GemmPlan *p;
+  void *out;
+  const void *A, *B;
+  float alpha, beta;
+} TuneCall;
+
+static cublasStatus_t launch_tune(void *ctx, const cublasLtMatmulAlgo_t *algo) {
+  const TuneCall *c = (const TuneCall *)ctx;
+  return launch(c->p, algo, c->out, c->A, c->B, c->alpha, c->beta);
 }
 
-// Times the n candidates on these buffers (see TUNE_ROUNDS) and returns the fastest's index; ms[i]
-// gets candidate i's time per call (-1: it failed to run, which happens only for odd algorithms).
+// Times the n candidates on these buffers and returns the fastest's index; ms[i] gets candidate
+// i's time per call (-1: it failed to run, which happens only for odd algorithms).
 static int pick_fastest(const GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int n, void *out,
                         const void *A, const void *B, float alpha, float beta, int rounds, double target_ms,
                         double *ms) {
-  int reps[CANDIDATES];
-  for (int i = 0; i < n; i++) {  // warm-up call; its time sizes the passes
-    ms[i] = time_calls(p, &res[i].algo, out, A, B, alpha, beta, 1);
-    double r = ms[i] > 0 ? target_ms / ms[i] : 1;
-    reps[i] = r < 1 ? 1 : r > 200 ? 200 : (int)r;
-  }
-  for (int round = 0; round < rounds; round++)
-    for (int i = 0; i < n; i++) {
-      if (ms[i] < 0) continue;
-      double t = time_calls(p, &res[i].algo, out, A, B, alpha, beta, reps[i]);
-      if (round == 0 || t < ms[i]) ms[i] = t;
-    }
-  int best = -1;
-  for (int i = 0; i < n; i++)
-    if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
+  TuneCall c = {p, out, A, B, alpha, beta};
+  int best = lt_pick_fastest(launch_tune, &c, res, n, rounds, target_ms, ms);
   if (best < 0) {
     char d[160];
     describe(d, sizeof d, &p->key);
@@ -353,8 +317,6 @@ void gemm_shutdown(void) {
   free(g_plans);
   g_plans = NULL;
   g_nplans = g_capplans = 0;
-  CUDA_CHECK(cudaEventDestroy(g_ev[1]));
-  CUDA_CHECK(cudaEventDestroy(g_ev[0]));
   CUDA_CHECK(cudaFree(g_ws));
   g_ws = NULL;
   CUBLAS_CHECK(cublasLtDestroy(g_lt));
