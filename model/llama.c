@@ -59,6 +59,8 @@ struct Llama {
   int recompute;                   // LlamaRecompute: which activations the backward recomputes
   size_t arena_bytes;
   int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
+  LlamaGradHook grad_hook;         // told as gradient ranges become final in a backward (or NULL)
+  void *grad_hook_ctx;
 };
 
 // ---- parameters ---------------------------------------------------------------------------------
@@ -402,6 +404,20 @@ float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_
                      m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, 0.0f);
 }
 
+void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx) {
+  m->grad_hook = fn;
+  m->grad_hook_ctx = ctx;
+}
+
+// Tells the hook that tensor id's slice for layer l (l < 0: the whole tensor) got its last
+// contribution of this backward (its ops are queued, not necessarily finished).
+static void grad_ready(Llama *m, int id, int l) {
+  if (!m->grad_hook) return;
+  const ParamTensor *t = &m->tensors[id];
+  size_t len = l < 0 ? t->numel : t->numel / (size_t)m->c.n_layers;
+  m->grad_hook(m->grad_hook_ctx, t->offset + (l < 0 ? 0 : (size_t)l * len), len);
+}
+
 // The backward from d(final norm output) (in a->dnorm, written by the fused head) down to the
 // embedding.
 static void backward_blocks(Llama *m) {
@@ -416,6 +432,8 @@ static void backward_blocks(Llama *m) {
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
   op->rmsnorm_bwd(a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
                   N, D);
+  grad_ready(m, T_HEAD, -1);  // the fused head ran before this function
+  grad_ready(m, T_FINAL_NORM, -1);
 
   // dres holds d(res_out) of block l on entry and d(res_in) on exit: the residual adds pass it
   // through unchanged and each norm's backward adds its branch into it.
@@ -440,8 +458,11 @@ static void backward_blocks(Llama *m) {
     op->matmul_bwd(op->ctx, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
     op->matmul_bwd(op->ctx, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
     op->rmsnorm_bwd(a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
+    static const int block_tensors[] = {T_DOWN, T_GATE, T_UP, T_FFN_NORM, T_WO, T_WQ, T_WK, T_WV, T_ATTN_NORM};
+    for (size_t i = 0; i < sizeof block_tensors / sizeof *block_tensors; i++) grad_ready(m, block_tensors[i], l);
   }
   op->embed_bwd(whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
+  grad_ready(m, T_EMBED, -1);
 }
 
 void llama_backward(Llama *m, float dloss) {

@@ -78,6 +78,16 @@ void llama_backward(Llama *m, float dloss);
 float llama_forward_backward(Llama *m, const int *inputs, const int *targets, int ignore_index, float dloss);
 void llama_zero_grad(Llama *m);
 
+// Gradient-ready notifications, for communication that overlaps the backward (model/zero.h): during
+// every llama_backward / llama_forward_backward, fn(ctx, offset, len) is called once for each range
+// [offset, offset + len) of llama_grads() (floats) as soon as the ops that produce its last
+// contribution of this backward have been issued: the head and final norm first, then each block's
+// nine slices from the last block down, the embedding last. The ranges tile the whole buffer
+// exactly once per backward. On an asynchronous backend the work is queued, not finished: fn must
+// order itself after it (e.g. by an event on the compute stream). fn NULL turns it off.
+typedef void (*LlamaGradHook)(void *ctx, size_t offset, size_t len);
+void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx);
+
 // The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).
 void llama_logits(Llama *m, const int *inputs, float *out);
 
