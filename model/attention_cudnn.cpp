@@ -247,6 +247,8 @@ extern "C" void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *do
   run(c);
 }
 
+extern "C" size_t attention_cudnn_version(void) { return cudnnGetVersion(); }
+
 extern "C" void attention_cudnn_set_deterministic(int on) { deterministic_bwd = on != 0; }
 
 extern "C" size_t attention_cudnn_workspace_bytes(void) { return workspace_size; }

@@ -38,6 +38,9 @@ void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 // (each setting has its own cached graph). The forward is always deterministic.
 void attention_cudnn_set_deterministic(int on);
 
+// The cuDNN library loaded at run time (e.g. 91400 for 9.14), for benchmark reports.
+size_t attention_cudnn_version(void);
+
 // Bytes of the shared device workspace currently held (the largest any cached graph needed so far).
 size_t attention_cudnn_workspace_bytes(void);
 

@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "fp4/recipe.h"
 #ifdef HAVE_CUDA
+#include "model/attention_cudnn.h"
 #include "model/ops_cuda.h"
 #endif
 
@@ -143,6 +144,9 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   const int accum = cfg->global_batch / cfg->micro_batch;
   printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
          op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
+#ifdef HAVE_CUDA
+  if (!strcmp(op->name, "cuda")) printf("bench: cuDNN %zu loaded at run time\n", attention_cudnn_version());
+#endif
   fflush(stdout);
   Timing a = time_depth(cfg, op, la, steps, 0);
   Timing b = time_depth(cfg, op, lb, steps, 1);
