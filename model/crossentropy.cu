@@ -117,7 +117,7 @@ static int chunk_tokens(int N, int V, int forced) {
 }
 
 float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int forced_chunk) {
+                             int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite) {
   if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
     die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
   if (g_targets_cap < (size_t)N) {
@@ -153,7 +153,8 @@ float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16
     cuda_prof_end(mk, "head softmax", PROF_MEM, (double)nc * V * (dlogits ? 10 : 4) + 8.0 * nc, 0, NULL);
     if (!dx) continue;
     cuda_gemm("gemm dgrad head", dx + (size_t)n0 * D, 0, dlogits, 0, w16, 0, nc, D, V, 1.0f, 0.0f);
-    if (dw) cuda_gemm("gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, 1.0f);
+    const float beta = dw_overwrite && n0 == 0 ? 0.0f : 1.0f;  // the first chunk writes, the rest add
+    if (dw) cuda_gemm("gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, beta);
   }
   sum_kernel<<<1, SUM_THREADS, 0, s>>>(total, row_loss, N);
   CUDA_CHECK_LAUNCH();

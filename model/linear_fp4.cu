@@ -337,7 +337,8 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
 }
 
 void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w,
-                         const bf16 *w16, uint64_t wversion, int N, int in, int out_dim, int dx_accumulate) {
+                         const bf16 *w16, uint64_t wversion, int N, int in, int out_dim, int dx_accumulate,
+                         int dw_overwrite) {
   if (!dx && !dw) return;
   check_shape(id, N, in, out_dim);
   const int fp8 = fp8_path(), nv = g_recipe.format == FMT_NVFP4, had = g_recipe.hadamard;
@@ -385,7 +386,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
     fp4_gemm("dgrad", id.kind, dx, 0, dyr, qw->wtq, N, in, out_dim, alpha, dx_accumulate ? 1.0f : 0.0f, alpha_dev);
   }
 
-  // Wgrad: dW += (R dY)^T (R x), x's column copy recomputed from the saved BF16 x
+  // Wgrad: dW (+)= (R dY)^T (R x), x's column copy recomputed from the saved BF16 x
   if (dw) {
     mk = cuda_prof_begin();
     quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));
@@ -398,6 +399,6 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
     } else {
       alpha = mx_unit(mx_mode()) * mx_unit(mx_mode());
     }
-    fp4_gemm("wgrad", id.kind, dw, 1, dyc, xc, out_dim, in, N, alpha, 1.0f, alpha_dev);
+    fp4_gemm("wgrad", id.kind, dw, 1, dyc, xc, out_dim, in, N, alpha, dw_overwrite ? 0.0f : 1.0f, alpha_dev);
   }
 }

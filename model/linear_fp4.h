@@ -65,10 +65,11 @@ long linear_fp4_weight_quantizations(void);
 #include <cuda_bf16.h>
 // The linear entries behind ops_cuda.cu's matmul_fwd / matmul_bwd for an active id (same
 // arguments as the table's, typed), plus the weight's BF16 shadow w16 and the current weights
-// version (a cached quantization older than it is redone). dx or dw may be NULL.
+// version (a cached quantization older than it is redone). dx or dw may be NULL. dw_overwrite:
+// dW = ... instead of dW += ... (Ops.set_grad_overwrite).
 void linear_fp4_forward(LinearId id, __nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
                         const __nv_bfloat16 *w16, uint64_t wversion, int N, int in, int out_dim);
 void linear_fp4_backward(LinearId id, __nv_bfloat16 *dx, float *dw, const __nv_bfloat16 *dout,
                          const __nv_bfloat16 *x, const float *w, const __nv_bfloat16 *w16, uint64_t wversion, int N,
-                         int in, int out_dim, int dx_accumulate);
+                         int in, int out_dim, int dx_accumulate, int dw_overwrite);
 #endif

@@ -59,6 +59,7 @@ struct Llama {
   int recompute;                   // LlamaRecompute: which activations the backward recomputes
   size_t arena_bytes;
   int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
+  int grads_stale;                 // llama_zero_grad was called: the next backward writes, not adds
   LlamaGradHook grad_hook;         // told as gradient ranges become final in a backward (or NULL)
   void *grad_hook_ctx;
 };
@@ -284,7 +285,6 @@ void llama_free(Llama *m) {
 const LlamaConfig *llama_config(const Llama *m) { return &m->c; }
 size_t llama_activation_bytes(const Llama *m) { return m->arena_bytes; }
 float *llama_params(Llama *m) { return m->params; }
-float *llama_grads(Llama *m) { return m->grads; }
 size_t llama_param_count(const Llama *m) { return m->n_params; }
 int llama_num_tensors(const Llama *m) { return N_TENSORS; }
 
@@ -299,7 +299,34 @@ const ParamTensor *llama_find_tensor(const Llama *m, const char *name) {
   return NULL;
 }
 
-void llama_zero_grad(Llama *m) { m->ops->zero(m->grads, m->n_params * sizeof(float)); }
+// No memset: the next backward writes the gradients instead of adding to them (Ops.set_grad_overwrite).
+void llama_zero_grad(Llama *m) { m->grads_stale = 1; }
+
+// The grads are read (after a backward, or by a caller right after llama_zero_grad): make them real.
+float *llama_grads(Llama *m) {
+  if (m->grads_stale) {
+    m->ops->zero(m->grads, m->n_params * sizeof(float));
+    m->grads_stale = 0;
+  }
+  return m->grads;
+}
+
+// Runs the backward from the fused head's output in a->dnorm; see llama_zero_grad.
+static void backward_blocks(Llama *m);
+static void backward_all(Llama *m, float dloss, int head_done) {
+  const Ops *op = m->ops;
+  Acts *a = &m->a;
+  int overwrite = m->grads_stale;
+  if (overwrite) op->set_grad_overwrite(1);
+  m->grads_stale = 0;
+  // embed_bwd adds (a scatter): its table is the one gradient that still needs zeroing
+  if (overwrite) op->zero(whole(m, m->grads, T_EMBED), m->tensors[T_EMBED].numel * sizeof(float));
+  if (!head_done)  // head + loss again (llama_forward kept no logits) -> d(final norm output) in dnorm
+    op->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
+                m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
+  backward_blocks(m);
+  if (overwrite) op->set_grad_overwrite(0);
+}
 
 void llama_init(Llama *m, uint64_t seed) {
   // Generated on the host in blocks and uploaded. Each 64K-element chunk of a tensor has its own
@@ -468,11 +495,7 @@ static void backward_blocks(Llama *m) {
 void llama_backward(Llama *m, float dloss) {
   if (!m->have_targets)
     die("llama_backward: call llama_forward first (llama_logits overwrites the activations it saved)");
-  Acts *a = &m->a;
-  // head + loss again (llama_forward kept no logits) -> d(final norm output) in dnorm
-  m->ops->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
-                  m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
-  backward_blocks(m);
+  backward_all(m, dloss, 0);
 }
 
 float llama_forward_backward(Llama *m, const int *inputs, const int *targets, int ignore_index, float dloss) {
@@ -484,9 +507,12 @@ float llama_forward_backward(Llama *m, const int *inputs, const int *targets, in
   m->have_targets = 1;
   m->ignore_index = ignore_index;
   // one pass of the fused head: the loss and its gradient together, no logits recomputed
+  int overwrite = m->grads_stale;
+  if (overwrite) op->set_grad_overwrite(1);
   float loss = op->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
                            a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, dloss);
-  backward_blocks(m);
+  if (overwrite) op->set_grad_overwrite(0);
+  backward_all(m, dloss, 1);
   return loss;
 }
 

@@ -7,7 +7,7 @@
 // - Activations are void* in the backend's activation type (Ops.act_bytes per element).
 //   Parameters and their gradients are fp32 (float*), as are per-row statistics (rstd, lse).
 // - Linear weights are stored PyTorch-style [out, in]: y = x W^T.
-// - Backward ops ACCUMULATE (+=) into parameter gradients. Activation gradients are overwritten,
+// - Backward ops ACCUMULATE (+=) into parameter gradients (or write them, see set_grad_overwrite). Activation gradients are overwritten,
 //   except where a comment says "+=" (rmsnorm_bwd's dx, and matmul_bwd's dx when asked), which is
 //   how the graph sums the branches of the residual stream and of q/k/v, gate/up.
 //
@@ -60,6 +60,13 @@ typedef struct Ops {
   // so that a resumed run draws exactly the bits the uninterrupted one would. Call before each
   // micro-batch's forward. A no-op where nothing is random.
   void (*set_step)(int64_t step, int micro);
+
+  // While on, the backward ops below WRITE the parameter gradients they produce instead of adding
+  // to them. Each gradient element gets exactly one op call per backward (the head's dw one head_ce
+  // call, whatever its chunking), so the graph turns this on for the first backward after
+  // llama_zero_grad and needs no memset of the gradient buffer, and the weight-gradient GEMMs need
+  // not read it (beta = 0). embed_bwd is a scatter and always adds: the graph zeroes its table first.
+  void (*set_grad_overwrite)(int on);
 
   // Optimizer on backend memory, with model/adamw.h's exact semantics.
   double (*grad_sumsq)(const float *g, size_t n);

@@ -19,6 +19,14 @@ static void cpu_bind_params(float *params, size_t n) {}
 static void cpu_params_changed(void) {}
 static void cpu_set_step(int64_t step, int micro) {}
 
+// Ops.set_grad_overwrite: the references add into dw, so in overwrite mode the wrappers clear it
+// first (cheap next to the op on the CPU; the CUDA backend gets a real saving from it).
+static int g_overwrite;
+static void cpu_set_grad_overwrite(int on) { g_overwrite = on; }
+static void clear_if_overwriting(float *dw, size_t n) {
+  if (g_overwrite && dw) memset(dw, 0, n * sizeof(float));
+}
+
 static void cpu_embed_fwd(void *out, const int *tokens, const float *table, int N, int D, int V) {
   embedding_forward(out, tokens, table, N, D, V);
 }
@@ -30,6 +38,7 @@ static void cpu_rmsnorm_fwd(void *out, float *rstd, const void *x, const float *
 }
 static void cpu_rmsnorm_bwd(void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
                             int N, int D) {
+  clear_if_overwriting(dw, (size_t)D);
   rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
 }
 static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in,
@@ -38,6 +47,7 @@ static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, con
 }
 static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
                            const float *w, int N, int in, int out_dim, int dx_accumulate) {
+  clear_if_overwriting(dw, (size_t)in * out_dim);
   matmul_backward(dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
 static void cpu_rope_fwd(void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
@@ -61,6 +71,7 @@ static void cpu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void 
 static void cpu_residual_fwd(void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
 static float cpu_head_ce(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
                          int N, int D, int V, int chunk, int ignore_index, float dloss) {
+  if (dx) clear_if_overwriting(dw, (size_t)V * D);  // without dx nothing is written to dw
   return head_crossentropy(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss);
 }
 
@@ -78,6 +89,7 @@ const Ops ops_cpu = {
     .bind_params = cpu_bind_params,
     .params_changed = cpu_params_changed,
     .set_step = cpu_set_step,
+    .set_grad_overwrite = cpu_set_grad_overwrite,
     .grad_sumsq = grad_sumsq,
     .adamw = adamw_update,
     .embed_fwd = cpu_embed_fwd,

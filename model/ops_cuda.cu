@@ -441,6 +441,10 @@ static void cu_params_changed(void) {
 
 static void cu_set_step(int64_t step, int micro) { linear_fp4_set_step(step, micro); }
 
+// Ops.set_grad_overwrite: the weight-gradient GEMMs run with beta = 0 (no read of dW, no memset).
+static int g_grad_overwrite;
+static void cu_set_grad_overwrite(int on) { g_grad_overwrite = on; }
+
 void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed) { linear_fp4_set_recipe(r, n_layers, seed); }
 
 static double cu_grad_sumsq(const float *g, size_t n) {
@@ -483,7 +487,7 @@ static void cu_rmsnorm_fwd(void *out, float *rstd, const void *x, const float *w
 static void cu_rmsnorm_bwd(void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
                            int N, int D) {
   int mk = cuda_prof_begin();
-  int parts = rmsnorm_backward_cuda(mb(dx), dw, cb(dout), cb(x), w, rstd, N, D);
+  int parts = rmsnorm_backward_cuda(mb(dx), dw, cb(dout), cb(x), w, rstd, N, D, g_grad_overwrite);
   // x and dout read, dx read and written; w, rstd; the partial sums written and read; dw updated
   cuda_prof_end(mk, "rmsnorm bwd", PROF_MEM, 8.0 * N * D + 4.0 * D + 4.0 * N + 8.0 * parts * D + 8.0 * D, 0, NULL);
 }
@@ -507,7 +511,8 @@ static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const voi
                           const float *w, int N, int in, int out_dim, int dx_accumulate) {
   if (linear_fp4_active(id)) {
     const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, "FP4 matmul_bwd");
-    linear_fp4_backward(id, mb(dx), dw, cb(dout), cb(x), w, w16, g_wversion, N, in, out_dim, dx_accumulate);
+    linear_fp4_backward(id, mb(dx), dw, cb(dout), cb(x), w, w16, g_wversion, N, in, out_dim, dx_accumulate,
+                        g_grad_overwrite);
     return;
   }
   char name[40];
@@ -520,9 +525,9 @@ static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const voi
     const bf16 *w16 = shadow_of(w, (size_t)in * out_dim, name);
     cuda_gemm(name, dx, 0, dout, 0, w16, 0, N, in, out_dim, 1.0f, dx_accumulate ? 1.0f : 0.0f);
   }
-  if (dw) {  // dW [out, in] += dout^T x, into the fp32 gradient
+  if (dw) {  // dW [out, in] (+)= dout^T x, into the fp32 gradient
     snprintf(name, sizeof name, "gemm wgrad %s", linear_kind_name(id.kind));
-    cuda_gemm(name, dw, 1, dout, 1, x, 0, out_dim, in, N, 1.0f, 1.0f);
+    cuda_gemm(name, dw, 1, dout, 1, x, 0, out_dim, in, N, 1.0f, g_grad_overwrite ? 0.0f : 1.0f);
   }
 }
 
@@ -586,7 +591,8 @@ static void cu_residual_fwd(void *out, const void *a, const void *b, size_t n) {
 static float cu_head_ce(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
                         int N, int D, int V, int chunk, int ignore_index, float dloss) {
   const bf16 *w16 = shadow_of(w, (size_t)V * D, "head_ce");
-  return head_crossentropy_cuda(mb(dx), dw, cb(x), w16, targets, N, D, V, ignore_index, dloss, g_head_chunk);
+  return head_crossentropy_cuda(mb(dx), dw, cb(x), w16, targets, N, D, V, ignore_index, dloss, g_head_chunk,
+                                g_grad_overwrite);
 }
 
 // ---- init ---------------------------------------------------------------------------------------
@@ -607,6 +613,7 @@ static void fill_table(Ops *o) {
   o->bind_params = cu_bind_params;
   o->params_changed = cu_params_changed;
   o->set_step = cu_set_step;
+  o->set_grad_overwrite = cu_set_grad_overwrite;
   o->grad_sumsq = cu_grad_sumsq;
   o->adamw = cu_adamw;
   o->embed_fwd = cu_embed_fwd;

@@ -136,8 +136,9 @@ int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, 
 // model/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768.
 void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
 // Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
+// dw_overwrite: dw = ... instead of dw += ... (Ops.set_grad_overwrite).
 int rmsnorm_backward_cuda(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                          int N, int D);
+                          int N, int D, int dw_overwrite);
 
 // model/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
 void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign);
@@ -150,7 +151,7 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 // model/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
 // chunking and its memory.
 float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int chunk_tokens);
+                             int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite);
 
 // model/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
 // 16-byte aligned, no aliasing.

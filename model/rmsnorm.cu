@@ -122,9 +122,9 @@ __global__ void rmsnorm_backward_kernel(bf16 *dx, float *partial, const bf16 *do
   }
 }
 
-// dw[c] += sum over parts p, in a fixed order, of partial[p, c]. A 32 x 32 CTA per 32 columns:
+// dw[c] (+)= sum over parts p, in a fixed order, of partial[p, c]. A 32 x 32 CTA per 32 columns:
 // thread (x, y) sums parts y, y + 32, ... of column x, then row y = 0 adds the 32 sums in order.
-__global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int parts, int D) {
+__global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int parts, int D, int overwrite) {
   __shared__ float sum[32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0;
@@ -135,7 +135,7 @@ __global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int parts, in
   if (threadIdx.y == 0 && c < D) {
     float t = 0;
     for (int y = 0; y < 32; y++) t += sum[y][threadIdx.x];
-    dw[c] += t;
+    dw[c] = overwrite ? t : dw[c] + t;
   }
 }
 
@@ -155,26 +155,26 @@ static int backward_parts(int threads, int N) {
 
 template <int MAXV>
 static int backward_launch(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                           int N, int D, int threads) {
+                           int N, int D, int threads, int overwrite) {
   const int parts = backward_parts<MAXV>(threads, N);
   float *partial = (float *)cuda_scratch(&g_partial, (size_t)parts * D * sizeof(float), "rmsnorm backward partial sums");
   cudaStream_t s = cuda_stream();
   rmsnorm_backward_kernel<MAXV><<<parts, threads, 0, s>>>(dx, partial, dout, x, w, rstd, N, D);
   CUDA_CHECK_LAUNCH();
-  rmsnorm_dw_kernel<<<(D + 31) / 32, dim3(32, 32), 0, s>>>(dw, partial, parts, D);
+  rmsnorm_dw_kernel<<<(D + 31) / 32, dim3(32, 32), 0, s>>>(dw, partial, parts, D, overwrite);
   CUDA_CHECK_LAUNCH();
   return parts;
 }
 
 int rmsnorm_backward_cuda(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                          int N, int D) {
+                          int N, int D, int dw_overwrite) {
   int threads, maxv;
   row_shape(D, 2, "rmsnorm backward", &threads, &maxv);
   if (N <= 0) die("rmsnorm backward (cuda): N = %d must be positive", N);
   if (!aligned16(dx) || !aligned16(dout) || !aligned16(x) || !aligned16(w))
     die("rmsnorm backward (cuda): dx %p, dout %p, x %p, w %p must be 16-byte aligned", (void *)dx,
         (const void *)dout, (const void *)x, (const void *)w);
-  if (maxv == 1) return backward_launch<1>(dx, dw, dout, x, w, rstd, N, D, threads);
-  if (maxv == 2) return backward_launch<2>(dx, dw, dout, x, w, rstd, N, D, threads);
-  return backward_launch<4>(dx, dw, dout, x, w, rstd, N, D, threads);
+  if (maxv == 1) return backward_launch<1>(dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);
+  if (maxv == 2) return backward_launch<2>(dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);
+  return backward_launch<4>(dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);
 }

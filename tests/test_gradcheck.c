@@ -341,10 +341,19 @@ static void test_accumulation(void) {
   printf("  max |g - (0.5 g1 + 0.25 g2)| = %.2e (gradient scale %.2e)\n", worst, scale);
   CHECK(l1 == a1 && l2 == a2, "losses change with accumulation: %g/%g vs %g/%g", l1, l2, a1, a2);
   CHECK(worst <= 1e-6 * scale, "accumulated gradients off by %.3g", worst);
+  // The first backward after llama_zero_grad writes the gradients (Ops.set_grad_overwrite); one
+  // after an explicit clear adds into zeros. Both must give g1 exactly.
   llama_zero_grad(m);
+  g = llama_grads(m);  // reading them makes the zeros real, so the next backward adds
   int zero = 1;
   for (size_t i = 0; i < n; i++) zero &= g[i] == 0.0f;
   CHECK(zero, "llama_zero_grad clears every gradient");
+  llama_forward(m, in1, tg1, IGN);
+  llama_backward(m, 1.0f);
+  CHECK(!memcmp(llama_grads(m), g1, n * sizeof(float)), "adding into cleared gradients differs from overwriting");
+  llama_zero_grad(m);
+  llama_forward_backward(m, in1, tg1, IGN, 1.0f);
+  CHECK(!memcmp(llama_grads(m), g1, n * sizeof(float)), "llama_forward_backward's overwrite differs from the backward");
   free(g1), free(g2);
   llama_free(m);
 }
