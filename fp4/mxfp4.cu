@@ -1,16 +1,20 @@
 // fp4/mxfp4.cu: the fused MXFP4 producers on the GPU. Every scalar decision is an FP4_HD rule from
-// e2m1.h / philox.h / hadamard.h / mxfp4.h / fp8_embed.h, so the bytes equal the CPU reference's.
+// e2m1.h / philox.h / hadamard.h / mxfp4.h / fp8_embed.h (per block through quant_dev.cuh, which only
+// packs differently), so the bytes equal the CPU reference's.
 //
 // Work units: a thread quantizes one 32-block (32 values in registers). Row copies read their block
 // straight from global memory (4 x 16-byte loads); four consecutive lanes hold the four 32-blocks of
 // one 128-group, so the FP8 embedding's group exponent is two shuffles. Column copies (blocks along
-// rows, stored transposed) go through a 128x128 tile in shared memory; a warp reads 64 consecutive
-// columns of one row (conflict-free 4-byte words), each lane owning two columns for 32 rows. The tile
-// is stored with a 16-byte-chunk swizzle so the row-wise writes are conflict-free too.
+// rows, stored transposed) go through a 128x128 BF16 tile in shared memory (16-byte-chunk swizzle,
+// conflict-free both ways); there four consecutive lanes hold the four 32-row blocks of one column pair,
+// so the transposed stores are contiguous per column and the FP8 group exponent is again two shuffles.
+// The producers are ALU-bound (some 15-25 instructions per element and copy), so the per-element
+// work is kept to the rule itself: templates for the output kinds and SR, no index divisions.
 #include "common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
+#include "fp4/quant_dev.cuh"
 #include "model/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
@@ -62,19 +66,19 @@ static __device__ __forceinline__ int group4_max(int e) {
 
 // Quantizes one row 32-block (RNE or SR) and writes it. All lanes must call it (the FP8 path
 // shuffles within aligned groups of 4 lanes = the 4 blocks of one 128-group); valid says whether
-// this lane's block exists. g: the block's 128-group along K.
-template <int OUT>
+// this lane's block exists. b: the block's index along K.
+template <int OUT, bool SR>
 static __device__ __forceinline__ void row_block(const float *v, bool valid, size_t row, int b, int rows, int K,
-                                                 MxScale mode, bool sr, PhiloxStream s, const MxOut &out) {
+                                                 MxScale mode, PhiloxStream s, const MxOut &out) {
   uint32_t pk[4], rnd[8];
   uint8_t sb = 0;
   if (valid) {
     size_t i0 = row * K + (size_t)b * 32;
-    if (sr) {
+    if (SR) {
       philox_group16(s, i0 / 16, rnd);
       philox_group16(s, i0 / 16 + 1, rnd + 4);
     }
-    sb = mx_quantize_block32(v, mode, sr, rnd, pk);
+    sb = mx_block32_dev<SR>(v, mode, rnd, pk);
     if (OUT == OUT_PACKED) {
       store_packed(out.q + i0 / 2, pk);
       out.e8m0[row * (K / 32) + b] = sb;
@@ -89,73 +93,94 @@ static __device__ __forceinline__ void row_block(const float *v, bool valid, siz
   }
 }
 
-// ---- row copy: one thread per 32-block; thread t -> (row, 128-group, block in group)
+// ---- row copy: one thread per 32-block. blockIdx.x * 128 + threadIdx.x = the block along K (the
+// row padded to whole 128-groups, so four aligned lanes hold one group), blockIdx.y strides the rows:
+// no index division.
+#define ROWS_THREADS 128
 template <int OUT, bool SR>
-__global__ void __launch_bounds__(256) mx_rows_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s,
-                                                      MxOut out) {
-  const int nbk = K / 32, per_row = (nbk + 3) / 4 * 4;
-  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  size_t row = t / per_row;
-  int b = (int)(t % per_row);
-  bool valid = row < (size_t)rows && b < nbk;
-  float v[32];
-  if (valid) load32(v, x + row * K + (size_t)b * 32);
-  row_block<OUT>(v, valid, row, b, rows, K, mode, SR, s, out);
+__global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, int rows, int K, MxScale mode,
+                                                               PhiloxStream s, MxOut out) {
+  const int b = blockIdx.x * ROWS_THREADS + threadIdx.x;
+  const bool in_k = b < K / 32;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {  // uniform per CTA: the shuffles stay converged
+    const size_t row = (size_t)r;
+    float v[32];
+    if (in_k) load32(v, x + row * K + (size_t)b * 32);
+    row_block<OUT, SR>(v, in_k, row, b, rows, K, mode, s, out);
+  }
 }
 
 // ---- dual producer over 128x128 tiles: row copy (RNE/SR) and column copy (RNE, optional H32)
 #define TILE 128
-// Physical 16-byte chunk (0..15) of logical chunk c of tile row r: rows of 256 bytes; see file comment.
-static __device__ __forceinline__ int swz(int r, int c) { return (c & ~3) | ((c ^ (c >> 3) ^ ((r & 1) << 1)) & 3); }
+// Physical 16-byte chunk (0..15) of logical chunk c (8 BF16 columns) of tile row r; rows are 256 bytes.
+// Phase 1 stores (a quarter-warp writes chunks 4j + cc, j = 0..3, of two adjacent rows) and phase 2
+// loads (a warp reads words 8w..8w+7 of one row in each of the four 32-row blocks) both hit 8 distinct
+// 4-bank groups: c >> 3 flips bit 0, the row parity and the row block flip bits 1-2.
+static __device__ __forceinline__ int swz(int r, int c) { return c ^ (c >> 3) ^ (((r & 1) ^ ((r >> 5) & 3)) << 1); }
 
-template <int ROW, int COL>
-__global__ void __launch_bounds__(256) mx_dual_kernel(const bf16 *x, int rows, int K, MxScale mode, int sr,
-                                                      PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
+// (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
+template <int ROW, int COL, bool SR>
+__global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s,
+                                                         MxOut row_out, int hadamard, MxOut col_out) {
   __shared__ uint4 tile[TILE * 16];
-  __shared__ int s_e[4][TILE];
   const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
-  // Phase 1: 512 row blocks (128 rows x 4), two per thread.
+  // Phase 1: 512 row blocks (128 rows x 4), two per thread; four lanes cover 256 contiguous bytes.
+  // Both blocks' loads are issued before either is quantized.
+  uint4 raw[2][4];
+  bool valid[2];
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    int id = threadIdx.x + it * 256, lr = id >> 2, b = tc * 4 + (id & 3);
+    size_t row = (size_t)tr * TILE + lr;
+    valid[it] = row < (size_t)rows && b < nbk;
+    if (valid[it]) {
+      const uint4 *src = (const uint4 *)(x + row * K + (size_t)b * 32);
+#pragma unroll
+      for (int c = 0; c < 4; c++) raw[it][c] = src[c];
+    }
+  }
 #pragma unroll
   for (int it = 0; it < 2; it++) {
     int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
     size_t row = (size_t)tr * TILE + lr;
-    bool valid = row < (size_t)rows && b < nbk;
     float v[32];
-    if (valid) {
-      const uint4 *src = (const uint4 *)(x + row * K + (size_t)b * 32);
+    if (valid[it]) {
 #pragma unroll
       for (int c = 0; c < 4; c++) {
-        uint4 u = src[c];
-        tile[lr * 16 + swz(lr, j * 4 + c)] = u;
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        const uint4 u = raw[it][c];
+        if (COL != OUT_NONE) tile[lr * 16 + swz(lr, j * 4 + c)] = u;
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
       }
     }
-    if (ROW != OUT_NONE) row_block<ROW>(v, valid, row, b, rows, K, mode, sr, s, row_out);
+    if (ROW != OUT_NONE) row_block<ROW, SR>(v, valid[it], row, b, rows, K, mode, s, row_out);
   }
   if (COL == OUT_NONE) return;
   __syncthreads();
-  // Phase 2: warp -> (row block rb, column half); lane -> column pair.
-  const int warp = threadIdx.x >> 5, rb = warp >> 1, lc = ((warp & 1) * 32 + (threadIdx.x & 31)) * 2;
+  // Phase 2: warp w, lane = 4 p + rb: columns lc, lc + 1 with lc = 2 (8 w + p), rows rb*32 .. +31.
+  // The four lanes of one column pair hold its four 32-blocks, so their stores are contiguous (64
+  // bytes packed, 128 bytes FP8, per column) and the FP8 group exponent is two shuffles.
+  const int lane = threadIdx.x & 31, rb = lane & 3, cw = (threadIdx.x >> 5) * 8 + (lane >> 2), lc = 2 * cw;
   const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
-  const bool valid = r0 < (size_t)rows && col < (size_t)K;
-  uint32_t raw[32], pk[2][4];
+  const bool ok = r0 < (size_t)rows && col < (size_t)K;  // K % 32 == 0: col + 1 < K too
+  uint32_t pk[2][4];
   uint8_t sb[2] = {0, 0};
-  if (valid) {
+  if (ok) {
     const uint32_t *t32 = (const uint32_t *)tile;
+    uint32_t w32[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) {
       int r = rb * 32 + i;
-      raw[i] = t32[r * 64 + swz(r, lc >> 3) * 4 + ((lc & 7) >> 1)];
+      w32[i] = t32[r * 64 + swz(r, cw >> 2) * 4 + (cw & 3)];
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       float v[32];
 #pragma unroll
-      for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(raw[i]) : bf16_lo(raw[i]);
+      for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(w32[i]) : bf16_lo(w32[i]);
       if (hadamard) fp4_h32(v);
-      sb[h] = mx_quantize_block32(v, mode, 0, NULL, pk[h]);
+      sb[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
       if (COL == OUT_PACKED) {
         store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk[h]);
         col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb[h];
@@ -163,13 +188,10 @@ __global__ void __launch_bounds__(256) mx_dual_kernel(const bf16 *x, int rows, i
     }
   }
   if (COL == OUT_FP8) {
-    s_e[rb][lc] = valid ? mx_embed_exp_of(sb[0]) : -127;
-    s_e[rb][lc + 1] = valid ? mx_embed_exp_of(sb[1]) : -127;
-    __syncthreads();
-    if (valid) {
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        int Et = max(max(s_e[0][lc + h], s_e[1][lc + h]), max(s_e[2][lc + h], s_e[3][lc + h]));
+    for (int h = 0; h < 2; h++) {
+      int Et = group4_max(ok ? mx_embed_exp_of(sb[h]) : -127);
+      if (ok) {
         store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sb[h], Et);
         if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
       }
@@ -316,16 +338,18 @@ void mx_quantize_rows_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   check_out(who, "out", out);
   if (rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
   if (!out.q) return;
-  size_t threads = (size_t)rows * ((K / 32 + 3) / 4 * 4);
-  unsigned grid = (unsigned)((threads + 255) / 256);
+  const int per_row = (K / 32 + 3) / 4 * 4;  // blocks per row, padded to whole 128-groups
+  dim3 grid((per_row + ROWS_THREADS - 1) / ROWS_THREADS, rows < 65535 ? rows : 65535);
   bool sr = rnd == MX_SR;
+#define ROWS(O, S) mx_rows_kernel<O, S><<<grid, ROWS_THREADS, 0, cuda_stream()>>>(x, rows, K, mode, s, out)
   if (out.fp8) {
-    if (sr) mx_rows_kernel<OUT_FP8, true><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
-    else mx_rows_kernel<OUT_FP8, false><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+    if (sr) ROWS(OUT_FP8, true);
+    else ROWS(OUT_FP8, false);
   } else {
-    if (sr) mx_rows_kernel<OUT_PACKED, true><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
-    else mx_rows_kernel<OUT_PACKED, false><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, out);
+    if (sr) ROWS(OUT_PACKED, true);
+    else ROWS(OUT_PACKED, false);
   }
+#undef ROWS
   CUDA_CHECK_LAUNCH();
 }
 
@@ -339,18 +363,22 @@ void mx_quantize_dual_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
   dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
   int rk = out_kind(row), ck = out_kind(col), sr = row_rnd == MX_SR;
-#define DUAL(R, C) mx_dual_kernel<R, C><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, sr, s, row, hadamard, col)
+#define DUAL(R, C, S) mx_dual_kernel<R, C, S><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, row, hadamard, col)
+#define DUAL_SR(R, C) \
+  if (sr) DUAL(R, C, true); \
+  else DUAL(R, C, false)
   switch (rk * 3 + ck) {
     case 0: return;
-    case 1: DUAL(OUT_NONE, OUT_PACKED); break;
-    case 2: DUAL(OUT_NONE, OUT_FP8); break;
-    case 3: DUAL(OUT_PACKED, OUT_NONE); break;
-    case 4: DUAL(OUT_PACKED, OUT_PACKED); break;
-    case 5: DUAL(OUT_PACKED, OUT_FP8); break;
-    case 6: DUAL(OUT_FP8, OUT_NONE); break;
-    case 7: DUAL(OUT_FP8, OUT_PACKED); break;
-    case 8: DUAL(OUT_FP8, OUT_FP8); break;
+    case 1: DUAL(OUT_NONE, OUT_PACKED, false); break;
+    case 2: DUAL(OUT_NONE, OUT_FP8, false); break;
+    case 3: DUAL_SR(OUT_PACKED, OUT_NONE); break;
+    case 4: DUAL_SR(OUT_PACKED, OUT_PACKED); break;
+    case 5: DUAL_SR(OUT_PACKED, OUT_FP8); break;
+    case 6: DUAL_SR(OUT_FP8, OUT_NONE); break;
+    case 7: DUAL_SR(OUT_FP8, OUT_PACKED); break;
+    case 8: DUAL_SR(OUT_FP8, OUT_FP8); break;
   }
+#undef DUAL_SR
 #undef DUAL
   CUDA_CHECK_LAUNCH();
 }

@@ -3,15 +3,17 @@
 // reduction is a max over |x| bits (order-independent), so the bytes match the CPU's exactly.
 // Built with -fmad=false (Makefile), and the rules use FP4_MUL/FP4_DIV, so nothing is contracted.
 //
-// Kernels (all memory-bound; 16-byte loads, fp32 math in registers):
+// Kernels (16-byte loads, fp32 math in registers; the quantizers are ALU-heavy, so the per-element
+// work is the block rule itself, via quant_dev.cuh):
 //   amax        grid of 256-thread blocks, 4 independent 16-byte loads per thread per step, a warp
 //               __reduce_max_sync, one integer atomicMax per block.
 //   rows        one thread per 16-block: two 16-byte loads, 8 code bytes and 1 scale byte out, and
 //               one Philox call (SR) for the block's 16 elements.
-//   cols        a 64-row x 128-column tile is staged through shared memory (16-byte coalesced
-//               loads); then each thread owns one column: R16 on 4 blocks of 16 rows, quantized and
-//               written transposed (8 code bytes and 1 scale byte per block). The amax pass is the
-//               same kernel without the writes.
+//   cols        a 128-row x 64-column tile is staged through shared memory (16-byte coalesced
+//               loads, swizzled); then each thread owns two columns x one 16-row block (4-byte shared
+//               loads): R16, quantized and written transposed, the 8 blocks of a column by 8
+//               consecutive lanes (64 contiguous code bytes). The amax pass is the same kernel
+//               without the writes.
 //   weight      one warp per 16x16 tile (lane = row, half-row); the tile amax is one warp reduction;
 //               W codes go out directly, W^T codes after a transpose of the tile's codes in shared memory.
 //   dequant     one thread per 8 elements: 4 code bytes + 1 scale byte in, 16 bytes of BF16 out.
@@ -19,6 +21,7 @@
 
 #include "common.h"
 #include "fp4/hadamard.h"
+#include "fp4/quant_dev.cuh"
 #include "model/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
@@ -81,17 +84,6 @@ static void need_aligned(const char *who, const char *what, const void *p, size_
   if (!aligned(p, a)) die("%s: %s = %p must be %zu-byte aligned", who, what, p, a);
 }
 
-// 16 E2M1 codes (one per byte) -> 8 bytes, element 2i in the low nibble of byte i.
-static __device__ __forceinline__ uint2 pack16(const uint8_t *c) {
-  uint2 packed = make_uint2(0, 0);
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    packed.x |= (uint32_t)c[i] << (4 * i);
-    packed.y |= (uint32_t)c[8 + i] << (4 * i);
-  }
-  return packed;
-}
-
 // ---- tensor amax ------------------------------------------------------------------------------------
 // Vectors [0, nvec) in steps of 4 per thread (independent loads in flight), then the tail n % E.
 template <typename T>
@@ -136,8 +128,8 @@ void nvfp4_amax_f32_cuda(float *amax, const float *x, size_t n) { amax_launch(am
 
 // ---- row copy: 1x16 blocks along K ------------------------------------------------------------------
 // Thread b owns 16-block b of the flat tensor (K % 16 == 0), which is also its Philox group: two
-// 16-byte loads, then the very block rule the CPU runs (nv_quantize_block16), 8 code bytes and one
-// scale byte out. One Philox call per thread serves all 16 elements.
+// 16-byte loads, then the block rule the CPU runs (nv_block16_dev = nv_quantize_block16 + pack16),
+// 8 code bytes and one scale byte out. One Philox call per thread serves all 16 elements.
 template <bool SR>
 __global__ void rows_kernel(const bf16 *x, size_t nblocks, const float *amax, PhiloxStream s, uint8_t *codes,
                             uint8_t *scales) {
@@ -149,9 +141,9 @@ __global__ void rows_kernel(const bf16 *x, size_t nblocks, const float *amax, Ph
   load16(x + 16 * b + 8, v + 8);
   uint32_t w[4] = {0, 0, 0, 0};
   if (SR) philox_group16(s, b, w);
-  uint8_t c[16];
-  const uint8_t bs = nv_quantize_block16(v, s_enc, SR, w, c);
-  reinterpret_cast<uint2 *>(codes)[b] = pack16(c);
+  uint32_t pk[2];
+  const uint8_t bs = nv_block16_dev<SR>(v, s_enc, w, pk);
+  reinterpret_cast<uint2 *>(codes)[b] = make_uint2(pk[0], pk[1]);
   scales[b] = bs;
 }
 
@@ -175,65 +167,89 @@ void nvfp4_quantize_rows_cuda(const bf16 *x, int rows, int K, const float *amax,
 }
 
 // ---- column copy (Wgrad): optional R16 down columns, 16-blocks down columns, written transposed ------
-#define COL_TR 64   // tile rows (4 blocks of 16)
-#define COL_TC 128  // tile columns = threads per block
+// A CTA stages a 128-row x 64-column BF16 tile in shared memory (16-byte loads, rows of 128 bytes,
+// chunk c of row r stored at chunk c ^ ((r >> 4) & 7)). Then warp w, lane = 8 p + rb owns columns
+// c0 + 2 (4 w + p) and +1 over rows 16 rb .. +15: one 4-byte shared load per two elements (the swizzle
+// makes the warp's 32 words hit 32 banks), R16 and the block rule in registers, and the eight lanes of
+// a column write its 8 blocks as 64 contiguous code bytes and 8 contiguous scale bytes.
+#define COL_TR 128  // tile rows (8 blocks of 16)
+#define COL_TC 64   // tile columns
+#define COL_THREADS 256
 
-// Stages x[r0 .. r0+63, c0 .. c0+127] in shared memory (rows past `rows` are not loaded: they are
-// whole 16-blocks, skipped later). All 8 of a thread's 16-byte loads are issued before the first
-// shared store, so they are in flight together; chunks that are partly past K, or rows whose pitch
-// is not 16-byte aligned (vec = false), go element by element.
-__device__ __forceinline__ void col_load_tile(bf16 (*tile)[COL_TC], const bf16 *x, int rows, int K, int r0, int c0,
+// Stages x[r0 .. r0+127, c0 .. c0+63]: all four of a thread's 16-byte loads are issued before the
+// first shared store. Rows past `rows` are not loaded (they are whole 16-blocks, skipped later);
+// chunks partly past K, or rows whose pitch is not 16-byte aligned (vec = false), go element by
+// element with zeros past K.
+__device__ __forceinline__ void col_load_tile(uint4 *tile, const bf16 *x, int rows, int K, int r0, int c0,
                                               bool vec) {
-  constexpr int CHUNKS = COL_TC / 8, PER = COL_TR * CHUNKS / COL_TC;  // 16 chunks a row, 8 per thread
+  constexpr int PER = COL_TR * (COL_TC / 8) / COL_THREADS;  // 4 chunks per thread
   uint4 buf[PER];
 #pragma unroll
   for (int j = 0; j < PER; j++) {
-    const int q = threadIdx.x + j * COL_TC, r = q / CHUNKS, c = (q % CHUNKS) * 8;
+    const int q = threadIdx.x + j * COL_THREADS, r = q >> 3, c = (q & 7) * 8;
     if (vec && r0 + r < rows && c0 + c + 8 <= K)
       buf[j] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)(r0 + r) * K + c0 + c));
   }
 #pragma unroll
   for (int j = 0; j < PER; j++) {
-    const int q = threadIdx.x + j * COL_TC, r = q / CHUNKS, c = (q % CHUNKS) * 8;
+    const int q = threadIdx.x + j * COL_THREADS, r = q >> 3, ch = q & 7, c = ch * 8;
     if (r0 + r >= rows) continue;
+    uint4 *dst = &tile[r * 8 + (ch ^ ((r >> 4) & 7))];
     if (vec && c0 + c + 8 <= K) {
-      *reinterpret_cast<uint4 *>(&tile[r][c]) = buf[j];
+      *dst = buf[j];
     } else {
       const bf16 *src = x + (size_t)(r0 + r) * K + c0 + c;
-      for (int i = 0; i < 8; i++) tile[r][c + i] = c0 + c + i < K ? src[i] : __float2bfloat16(0.0f);
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const uint32_t lo = c0 + c + 2 * i < K ? (uint32_t)__bfloat16_as_ushort(src[2 * i]) : 0u;
+        const uint32_t hi = c0 + c + 2 * i + 1 < K ? (uint32_t)__bfloat16_as_ushort(src[2 * i + 1]) : 0u;
+        w[i] = lo | (hi << 16);
+      }
+      *dst = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 }
 
 // QUANT = false: the amax pass (max |R16 x| over finite values into *amax). QUANT = true: quantize.
 template <bool QUANT, bool SR>
-__global__ void cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool vec, float *amax_out,
-                            const float *amax_in, PhiloxStream s, uint8_t *codes, uint8_t *scales) {
-  __shared__ __align__(16) bf16 tile[COL_TR][COL_TC];
+__global__ void __launch_bounds__(COL_THREADS) cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool vec,
+                                                           float *amax_out, const float *amax_in, PhiloxStream s,
+                                                           uint8_t *codes, uint8_t *scales) {
+  __shared__ uint4 tile[COL_TR * (COL_TC / 8)];
   const int c0 = blockIdx.x * COL_TC, r0 = blockIdx.y * COL_TR;
   col_load_tile(tile, x, rows, K, r0, c0, vec);
   __syncthreads();
-  const int col = c0 + threadIdx.x;
+  const int lane = threadIdx.x & 31, rb = lane & 7, cp = (threadIdx.x >> 5) * 4 + (lane >> 3);
+  const int col = c0 + 2 * cp, rblk = r0 + 16 * rb;
   const float s_enc = QUANT ? nv_encode_scale(__ldg(amax_in)) : 1.0f;
   uint32_t am = 0;
-  if (col < K) {
-#pragma unroll 1
-    for (int g = 0; g < COL_TR / 16 && r0 + 16 * g < rows; g++) {
+  if (rblk < rows && col < K) {
+    const uint32_t *t32 = reinterpret_cast<const uint32_t *>(tile);
+    uint32_t w32[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      const int r = 16 * rb + i;
+      w32[i] = t32[r * 32 + ((cp >> 2) ^ rb) * 4 + (cp & 3)];  // (r >> 4) & 7 == rb
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      if (col + h >= K) break;
       float v[16];
 #pragma unroll
-      for (int i = 0; i < 16; i++) v[i] = __bfloat162float(tile[16 * g + i][threadIdx.x]);
+      for (int i = 0; i < 16; i++) v[i] = __uint_as_float(h ? w32[i] & 0xffff0000u : w32[i] << 16);
       if (hadamard) fp4_h16(v);
       if (!QUANT) {
 #pragma unroll
         for (int i = 0; i < 16; i++) am = max_finite(am, v[i]);
         continue;
       }
-      const size_t e = (size_t)col * rows + r0 + 16 * g;  // element 0 of the block in [K, rows]
+      const size_t e = (size_t)(col + h) * rows + rblk;  // element 0 of the block in [K, rows]
       uint32_t w[4] = {0, 0, 0, 0};
       if (SR) philox_group16(s, e / 16, w);
-      uint8_t c[16];
-      const uint8_t bs = nv_quantize_block16(v, s_enc, SR, w, c);
-      *reinterpret_cast<uint2 *>(codes + e / 2) = pack16(c);
+      uint32_t pk[2];
+      const uint8_t bs = nv_block16_dev<SR>(v, s_enc, w, pk);
+      *reinterpret_cast<uint2 *>(codes + e / 2) = make_uint2(pk[0], pk[1]);
       scales[e / 16] = bs;
     }
   }
@@ -253,7 +269,7 @@ void nvfp4_amax_hadamard_cuda(float *amax, const bf16 *x, int rows, int K) {
   if (!rows) return;
   const bool vec = aligned(x, 16) && K % 8 == 0;
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
-  cols_kernel<false, false><<<grid, COL_TC, 0, cuda_stream()>>>(x, rows, K, 1, vec, amax, NULL, PhiloxStream{},
+  cols_kernel<false, false><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, 1, vec, amax, NULL, PhiloxStream{},
                                                                  NULL, NULL);
   CUDA_CHECK_LAUNCH();
 }
@@ -269,10 +285,10 @@ void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int hadamard, cons
   const bool vec = aligned(x, 16) && K % 8 == 0;
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
   if (rnd == NV_SR)
-    cols_kernel<true, true><<<grid, COL_TC, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
+    cols_kernel<true, true><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
                                                                  scales);
   else
-    cols_kernel<true, false><<<grid, COL_TC, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
+    cols_kernel<true, false><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
                                                                   scales);
   CUDA_CHECK_LAUNCH();
 }
