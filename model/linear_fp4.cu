@@ -19,7 +19,8 @@ static int g_nlayers;
 static uint64_t g_seed;
 static uint32_t g_step, g_micro;
 
-enum { USE_DY_ROW = 0, USE_DY_COL = 1, USE_X_COL = 2 };  // the tensor id's low bits (linear_fp4.h)
+enum { USE_DY_ROW = 0, USE_DY_COL = 1, USE_X_COL = 2 };
+static void forget_x(void);  // below: the remembered quantizations of x are stale  // the tensor id's low bits (linear_fp4.h)
 
 static PhiloxStream stream_for(LinearId id, int use) {
   return philox_stream(g_seed, g_step, g_micro, (uint32_t)id.layer, (uint32_t)(4 * id.kind + use));
@@ -41,6 +42,7 @@ void linear_fp4_set_step(int64_t step, int micro) {
     die("set_step(step=%lld, micro=%d): step must be in [0, 2^32) and micro >= 0 (the Philox counter words)",
         (long long)step, micro);
   g_step = (uint32_t)step, g_micro = (uint32_t)micro;
+  forget_x();  // a new micro-batch: new x, whatever the pointers
 }
 
 void linear_fp4_set_recipe(const Recipe *r, int n_layers, uint64_t seed) {
@@ -63,6 +65,7 @@ void linear_fp4_set_recipe(const Recipe *r, int n_layers, uint64_t seed) {
   }
   linear_fp4_release_weights();  // quantized under the previous recipe
   g_recipe = *r, g_nlayers = n_layers, g_seed = seed;
+  forget_x();
 }
 
 // ---- quantized operands -------------------------------------------------------------------------
@@ -311,6 +314,36 @@ static void quantize_cols(const bf16 *x, int rows, int K, int sr, PhiloxStream s
   }
 }
 
+// ---- one quantization of x for the linears that share it -------------------------------------------
+
+// The graph runs k and v right after q on the same x (rmsnorm(res)), and up right after gate; their
+// backwards' Wgrad copies of x come in the same order. A quantization of x is a pure function of x
+// (round to nearest, no random bits), so each of these followers reuses what its leader wrote into
+// the scratch instead of quantizing x again. The last quantization is remembered per use (forward
+// row copy, Wgrad column copy) and matched on the follower's leader, layer, pointer and shape.
+typedef struct {
+  const bf16 *x;
+  int N, in, layer;
+  LinearKind kind;  // the kind of the linear that last quantized x (or reused it)
+} XQuant;
+enum { XQ_ROW, XQ_COL, XQ_N };
+static XQuant g_xq[XQ_N];
+
+static int shares_x_with(LinearKind follower, LinearKind prev) {
+  return ((follower == LIN_K || follower == LIN_V) && (prev == LIN_Q || prev == LIN_K)) ||
+         (follower == LIN_UP && prev == LIN_GATE);
+}
+
+// 1 when the scratch of this use still holds x's quantization for this follower; records the call.
+static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
+  XQuant *r = &g_xq[use];
+  int hit = r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
+  *r = (XQuant){x, N, in, id.layer, id.kind};
+  return hit;
+}
+
+static void forget_x(void) { memset(g_xq, 0, sizeof g_xq); }
+
 // ---- the linear entries -------------------------------------------------------------------------
 
 void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16, uint64_t wversion,
@@ -319,19 +352,24 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
   const QWeight *qw = weight_of(id, w, w16, wversion, in, out_dim);
   const int fp8 = fp8_path();
   QOp xq = scratch_op(S_X_ROW, fp8, 0, N, in);
+  const int shared = reuse_x(XQ_ROW, id, x, N, in);
   int mk = cuda_prof_begin();
   if (g_recipe.format == FMT_MXFP4) {
     PhiloxStream none = {};
-    mx_quantize_rows_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq));
-    book_mem(mk, "quant x fwd", NULL, 2.0 * N * in + qbytes(fp8, N, in));
+    if (!shared) {
+      mx_quantize_rows_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq));
+      book_mem(mk, "quant x fwd", NULL, 2.0 * N * in + qbytes(fp8, N, in));
+    }
     float u = mx_unit(mx_mode());
     fp4_gemm("fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, u * u, 0.0f, NULL);
   } else {
     PhiloxStream none = {};
-    nvfp4_amax_cuda(dev_scalar(D_AMAX_X), x, (size_t)N * in);
-    nvfp4_quantize_rows_cuda(x, N, in, dev_scalar(D_AMAX_X), NV_RNE, none, xq.q, xq.sb);
+    if (!shared) {  // (the leader's amax stays in D_AMAX_X too)
+      nvfp4_amax_cuda(dev_scalar(D_AMAX_X), x, (size_t)N * in);
+      nvfp4_quantize_rows_cuda(x, N, in, dev_scalar(D_AMAX_X), NV_RNE, none, xq.q, xq.sb);
+    }
     nvfp4_gemm_alpha_cuda(dev_scalar(D_ALPHA), dev_scalar(D_AMAX_X), qw->amax);
-    book_mem(mk, "quant x fwd", NULL, 4.0 * N * in + qbytes(0, N, in));
+    if (!shared) book_mem(mk, "quant x fwd", NULL, 4.0 * N * in + qbytes(0, N, in));
     fp4_gemm("fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, 1.0f, 0.0f, dev_scalar(D_ALPHA));
   }
 }
@@ -388,9 +426,11 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
 
   // Wgrad: dW (+)= (R dY)^T (R x), x's column copy recomputed from the saved BF16 x
   if (dw) {
-    mk = cuda_prof_begin();
-    quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));
-    book_mem(mk, "quant x wgrad", NULL, (nv ? 4.0 : 2.0) * N * in + qbytes(fp8, in, N));
+    if (!reuse_x(XQ_COL, id, x, N, in)) {
+      mk = cuda_prof_begin();
+      quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));
+      book_mem(mk, "quant x wgrad", NULL, (nv ? 4.0 : 2.0) * N * in + qbytes(fp8, in, N));
+    }
     const float *alpha_dev = NULL;
     float alpha = 1.0f;
     if (nv) {
