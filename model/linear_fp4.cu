@@ -328,6 +328,9 @@ typedef struct {
 } XQuant;
 enum { XQ_ROW, XQ_COL, XQ_N };
 static XQuant g_xq[XQ_N];
+static int g_share_x = 1;
+
+void linear_fp4_set_share_x(int on) { g_share_x = on != 0; }
 
 static int shares_x_with(LinearKind follower, LinearKind prev) {
   return ((follower == LIN_K || follower == LIN_V) && (prev == LIN_Q || prev == LIN_K)) ||
@@ -337,7 +340,7 @@ static int shares_x_with(LinearKind follower, LinearKind prev) {
 // 1 when the scratch of this use still holds x's quantization for this follower; records the call.
 static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
   XQuant *r = &g_xq[use];
-  int hit = r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
+  int hit = g_share_x && r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
   *r = (XQuant){x, N, in, id.layer, id.kind};
   return hit;
 }

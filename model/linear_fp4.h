@@ -56,6 +56,9 @@ int linear_fp4_active(LinearId id);
 void linear_fp4_release_weights(void);
 // Weight quantizations so far (each refreshes one weight's W and W^T copies). For tests.
 long linear_fp4_weight_quantizations(void);
+// k/v reuse q's quantization of x, up reuses gate's (on by default). Off: every linear quantizes its
+// own x (for the test that the sharing changes no bit).
+void linear_fp4_set_share_x(int on);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include "fp4/mxfp4.h"
 #include "fp4/recipe.h"
 #include "model/cuda_common.h"
+#include "model/attention_cudnn.h"
 #include "model/linear_fp4.h"
 #include "model/llama.h"
 #include "model/ops_cuda.h"
@@ -357,6 +358,25 @@ static void test_model(void) {
   CHECK(ov.loss == bf.loss, "all blocks overridden to BF16: loss %.9g differs from the BF16 run's %.9g", ov.loss,
         bf.loss);
   CHECK(!memcmp(ov.grads, bf.grads, np * sizeof(float)), "all blocks overridden to BF16: gradients not bit-identical");
+
+  // k/v reuse q's quantized x and up reuses gate's (forward and Wgrad copies): no bit may change,
+  // for MXFP4 (fp8 path) and NVFP4 (with its amax), in a multi-block model.
+  Recipe nv = mx;
+  nv.format = FMT_NVFP4, nv.gemm = GEMM_REFERENCE, nv.hadamard = 16;
+  const Recipe *shared_recipes[2] = {&mx, &nv};
+  attention_cudnn_set_deterministic(1);  // so that only the sharing could make a difference
+  for (int k = 0; k < 2; k++) {
+    Pass on = model_pass(m, shared_recipes[k], in, tg);
+    linear_fp4_set_share_x(0);
+    Pass off = model_pass(m, shared_recipes[k], in, tg);
+    linear_fp4_set_share_x(1);
+    CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
+          "%s: sharing x's quantization across q/k/v and gate/up changed the loss (%.9g vs %.9g) or gradients",
+          k ? "nvfp4" : "mxfp4", on.loss, off.loss);
+    printf("  %s: shared x quantization bit-identical to per-linear (loss %.6f)\n", k ? "nvfp4" : "mxfp4", on.loss);
+    free(on.grads), free(off.grads);
+  }
+  attention_cudnn_set_deterministic(0);
 
   const int steps = 10;
   float lb[10], lf[10];
