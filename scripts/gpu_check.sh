@@ -2,7 +2,9 @@
 # Everything GPU-side in one call, for the GPU machine (no internet; see scripts/fetch_deps.sh):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu_check.sh [build] [tests] [hf] [bench] [peer]      (default: all of them)
+#   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchfp4] [fp4train] [crash] [peer]
+# (default: all but crash; gputests skips the CPU tests, which CI runs). BENCH_LAYERS (default 4,8)
+# sets the two depths of the engine's and the peer's benchmark.
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -21,9 +23,10 @@ if has build; then
   else tail -n 40 "$OUT/build.log"; cp "$OUT/build.log" "$DEST/"; note "build FAILED"; exit 1; fi
 fi
 
-if has tests; then
+layers=${BENCH_LAYERS:-4,8}
+if has tests || has gputests; then
   export TOKENIZER_MODEL=${TOKENIZER_MODEL:-.deps/tokenizer.model}  # ../shared is not on the GPU machine
-  r=$(bash scripts/run_tests.sh 2>&1 | tee "$OUT/cpu_tests.log" | tail -n 1); note "cpu tests: $r"
+  if has tests; then r=$(bash scripts/run_tests.sh 2>&1 | tee "$OUT/cpu_tests.log" | tail -n 1); note "cpu tests: $r"; fi
   for t in build/gpu_tests/gpu_test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
@@ -44,7 +47,7 @@ if has hf; then
 fi
 
 if has bench; then
-  timeout 500 ./train configs/llama3_8b.yaml --bench --layers 2,4 >"$OUT/bench.log" 2>&1
+  timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" >"$OUT/bench.log" 2>&1
   cat "$OUT/bench.log"
   while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
 fi
@@ -57,7 +60,7 @@ fi
 
 if has benchfp4; then
   for rc in ${FP4_RECIPES:-mxfp4 nvfp4}; do
-    timeout 300 ./train configs/llama3_8b.yaml --bench --layers 2,4 --set precision.recipe=$rc >"$OUT/bench_$rc.log" 2>&1
+    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=$rc >"$OUT/bench_$rc.log" 2>&1
     tail -n 6 "$OUT/bench_$rc.log"
     while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench_$rc.log")
   done
@@ -71,7 +74,7 @@ if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact loss
 fi
 
 if has peer; then
-  timeout 500 python3 scripts/torch_llama_peer.py --layers 2,4 >"$OUT/peer.log" 2>&1
+  timeout 500 python3 scripts/torch_llama_peer.py --layers "$layers" >"$OUT/peer.log" 2>&1
   tail -n 5 "$OUT/peer.log"
   while read -r l; do note "PEER $l"; done < <(grep '^pytorch' "$OUT/peer.log")
 fi
