@@ -21,9 +21,10 @@ def parse_bench(path):
     except OSError as e:
         sys.exit(f"error: {path}: {e.strerror}")
     for line in lines:
-        m = re.match(r"BENCH (\S+) (\S+) optimizer (every step|amortized /\d+)\s*:\s*(\d+) tok/s/GPU", line)
+        # "BENCH <backend> <recipe> optimizer ...": logs from before the recipe was printed are BF16
+        m = re.match(r"BENCH (\S+) (?:(\S+) )?optimizer (every step|amortized /\d+)\s*:\s*(\d+) tok/s/GPU", line)
         if m:
-            rates[(m.group(2), "amortized" if m.group(3).startswith("amortized") else "every step")] = float(m.group(4))
+            rates[(m.group(2) or "bf16", "amortized" if m.group(3).startswith("amortized") else "every step")] = float(m.group(4))
     if not rates:
         sys.exit(f"error: {path}: no 'BENCH <backend> <recipe> optimizer ...' lines (is it ./train --bench output?)")
     return rates
