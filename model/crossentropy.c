@@ -7,8 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
-                        int N, int D, int V, int chunk, int ignore_index, float dloss) {
+// head_crossentropy, also writing each token's loss to nll when it is not NULL.
+static float head_ce_rows(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
+                          int N, int D, int V, int chunk, int ignore_index, float dloss, float *nll) {
   if (chunk < 1) die("head_crossentropy: chunk must be >= 1, got %d", chunk);
   int count = 0;
   for (int n = 0; n < N; n++) {
@@ -44,9 +45,21 @@ float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, co
       if (tgt != ignore_index) lg[tgt] -= gr;
     }
     for (int r = 0; r < nc; r++) total += row_loss[r];  // in token order: same sum for any chunking
+    if (nll)
+      for (int r = 0; r < nc; r++) nll[n0 + r] = (float)row_loss[r];
     if (dx) matmul_backward(dx + (size_t)n0 * D, dw, scratch, xc, w, nc, D, V, 0);
   }
   free(row_loss);
   free(wt);
   return count ? (float)(total / count) : 0.0f;
+}
+
+float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
+                        int N, int D, int V, int chunk, int ignore_index, float dloss) {
+  return head_ce_rows(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss, NULL);
+}
+
+void head_token_nll(float *nll, float *scratch, const float *x, const float *w, const int *targets, int N, int D, int V,
+                    int chunk, int ignore_index) {
+  head_ce_rows(NULL, NULL, scratch, x, w, targets, N, D, V, chunk, ignore_index, 0.0f, nll);
 }

@@ -117,7 +117,8 @@ static int chunk_tokens(int N, int V, int forced) {
 }
 
 float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite) {
+                             int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
+                             float *nll_host) {
   if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
     die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
   if (g_targets_cap < (size_t)N) {
@@ -160,5 +161,6 @@ float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16
   CUDA_CHECK_LAUNCH();
   double sum = 0;
   cuda_download(&sum, total, sizeof sum);
+  if (nll_host) cuda_download(nll_host, row_loss, (size_t)N * sizeof(float));
   return count ? (float)(sum / count) : 0.0f;
 }

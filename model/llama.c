@@ -516,6 +516,15 @@ float llama_forward_backward(Llama *m, const int *inputs, const int *targets, in
   return loss;
 }
 
+void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore_index, float *nll) {
+  const Ops *op = m->ops;
+  forward_blocks(m, inputs);
+  m->have_targets = 0;  // a backward would need llama_forward's bookkeeping
+  op->upload(m->a.targets, targets, (size_t)m->N * sizeof(int));
+  op->head_nll(nll, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N, m->c.dim,
+               m->c.vocab_size, m->head_chunk, ignore_index);
+}
+
 void llama_logits(Llama *m, const int *inputs, float *out) {
   const Ops *op = m->ops;
   const int N = m->N, D = m->c.dim, V = m->c.vocab_size;

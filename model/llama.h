@@ -88,6 +88,10 @@ void llama_zero_grad(Llama *m);
 typedef void (*LlamaGradHook)(void *ctx, size_t offset, size_t len);
 void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx);
 
+// Each token's loss -log p(targets[n] | inputs up to n), as host floats nll [B*T] (0 where targets[n] ==
+// ignore_index), without a backward and without moving [B*T, V] logits off the device (evaluations).
+void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore_index, float *nll);
+
 // The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).
 void llama_logits(Llama *m, const int *inputs, float *out);
 

@@ -1,7 +1,6 @@
 // model/mc_eval.c: see mc_eval.h.
 #include "model/mc_eval.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +8,8 @@
 #include "common.h"
 
 
-// log softmax(row)[target] in double, summed serially in index order (deterministic).
-static double log_prob(const float *row, int V, int target) {
-  double mx = row[0], sum = 0;
-  for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-  for (int v = 0; v < V; v++) sum += exp((double)row[v] - mx);
-  return (double)row[target] - mx - log(sum);
-}
-
 int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen) {
+  enum { IGNORE = -1 };  // positions that score nothing
   const int V = llama_config(m)->vocab_size;
   for (int i = 0; i < n; i++) {
     const EvalRequest *r = &reqs[i];
@@ -27,16 +19,14 @@ int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *log
         return -1;
       }
   }
-  int *inputs = xmalloc((size_t)B * T * sizeof(int)), *first = xmalloc((size_t)B * sizeof(int));
-  float *logits = xmalloc((size_t)B * T * V * sizeof(float));
-  // one entry per scored token of the batch: its logits row and target, flattened so that the
-  // parallel loop has work even when B == 1
-  int *tok_row = xmalloc((size_t)B * T * sizeof(int)), *tok_id = xmalloc((size_t)B * T * sizeof(int));
-  double *tok_lp = xmalloc((size_t)B * T * sizeof(double));
+  const size_t NT = (size_t)B * T;
+  int *inputs = xmalloc(NT * sizeof(int)), *targets = xmalloc(NT * sizeof(int)), *first = xmalloc(B * sizeof(int));
+  float *nll = xmalloc(NT * sizeof(float));
   int rc = 0;
   for (int r0 = 0; r0 < n && rc == 0; r0 += B) {
-    int nb = n - r0 < B ? n - r0 : B, ntok = 0;
-    memset(inputs, 0, (size_t)B * T * sizeof(int));  // unused rows: any valid tokens do
+    int nb = n - r0 < B ? n - r0 : B;
+    memset(inputs, 0, NT * sizeof(int));  // unused rows: any valid tokens do
+    for (size_t i = 0; i < NT; i++) targets[i] = IGNORE;
     for (int b = 0; b < nb; b++) {
       const EvalRequest *r = &reqs[r0 + b];
       first[b] = eval_pack_row(r, T, 0, inputs + (size_t)b * T);
@@ -46,22 +36,18 @@ int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *log
         rc = -1;
         break;
       }
-      for (int i = 0; i < r->n_cont; i++, ntok++) {
-        tok_row[ntok] = b * T + first[b] + i;
-        tok_id[ntok] = r->tokens[r->n_ctx + i];
-      }
+      // position first + i predicts continuation token i
+      for (int i = 0; i < r->n_cont; i++) targets[(size_t)b * T + first[b] + i] = r->tokens[r->n_ctx + i];
     }
     if (rc) break;
-    llama_logits(m, inputs, logits);
-    #pragma omp parallel for schedule(static)
-    for (int k = 0; k < ntok; k++) tok_lp[k] = log_prob(logits + (size_t)tok_row[k] * V, V, tok_id[k]);
-    for (int b = 0, k = 0; b < nb; b++) {
-      double sum = 0;
-      for (int i = 0; i < reqs[r0 + b].n_cont; i++) sum += tok_lp[k++];
+    llama_token_nll(m, inputs, targets, IGNORE, nll);
+    for (int b = 0; b < nb; b++) {
+      double sum = 0;  // in token order
+      for (int i = 0; i < reqs[r0 + b].n_cont; i++) sum -= nll[(size_t)b * T + first[b] + i];
       logp[r0 + b] = sum;
     }
   }
-  free(inputs), free(first), free(logits), free(tok_row), free(tok_id), free(tok_lp);
+  free(inputs), free(targets), free(first), free(nll);
   return rc;
 }
 

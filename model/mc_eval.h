@@ -3,11 +3,9 @@
 // acc_norm: argmax of sum log p / len(choice) in characters; ties go to the first choice, as
 // np.argmax). The tasks and requests come from data/evals.h.
 //
-// Cost and memory: each request takes one of the model's B rows of T tokens, and llama_logits writes
-// all B*T*V logits to a host buffer, of B*T*V*4 bytes: 4.2 GB per row for Llama-3 (V = 128256) at
-// T = 8192, 1.05 GB at T = 2048. Only the continuation positions are read; their log-softmax is done
-// in double on the host. A 10-shot HellaSwag pass is 4 requests per document, so in-training evals
-// should use `limit`.
+// Cost: each request takes one of the model's B rows of T tokens; a batch is one forward pass whose
+// fused head returns each position's loss (llama_token_nll), so no [B*T, V] logits reach the host and
+// a request costs about as much as a training micro-batch's forward.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -29,7 +27,7 @@ typedef struct {
 } EvalResult;
 
 // The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
-// llama_logits B rows at a time. B and T must be the ones m was created with. Deterministic and
+// llama_token_nll B rows at a time. B and T must be the ones m was created with. Deterministic and
 // independent of the thread count. Returns 0, or -1 with a message in err (a token id outside the
 // vocabulary, a request that does not fit, see eval_pack_row).
 int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen);

@@ -116,6 +116,11 @@ typedef struct Ops {
   // scratch holds chunk*V floats.
   float (*head_ce)(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets, int N,
                    int D, int V, int chunk, int ignore_index, float dloss);
+  // The same head without a backward, returning each token's loss instead of the mean: nll[n] =
+  // logsumexp(x_n W^T) - (x_n W^T)[targets[n]], 0 where targets[n] == ignore_index. nll is HOST
+  // memory [N] (evaluations read a few positions of each row; no [N, V] logits leave the device).
+  void (*head_nll)(float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D, int V,
+                   int chunk, int ignore_index);
 } Ops;
 
 extern const Ops ops_cpu;
@@ -172,6 +177,9 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 // model/crossentropy.c
 float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
                         int N, int D, int V, int chunk, int ignore_index, float dloss);
+// head_crossentropy's losses per token (Ops.head_nll): nll [N], no gradients.
+void head_token_nll(float *nll, float *scratch, const float *x, const float *w, const int *targets, int N, int D, int V,
+                    int chunk, int ignore_index);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,11 @@ static float cpu_head_ce(void *dx, float *dw, float *scratch, const void *x, con
   return head_crossentropy(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss);
 }
 
+static void cpu_head_nll(float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
+                         int V, int chunk, int ignore_index) {
+  head_token_nll(nll, scratch, x, w, targets, N, D, V, chunk, ignore_index);
+}
+
 const Ops ops_cpu = {
     .name = "cpu",
     .act_bytes = sizeof(float),
@@ -106,4 +111,5 @@ const Ops ops_cpu = {
     .swiglu_bwd = cpu_swiglu_bwd,
     .residual_fwd = cpu_residual_fwd,
     .head_ce = cpu_head_ce,
+    .head_nll = cpu_head_nll,
 };

@@ -592,7 +592,13 @@ static float cu_head_ce(void *dx, float *dw, float *scratch, const void *x, cons
                         int N, int D, int V, int chunk, int ignore_index, float dloss) {
   const bf16 *w16 = shadow_of(w, (size_t)V * D, "head_ce");
   return head_crossentropy_cuda(mb(dx), dw, cb(x), w16, targets, N, D, V, ignore_index, dloss, g_head_chunk,
-                                g_grad_overwrite);
+                                g_grad_overwrite, NULL);
+}
+
+static void cu_head_nll(float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
+                        int V, int chunk, int ignore_index) {
+  const bf16 *w16 = shadow_of(w, (size_t)V * D, "head_nll");
+  head_crossentropy_cuda(NULL, NULL, cb(x), w16, targets, N, D, V, ignore_index, 0.0f, g_head_chunk, 0, nll);
 }
 
 // ---- init ---------------------------------------------------------------------------------------
@@ -630,6 +636,7 @@ static void fill_table(Ops *o) {
   o->swiglu_bwd = cu_swiglu_bwd;
   o->residual_fwd = cu_residual_fwd;
   o->head_ce = cu_head_ce;
+  o->head_nll = cu_head_nll;
 }
 
 int cuda_device_cc(void) {

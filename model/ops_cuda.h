@@ -151,7 +151,8 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 // model/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
 // chunking and its memory.
 float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite);
+                             int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
+                             float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
 
 // model/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
 // 16-byte aligned, no aliasing.

@@ -324,6 +324,32 @@ static void test_head_ce(int N, int D, int V, int n_ignored, int chunk) {
   check_rel(what, inc_g, inc_c, (size_t)V * D, TOL_BF16_TWICE);
   float lf = G->head_ce(NULL, NULL, NULL, d_x, d_w, d_tg, N, D, V, 32, ignore, dloss);  // loss only
   CHECK(fabs(lf - lg) <= 1e-6 * fabs(lg), "head_ce loss without gradients %.7f vs with %.7f", lf, lg);
+  {  // per-token losses (head_nll) against the CPU's, and their mean against the loss
+    float *nll_c = (float *)xmalloc(N * sizeof(float)), *nll_g = (float *)xmalloc(N * sizeof(float));
+    head_token_nll(nll_c, scratch, x, wr, tg, N, D, V, N, ignore);
+    G->head_nll(nll_g, NULL, d_x, d_w, d_tg, N, D, V, 32, ignore);
+    double worst = 0, sum = 0;
+    int counted = 0, zero_ok = 1;
+    for (int n = 0; n < N; n++) {
+      worst = fmax(worst, fabs(nll_g[n] - nll_c[n]));
+      if (tg[n] == ignore) zero_ok &= nll_g[n] == 0.0f;
+      else sum += nll_g[n], counted++;
+    }
+    CHECK(worst <= 1e-3 && zero_ok, "head_nll: worst |gpu - cpu| %.3g (ignored positions zero: %d)", worst, zero_ok);
+    CHECK(fabs(sum / counted - lg) <= 1e-5 * fabs(lg), "head_nll mean %.7f vs head_ce loss %.7f", sum / counted, lg);
+    printf("  head_nll: worst |gpu - cpu| per token %.2e\n", worst);
+    free(nll_c), free(nll_g);
+  }
+  {  // overwrite mode (first backward after llama_zero_grad): dW is the increment itself
+    G->upload(d_dw, dw0, (size_t)V * D * sizeof(float));
+    G->set_grad_overwrite(1);
+    G->head_ce(d_dx, d_dw, NULL, d_x, d_w, d_tg, N, D, V, 32, ignore, dloss);
+    G->set_grad_overwrite(0);
+    float *dwo = host_f32(d_dw, (size_t)V * D);
+    snprintf(what, sizeof what, "head_ce N=%d D=%d V=%d: dW in overwrite mode", N, D, V);
+    check_rel(what, dwo, inc_c, (size_t)V * D, TOL_BF16_TWICE);
+    free(dwo);
+  }
 
   if (n_ignored == 0) {  // every target ignored: zero loss, zero dx, dW untouched
     for (int n = 0; n < N; n++) tg[n] = ignore;

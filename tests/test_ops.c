@@ -470,7 +470,7 @@ static void test_ops_table(void) {
   int complete = o->alloc && o->release && o->zero && o->upload && o->download && o->acts_to_f32 && o->embed_fwd &&
                  o->embed_bwd && o->rmsnorm_fwd && o->rmsnorm_bwd && o->matmul_fwd && o->matmul_bwd && o->rope_fwd &&
                  o->rope_bwd && o->attention_fwd && o->attention_bwd && o->swiglu_fwd && o->swiglu_bwd &&
-                 o->residual_fwd && o->head_ce && o->set_grad_overwrite;
+                 o->residual_fwd && o->head_ce && o->set_grad_overwrite && o->head_nll;
   CHECK(complete, "every ops_cpu entry is set");
   CHECK(o->act_bytes == 4 && !strcmp(o->name, "cpu"), "ops_cpu: %s, act_bytes %d", o->name, o->act_bytes);
 }
