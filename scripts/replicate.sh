@@ -39,15 +39,15 @@
 #   RECIPES     a subset/order, e.g. "bf16 mxfp4_h32" (default: all four; bf16 is the baseline)
 #   NV_LAST     NVFP4 blocks kept in BF16 at the end (2 of 12 ~ the paper's 4 of 32)
 #   TASKS       "hellaswag:10,arc_challenge:25,winogrande:5" (the paper's shots); TASKS= skips them
-#   TASK_LIMIT  documents per task (eval.limit: the first N of each file; 20: 200 requests of 1024
-#               tokens, an estimated ~20 s of scoring, ~30-40 s per eval pass with start-up and loading)
+#   TASK_LIMIT  documents per task (eval.limit: the first N of each file; default 1000, short 500:
+#               about 2.5 requests of 1024 tokens per document, scored by forward passes of the fused
+#               head (no logits leave the GPU))
 #   EVAL_RECIPE bf16 (default: the final weights scored with a BF16 forward, as an exported
 #               checkpoint is) or train (the run's own recipe)
 #   EVAL_TIMEOUT  seconds an eval pass may take before it is stopped (150; the run keeps its
 #               training results, its downstream cells stay empty)
 #   EVAL_SEQ    sequence length of the eval pass (default: the training one)
-#   EVAL_MB     micro-batch of the eval pass (4: the eval copies B x EVAL_SEQ x 128256 logits to the
-#               host per batch, so a small B costs the same per request and allocates less)
+#   EVAL_MB     micro-batch of the eval pass (16)
 #   SHARDS      folder with nv_train_000000.bin and nv_val_000000.bin (default runs/novels; made
 #               from CORPUS with --val-docs VAL_DOCS=3 when missing)
 #   CORPUS      ../shared/data/corpus/novels.jsonl.zst
@@ -72,8 +72,8 @@ first_file() { for f in "$@"; do [ -n "$f" ] && [ -e "$f" ] && { echo "$f"; retu
 BUDGET=${BUDGET:-default}
 preset=()   # model/batch overrides of the budget
 case $BUDGET in
-  default) b_steps=1280 b_points=8 b_limit=20 b_gpus=1 b_backend=cuda b_lastn=50 ;;
-  short)   b_steps=640  b_points=4 b_limit=20 b_gpus=2 b_backend=cuda b_lastn=50 ;;
+  default) b_steps=1280 b_points=8 b_limit=1000 b_gpus=1 b_backend=cuda b_lastn=50 ;;
+  short)   b_steps=640  b_points=4 b_limit=500 b_gpus=2 b_backend=cuda b_lastn=50 ;;
   smoke)   b_steps=4    b_points=2 b_limit=1  b_gpus=1 b_backend=cpu  b_lastn=2
            preset=(--set model.preset=tiny --set model.vocab_size=128256 --set model.dim=32 --set model.n_heads=2
                    --set model.n_kv_heads=1 --set model.ffn_dim=64 --set batch.seq_len=32 --set batch.micro_batch=2
@@ -172,7 +172,7 @@ cfg_line=$("$TRAIN" "${common[@]}" --print-config 2>&1) || die "the config does 
 yaml_get() { printf '%s\n' "$cfg_line" | awk -v s="$1" -v k="$2" '/^[a-z]/ { sec = $1 } sec == s":" && $1 == k":" { print $2; exit }'; }
 SEQ=$(yaml_get batch seq_len) MB=$(yaml_get batch micro_batch) GB=$(yaml_get batch global_batch)
 EVAL_SEQ=${EVAL_SEQ:-$SEQ}
-EVAL_MB=${EVAL_MB:-$([ "$BUDGET" = smoke ] && echo "$MB" || echo 4)}
+EVAL_MB=${EVAL_MB:-$([ "$BUDGET" = smoke ] && echo "$MB" || echo 16)}
 [[ $EVAL_MB =~ ^[1-9][0-9]*$ ]] || die "EVAL_MB=$EVAL_MB: expected a positive integer"
 # the eval pass scores the same validation windows as the in-training passes (file order, from the
 # start): VAL_BATCHES x MB sequences, in micro-batches of EVAL_MB
