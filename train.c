@@ -172,11 +172,26 @@ static void compare_dump(Run *r, const char *dir) {
   printf("compare dump written to %s (loss %.6f, after %d AdamW steps %.6f)\n", dir, loss0, STEPS, losses[STEPS - 1]);
 }
 
+// The GPU of a rank: LOCAL_RANK, or LOCAL_RANK modulo the visible devices when the launcher
+// already gave each task its own (Slurm's --gpus-per-task shows every task its GPU as device 0).
+static int rank_device(int local_rank) {
+#ifdef HAVE_CUDA
+  int count = comm_cuda_device_count();
+  if (count > 0 && local_rank >= count) {
+    printf("LOCAL_RANK %d sees %d GPU%s: using device %d\n", local_rank, count, count == 1 ? "" : "s", local_rank % count);
+    return local_rank % count;
+  }
+#endif
+  return local_rank;
+}
+
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
-static const Ops *pick_backend(const char *want, int deterministic, int device) {
+// The device is selected here, before anything (NCCL included) allocates on it.
+static const Ops *pick_backend(const char *want, int deterministic, int dgrad_transposed, int local_rank) {
   if (!strcmp(want, "cpu")) return &ops_cpu;
 #ifdef HAVE_CUDA
   char err[512];
+  int device = rank_device(local_rank);
   const Ops *cuda = cuda_backend_init(device, err, sizeof err);
   if (cuda && deterministic) {
     // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
@@ -184,10 +199,12 @@ static const Ops *pick_backend(const char *want, int deterministic, int device) 
     setenv("GEMM_AUTOTUNE", "0", 1);
     attention_cudnn_set_deterministic(1);
   }
+  if (cuda) cuda_set_dgrad_transposed(dgrad_transposed);  // parallel.dgrad_transposed
   if (cuda) return cuda;
   if (!strcmp(want, "cuda")) die("parallel.backend: cuda: %s", err);
   printf("no usable GPU (%s): using the CPU backend\n", err);
 #else
+  (void)deterministic, (void)dgrad_transposed, (void)local_rank;
   if (!strcmp(want, "cuda")) die("parallel.backend: cuda, but this binary was built without CUDA (no nvcc found)");
 #endif
   return &ops_cpu;
@@ -391,7 +408,7 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic, 0);
+    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic, cfg->dgrad_transposed, 0);
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
@@ -410,7 +427,7 @@ int main(int argc, char **argv) {
   else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
   if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run.ops = pick_backend(cfg->backend, cfg->deterministic, env.local_rank);
+  run.ops = pick_backend(cfg->backend, cfg->deterministic, cfg->dgrad_transposed, env.local_rank);
   run.comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, run.ops != &ops_cpu);
   const int world = run.world, B = cfg->micro_batch, T = cfg->seq_len;
   const int accum = cfg->global_batch / (B * world);
@@ -422,7 +439,9 @@ int main(int argc, char **argv) {
   run.recipe = recipe_meta(&recipe);
   run.saved_step = -1;
   size_t n = llama_param_count(run.model);
-  run.zero = zero_create(run.model, run.ops, run.comm);
+  ZeroOptions zopt = {cfg->overlap_reduce, !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
+                      (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
+  run.zero = zero_create(run.model, run.ops, run.comm, &zopt);
   if (!on_host(&run)) run.host_stage = xmalloc((n + 2 * (run.zero->hi - run.zero->lo)) * sizeof(float));
   run.inputs = xmalloc((size_t)B * T * sizeof(int));
   run.targets = xmalloc((size_t)B * T * sizeof(int));
@@ -475,6 +494,10 @@ int main(int argc, char **argv) {
   else
     printf("backend %s, recipe %s", run.ops->name, cfg->recipe);
   printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
+  if (world > 1)
+    printf("data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
+           "in %s, %s\n", world, comm_on_device(run.comm) ? "NCCL" : "TCP", 8.0 * (run.zero->hi - run.zero->lo) / 1e9,
+           8.0 * n / 1e9, cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
   printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run.model) / 1e6, cfg->recompute);
   if (loader_synthetic_entropy(run.train) > 0)
     printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run.train));
@@ -489,10 +512,14 @@ int main(int argc, char **argv) {
     llama_zero_grad(run.model);
     double loss = 0;
     for (int a = 0; a < accum; a++) {
+      zero_begin_micro(run.zero, a, accum);  // the last one reduces its gradients during its backward
       run.ops->set_step(run.step, a);
       loader_next(run.train, run.inputs, run.targets);
       loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
     }
+    // Every rank, every step, whatever its loss: the reduction's collectives must pair up.
+    zero_reduce_grads(run.zero);
+    // After the reduction, so that it lands in rank 0's shard (element 0) on every transport.
     if (run.step + 1 >= inject.first && run.step + 1 <= inject.last) {  // test hook
       float nan = NAN;
       if (inject.grad) run.ops->upload(llama_grads(run.model), &nan, sizeof nan);
@@ -518,15 +545,25 @@ int main(int argc, char **argv) {
       double now = now_seconds();
       if (run.step % cfg->log_interval == 0 || run.step == cfg->total_steps) {
         double dt = now - t_last, tps = tokens_per_step * cfg->log_interval / dt;
+        double mem_gb = 0, dev_gb = 0;  // GPU memory: our tracked peak, and the device's use now
+#ifdef HAVE_CUDA
+        if (!on_host(&run)) mem_gb = cuda_mem_peak() / 1e9, dev_gb = comm_cuda_device_used() / 1e9;
+#endif
         double avg = (now - t_start) / (run.step - first_step);
         char eta[32];
         format_eta(avg * (cfg->total_steps - run.step), eta, sizeof eta);
-        printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | eta %s\n", (long long)run.step,
-               cfg->total_steps, loss, lr, norm, tps, eta);
+        printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run.step,
+               cfg->total_steps, loss, lr, norm, tps);
+        if (world > 1) printf(" (%.0f/GPU)", tps / world);
+        if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
+        printf(" | eta %s\n", eta);
         fflush(stdout);
-        if (log)
-          fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f}\n",
-                  (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps);
+        if (log) {
+          fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
+                  "\"tok_per_s_gpu\": %.1f", (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps, tps / world);
+          if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
+          fprintf(log, "}\n");
+        }
         t_last = now;
       }
       if (cfg->eval_interval > 0 && run.step % cfg->eval_interval == 0) {
@@ -553,6 +590,9 @@ int main(int argc, char **argv) {
       break;
     }
   }
+  // Nobody tears down its communicator (or closes its sockets, which peers take for a death) while
+  // another rank may still be in a collective.
+  comm_barrier(run.comm);
   free(spikes.loss);
   for (int i = 0; i < run.n_tasks; i++) mc_task_free(run.tasks[i]);
   if (run.tok) tokenizer_free(run.tok);

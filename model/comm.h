@@ -5,7 +5,8 @@
 //   not depend on timing, so runs repeat bit for bit. Bandwidth is that of rank 0's link; it is
 //   meant for tests and small models, and as the bootstrap of NCCL.
 // - NCCL (model/comm_nccl.cu, HAVE_CUDA): device memory, for the CUDA backend. The unique id
-//   travels over the TCP connection; the float collectives then run on cuda_stream().
+//   travels over the TCP connection; the float collectives then run on a stream of their own,
+//   ordered after the work queued on cuda_stream() by events.
 //
 // Rendezvous without MPI, from the environment (torchrun style):
 //   RANK, WORLD_SIZE, LOCAL_RANK            (or SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
@@ -17,9 +18,18 @@
 // Shards: a buffer of n floats is cut into world contiguous pieces; rank r owns
 // [r*q, (r+1)*q) with q = n / world, and the last rank also owns the n % world tail elements.
 //
+// Gradient reductions go range by range (comm_reduce_ranges), so that model/zero.c can start them
+// while the backward still runs. A range may span shard boundaries: each piece goes to its owner.
+// On the wire a gradient is fp32 or, with COMM_BF16, rounded to BF16 (round to nearest even) and
+// summed in BF16 arithmetic (each add rounds to BF16, as NCCL's BF16 sum does; the TCP transport
+// does exactly the same on the host, in rank order), then widened back to fp32 in the owner's
+// shard. BF16 halves the bytes and costs about 3 significant digits of each summand.
+//
 // Failures: every blocking step waits at most parallel.timeout_s seconds. A closed socket, a
 // timeout, or an NCCL asynchronous error makes the process die with a message naming the ranks
-// and the collective, so the other ranks stop too instead of hanging.
+// and the collective, so the other ranks stop too instead of hanging. On NCCL a watchdog thread
+// also checks while a collective is queued: a peer's TCP connection that closes (the peer died) or
+// a collective that has not finished after parallel.timeout_s aborts the communicator and exits.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -53,25 +63,62 @@ int comm_local_rank(const Comm *c);
 
 // The shard of a buffer of n elements that rank owns: [*lo, *hi).
 void comm_shard_range(size_t n, int world, int rank, size_t *lo, size_t *hi);
+// The rank whose shard holds element i (< n).
+int comm_shard_owner(size_t n, int world, size_t i);
 
 // Host doubles: x[0..n) becomes the sum over ranks (rank order), identical on every rank.
 void comm_allreduce_sum_f64(Comm *c, double *x, int n);
-// buf (n floats, host or device per comm_init): afterwards this rank's shard holds the sum over
-// ranks of that shard; the rest of buf is left undefined.
-void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n);
+
+// The wire type of a gradient reduction (parallel.grad_reduce).
+typedef enum { COMM_FP32 = 0, COMM_BF16 = 1 } CommDtype;
+typedef struct {
+  size_t off, len;  // floats
+} CommRange;
+// buf holds n floats (host or device per comm_init); ranges lie in [0, n). Afterwards, once
+// comm_reduce_wait returned, every element of the ranges inside this rank's shard holds the sum
+// over ranks; the rest of the ranges is undefined, the rest of buf untouched. Every rank must make
+// the same calls with the same ranges. NCCL: queued on the transport's own stream after the work
+// queued so far on cuda_stream(), returns at once. TCP: done when it returns.
+void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr, CommDtype t);
+// Waits for every comm_reduce_ranges so far (watching peers and parallel.timeout_s); work queued
+// on cuda_stream() afterwards sees the sums.
+void comm_reduce_wait(Comm *c);
+// The whole buffer at once: comm_reduce_ranges over [0, n), then comm_reduce_wait.
+void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n, CommDtype t);
 // buf: every rank contributes its shard; afterwards every rank holds all n values.
 void comm_all_gather(Comm *c, float *buf, size_t n);
 // Host bytes: rank 0's buf[0..len) is copied to every rank.
 void comm_broadcast_bytes(Comm *c, void *buf, size_t len);
 void comm_barrier(Comm *c);
+// 1 when the collectives run on device memory (NCCL), 0 on host memory (TCP, or world 1).
+int comm_on_device(const Comm *c);
+
+// BF16 round to nearest even (NaN stays NaN) and back, as the transports put gradients on the wire.
+static inline uint16_t comm_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } x = {f};
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40);  // quiet NaN
+  return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1)) >> 16);
+}
+static inline float comm_bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+  return x.f;
+}
 
 // ---- internal: the NCCL transport (model/comm_nccl.cu), bootstrapped through the TCP one ------
+// The rank of a peer whose TCP connection has closed or failed (it exited or was killed), or -1.
+// Does not block and reads nothing; for the NCCL watchdog.
+int comm_tcp_dead_peer(const Comm *c);
 #ifdef HAVE_CUDA
 typedef struct CommNccl CommNccl;
 CommNccl *comm_nccl_init(Comm *tcp, int rank, int world, double timeout_s);
 void comm_nccl_free(CommNccl *n);
-void comm_nccl_reduce_scatter_sum(CommNccl *n, float *buf, size_t count);
+void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t);
+void comm_nccl_wait(CommNccl *n, const char *what);
 void comm_nccl_all_gather(CommNccl *n, float *buf, size_t count);
+// CUDA devices this process sees (0 when none or no driver): picks the GPU of a local rank.
+int comm_cuda_device_count(void);
+// Bytes in use on the current device (all allocations: ours, the libraries', NCCL's).
+size_t comm_cuda_device_used(void);
 #endif
 
 #ifdef __cplusplus

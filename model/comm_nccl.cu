@@ -1,17 +1,33 @@
 // model/comm_nccl.cu: the device-memory collectives of model/comm.h over NCCL. The unique id goes
-// from rank 0 to the others over the TCP connection that comm_init already opened; the float
-// collectives run on cuda_stream(). Shards follow comm_shard_range: world equal pieces of
-// q = n / world floats (NCCL's in-place reduce-scatter / all-gather), plus a tail of n % world
-// floats owned by the last rank (a reduce to it, then a broadcast from it).
+// from rank 0 to the others over the TCP connection that comm_init already opened.
 //
-// libnccl is opened with dlopen at comm_init time rather than linked: the build needs only nccl.h,
-// and a one-process run never needs the library at all.
+// Streams: every NCCL call runs on a stream of its own (non-blocking, high priority), ordered after
+// the work queued so far on cuda_stream() by an event, so gradient reductions run while the
+// backward goes on (model/zero.c). comm_nccl_wait makes cuda_stream() wait for it again.
 //
-// A dead peer makes an NCCL kernel wait forever, so after queuing a collective the host polls the
-// stream and ncclCommGetAsyncError until it finishes; past parallel.timeout_s it aborts the
-// communicator and dies naming the collective. That wait is a host sync, twice per optimizer step.
+// Shards follow comm_shard_range (contiguous, the last rank takes the n % world tail). A reduction
+// of a range is one ncclReduce per intersection with a shard, rooted at its owner, all in one
+// group; the all-gather is one ncclBroadcast per shard, rooted at its owner. Large pieces are cut
+// into ops of at most 2^28 elements. BF16 reductions round the range into a fixed scratch buffer
+// (round to nearest even), reduce it there (NCCL sums BF16 in BF16; it has no fp32 accumulation
+// for BF16 inputs) and widen the owner's piece back into the fp32 gradients.
+//
+// libnccl is opened with dlopen at comm_init time rather than linked, and the few types and
+// constants used are declared here (their values are NCCL's stable ABI), so the build needs
+// neither the library nor nccl.h, and a one-process run never loads it. TRAIN_NCCL_LIB names
+// another file than libnccl.so.2.
+//
+// Failures: a dead peer makes an NCCL kernel wait forever. A watchdog thread looks, every 50 ms
+// while anything is queued on the NCCL stream, at ncclCommGetAsyncError, at the TCP connections (a
+// killed peer's close shows at once) and at how long the stream has been busy; on an error, on a
+// peer gone for 2 s, or past parallel.timeout_s, it prints what happened, aborts the communicator
+// and exits the process with status 1 (SIGALRM ends it if the abort itself hangs). So no host call
+// that might block on the device (a wait, a cudaFree) can hang the rank.
+#include <cuda_bf16.h>
 #include <dlfcn.h>
-#include <nccl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,108 +36,322 @@
 #include "model/comm.h"
 #include "model/cuda_common.h"
 
-// The entry points used, resolved from libnccl.so.2 by nccl_load().
+// ---- the NCCL ABI subset used (nccl.h, stable since NCCL 2.0) ----------------------------------
+typedef struct ncclComm *ncclComm_t;
+typedef struct {
+  char internal[128];  // NCCL_UNIQUE_ID_BYTES
+} ncclUniqueId;
+typedef int ncclResult_t;  // ncclSuccess = 0
+typedef int ncclDataType_t;
+typedef int ncclRedOp_t;
+enum { ncclSuccess = 0, ncclFloat = 7, ncclBfloat16 = 9, ncclSum = 0 };
+
+// The entry points used, resolved from the library by nccl_load().
 static struct {
-  decltype(&ncclGetUniqueId) GetUniqueId;
-  decltype(&ncclCommInitRank) CommInitRank;
-  decltype(&ncclCommDestroy) CommDestroy;
-  decltype(&ncclCommAbort) CommAbort;
-  decltype(&ncclCommGetAsyncError) CommGetAsyncError;
-  decltype(&ncclGetErrorString) GetErrorString;
-  decltype(&ncclGroupStart) GroupStart;
-  decltype(&ncclGroupEnd) GroupEnd;
-  decltype(&ncclReduceScatter) ReduceScatter;
-  decltype(&ncclReduce) Reduce;
-  decltype(&ncclAllGather) AllGather;
-  decltype(&ncclBroadcast) Broadcast;
+  ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+  ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
+  const char *(*GetErrorString)(ncclResult_t);
+  ncclResult_t (*GetVersion)(int *);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
+  ncclResult_t (*Reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 } nccl;
 
 static void nccl_load(void) {
   if (nccl.GetUniqueId) return;
-  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-  if (!h) die("comm: cannot load NCCL (libnccl.so.2): %s; add its directory to LD_LIBRARY_PATH", dlerror());
+  const char *lib = getenv("TRAIN_NCCL_LIB");
+  if (!lib || !*lib) lib = "libnccl.so.2";
+  void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  if (!h)
+    die("comm: cannot load NCCL (%s): %s; add its directory to LD_LIBRARY_PATH or set TRAIN_NCCL_LIB=/path/libnccl.so.2",
+        lib, dlerror());
 #define SYM(field, name)                                                                          \
-  if (!(*(void **)&nccl.field = dlsym(h, name))) die("comm: libnccl.so.2 has no symbol %s (NCCL too old?)", name);
+  if (!(*(void **)&nccl.field = dlsym(h, name))) die("comm: %s has no symbol %s (NCCL too old?)", lib, name);
   SYM(GetUniqueId, "ncclGetUniqueId") SYM(CommInitRank, "ncclCommInitRank") SYM(CommDestroy, "ncclCommDestroy")
   SYM(CommAbort, "ncclCommAbort") SYM(CommGetAsyncError, "ncclCommGetAsyncError")
-  SYM(GetErrorString, "ncclGetErrorString") SYM(GroupStart, "ncclGroupStart") SYM(GroupEnd, "ncclGroupEnd")
-  SYM(ReduceScatter, "ncclReduceScatter") SYM(Reduce, "ncclReduce") SYM(AllGather, "ncclAllGather")
-  SYM(Broadcast, "ncclBroadcast")
+  SYM(GetErrorString, "ncclGetErrorString") SYM(GetVersion, "ncclGetVersion") SYM(GroupStart, "ncclGroupStart")
+  SYM(GroupEnd, "ncclGroupEnd") SYM(Reduce, "ncclReduce") SYM(Broadcast, "ncclBroadcast")
 #undef SYM
 }
 
-#define NCCL_CHECK(call)                                                                         \
-  do {                                                                                           \
-    ncclResult_t r_ = (call);                                                                    \
-    if (r_ != ncclSuccess) die("NCCL error: %s: %s", #call, nccl.GetErrorString(r_));           \
-  } while (0)
+enum {
+  MAX_OP = 1 << 28,     // elements per NCCL op (1 GiB of fp32)
+  SCRATCH = 1 << 25,    // BF16 elements of reduction scratch (64 MiB)
+  MAX_PIECES = 256,     // pieces per BF16 group
+  PEER_GRACE_S = 2,     // a closed peer connection with a collective still queued: dead after this
+  ABORT_GRACE_S = 20,   // ncclCommAbort gets this long before SIGALRM ends the process
+};
 
 struct CommNccl {
   ncclComm_t comm;
-  int rank, world;
+  Comm *tcp;  // to see peers die
+  int rank, world, device;
   double timeout_s;
+  cudaStream_t stream;      // every NCCL call
+  cudaEvent_t ready, done;  // compute -> NCCL stream, NCCL -> compute stream
+  __nv_bfloat16 *scratch;   // BF16 reductions (allocated at the first)
+  int initializing;         // inside ncclCommInitRank, which waits for every rank (atomic)
+  int queued;               // work is queued on stream since the last completed wait (atomic)
+  int failed;               // a failure is being reported (atomic)
+  int stop;                 // the watchdog should exit (atomic)
+  pthread_t watchdog;
+  const char *what;         // the collective waited for, for messages
 };
 
+// Reports, aborts the communicator and exits; one thread gets to do it, the other sleeps.
+static void nccl_fail(CommNccl *n, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void nccl_fail(CommNccl *n, const char *fmt, ...) {
+  if (__atomic_exchange_n(&n->failed, 1, __ATOMIC_SEQ_CST))
+    for (;;) pause();
+  fflush(stdout);
+  fprintf(stderr, "error (model/comm_nccl.cu): comm: rank %d: ", n->rank);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stderr);
+  alarm(ABORT_GRACE_S);  // the default SIGALRM action ends the process if the abort hangs
+  if (!__atomic_load_n(&n->initializing, __ATOMIC_SEQ_CST) && n->comm) nccl.CommAbort(n->comm);
+  _exit(1);
+}
+
+#define NCCL_CHECK(n, call)                                                                      \
+  do {                                                                                           \
+    ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess) nccl_fail(n, "NCCL error: %s: %s", #call, nccl.GetErrorString(r_));  \
+  } while (0)
+
+#define CUDA_OK(n, call)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) nccl_fail(n, "CUDA error: %s: %s", #call, cudaGetErrorString(e_));   \
+  } while (0)
+
+// Every 50 ms while work is queued on the NCCL stream: asynchronous NCCL errors, dead peers and
+// the deadline (see the top of the file). Idle, it only sleeps.
+static void *watchdog_main(void *arg) {
+  CommNccl *n = (CommNccl *)arg;
+  cudaSetDevice(n->device);  // the stream queries below need this thread on the rank's device
+  double busy_since = 0, peer_lost_since = 0;
+  while (!__atomic_load_n(&n->stop, __ATOMIC_SEQ_CST)) {
+    usleep(50 * 1000);
+    int init = __atomic_load_n(&n->initializing, __ATOMIC_SEQ_CST);
+    int busy = init || (__atomic_load_n(&n->queued, __ATOMIC_SEQ_CST) && cudaStreamQuery(n->stream) == cudaErrorNotReady);
+    if (!busy) {
+      busy_since = peer_lost_since = 0;
+      continue;
+    }
+    double now = now_seconds();
+    if (!busy_since) busy_since = now;
+    ncclResult_t async = ncclSuccess;
+    if (!init && nccl.CommGetAsyncError(n->comm, &async) == ncclSuccess && async != ncclSuccess)
+      nccl_fail(n, "NCCL failed during %s: %s (a peer rank died or its link failed)", n->what, nccl.GetErrorString(async));
+    int peer = comm_tcp_dead_peer(n->tcp);
+    if (peer < 0) peer_lost_since = 0;
+    else if (!peer_lost_since) peer_lost_since = now;
+    else if (now - peer_lost_since > PEER_GRACE_S)
+      nccl_fail(n, "rank %d closed its connection during %s (it exited or was killed): stopping", peer, n->what);
+    if (now - busy_since > n->timeout_s)
+      nccl_fail(n, "%s did not finish within %g s (parallel.timeout_s): is every rank alive?", n->what, n->timeout_s);
+  }
+  return NULL;
+}
+
+// NVLink SHARP (multicast) stays off: not every machine this runs on supports it, and a
+// communicator that tries it can fail or hang at creation. NCCL reads the variable at init.
+static void nvls_off(void) {
+  const char *v = getenv("NCCL_NVLS_ENABLE");
+  if (v && strcmp(v, "0"))
+    fprintf(stderr, "warning: NCCL_NVLS_ENABLE=%s ignored: NVLink multicast stays off (model/comm_nccl.cu)\n", v);
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+}
+
 extern "C" CommNccl *comm_nccl_init(Comm *tcp, int rank, int world, double timeout_s) {
-  // NVLink SHARP (multicast) is not available on every machine this runs on: keep it off unless
-  // the user decided otherwise. NCCL reads the variable at communicator creation.
-  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  nvls_off();
   nccl_load();
-  ncclUniqueId id;
-  if (rank == 0) NCCL_CHECK(nccl.GetUniqueId(&id));
-  comm_broadcast_bytes(tcp, &id, sizeof id);
   CommNccl *n = (CommNccl *)xcalloc(1, sizeof *n);
-  n->rank = rank, n->world = world, n->timeout_s = timeout_s;
-  NCCL_CHECK(nccl.CommInitRank(&n->comm, world, id, rank));
+  n->tcp = tcp, n->rank = rank, n->world = world, n->timeout_s = timeout_s, n->what = "NCCL setup";
+  CUDA_OK(n, cudaGetDevice(&n->device));  // train.c selected LOCAL_RANK's device before any allocation
+  int lo, hi;  // NCCL's work then preempts the backward's kernels as soon as its inputs are ready
+  CUDA_OK(n, cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  CUDA_OK(n, cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, hi));
+  CUDA_OK(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
+  CUDA_OK(n, cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming));
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (rank == 0) NCCL_CHECK(n, nccl.GetUniqueId(&id));
+  comm_broadcast_bytes(tcp, &id, sizeof id);
+  // The watchdog also bounds the communicator's creation, which waits for every rank.
+  n->initializing = 1;
+  if (pthread_create(&n->watchdog, NULL, watchdog_main, n)) die("comm: rank %d: cannot start the NCCL watchdog", rank);
+  NCCL_CHECK(n, nccl.CommInitRank(&n->comm, world, id, rank));
+  __atomic_store_n(&n->initializing, 0, __ATOMIC_SEQ_CST);
   comm_barrier(tcp);  // every rank has its communicator before the first collective
+  int version = 0;
+  nccl.GetVersion(&version);
+  if (rank == 0)
+    printf("comm: NCCL %d.%d.%d on %d ranks (NCCL_NVLS_ENABLE=0)\n", version / 10000, version / 100 % 100,
+           version % 100, world);
   return n;
 }
 
 extern "C" void comm_nccl_free(CommNccl *n) {
   if (!n) return;
+  __atomic_store_n(&n->stop, 1, __ATOMIC_SEQ_CST);
+  pthread_join(n->watchdog, NULL);
+  cudaStreamSynchronize(n->stream);
   nccl.CommDestroy(n->comm);
+  if (n->scratch) cudaFree(n->scratch);
+  cudaEventDestroy(n->ready);
+  cudaEventDestroy(n->done);
+  cudaStreamDestroy(n->stream);
   free(n);
 }
 
-// Waits for the queued collective, watching for peer failures and the deadline.
-static void wait_collective(CommNccl *n, const char *what) {
-  double deadline = now_seconds() + n->timeout_s;
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(cuda_stream());
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) die("comm: rank %d: CUDA error during %s: %s", n->rank, what, cudaGetErrorString(e));
-    ncclResult_t async;
-    NCCL_CHECK(nccl.CommGetAsyncError(n->comm, &async));
-    if (async != ncclSuccess) {
-      nccl.CommAbort(n->comm);
-      die("comm: rank %d: NCCL failed during %s: %s (a peer rank died or its network failed)", n->rank, what,
-          nccl.GetErrorString(async));
+// Orders the NCCL stream after everything queued on the compute stream so far.
+static void after_compute(CommNccl *n, const char *what) {
+  n->what = what;
+  CUDA_OK(n, cudaEventRecord(n->ready, cuda_stream()));
+  CUDA_OK(n, cudaStreamWaitEvent(n->stream, n->ready, 0));
+  __atomic_store_n(&n->queued, 1, __ATOMIC_SEQ_CST);
+}
+
+extern "C" void comm_nccl_wait(CommNccl *n, const char *what) {
+  if (!__atomic_load_n(&n->queued, __ATOMIC_SEQ_CST)) return;
+  n->what = what;
+  for (;;) {  // the watchdog ends the process if this never finishes
+    cudaError_t e = cudaStreamQuery(n->stream);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) nccl_fail(n, "CUDA error during %s: %s", what, cudaGetErrorString(e));
+    usleep(50);
+  }
+  __atomic_store_n(&n->queued, 0, __ATOMIC_SEQ_CST);
+  CUDA_OK(n, cudaEventRecord(n->done, n->stream));
+  CUDA_OK(n, cudaStreamWaitEvent(cuda_stream(), n->done, 0));
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+static int grid_for(size_t n) {
+  size_t blocks = (n + 255) / 256;
+  return blocks > 4096 ? 4096 : (int)(blocks ? blocks : 1);
+}
+
+// A piece of a range: buf[off, off + len) owned by one rank; at scr in the BF16 scratch.
+typedef struct {
+  size_t off, len, scr;
+  int owner;
+} Piece;
+
+// Calls fn on every piece of the ranges, cut at shard boundaries and at `cap` elements.
+template <typename F>
+static void for_each_piece(size_t n, int world, const CommRange *r, int nr, size_t cap, F fn) {
+  for (int i = 0; i < nr; i++) {
+    size_t a = r[i].off, end = r[i].off + r[i].len;
+    while (a < end) {
+      int owner = comm_shard_owner(n, world, a);
+      size_t lo, hi;
+      comm_shard_range(n, world, owner, &lo, &hi);
+      size_t b = hi < end ? hi : end;
+      if (b - a > cap) b = a + cap;
+      fn(a, b - a, owner);
+      a = b;
     }
-    if (now_seconds() > deadline) {
-      nccl.CommAbort(n->comm);
-      die("comm: rank %d: %s did not finish within %g s (parallel.timeout_s): is every rank alive?", n->rank, what,
-          n->timeout_s);
-    }
-    usleep(100);
   }
 }
 
-extern "C" void comm_nccl_reduce_scatter_sum(CommNccl *n, float *buf, size_t count) {
-  size_t q = count / n->world, tail = count - q * n->world;
-  cudaStream_t s = cuda_stream();
-  NCCL_CHECK(nccl.GroupStart());
-  if (q) NCCL_CHECK(nccl.ReduceScatter(buf, buf + n->rank * q, q, ncclFloat, ncclSum, n->comm, s));
-  if (tail) NCCL_CHECK(nccl.Reduce(buf + q * n->world, buf + q * n->world, tail, ncclFloat, ncclSum, n->world - 1, n->comm, s));
-  NCCL_CHECK(nccl.GroupEnd());
-  wait_collective(n, "reduce-scatter of the gradients");
+// BF16: round the pieces into the scratch, reduce each to its owner there, widen the owner's back.
+static void bf16_group(CommNccl *n, float *buf, const Piece *p, int np) {
+  for (int i = 0; i < np; i++) {
+    f32_to_bf16_kernel<<<grid_for(p[i].len), 256, 0, n->stream>>>(n->scratch + p[i].scr, buf + p[i].off, p[i].len);
+    CUDA_OK(n, cudaGetLastError());
+  }
+  NCCL_CHECK(n, nccl.GroupStart());
+  for (int i = 0; i < np; i++)
+    NCCL_CHECK(n, nccl.Reduce(n->scratch + p[i].scr, n->scratch + p[i].scr, p[i].len, ncclBfloat16, ncclSum, p[i].owner,
+                              n->comm, n->stream));
+  NCCL_CHECK(n, nccl.GroupEnd());
+  for (int i = 0; i < np; i++)
+    if (p[i].owner == n->rank) {
+      bf16_to_f32_kernel<<<grid_for(p[i].len), 256, 0, n->stream>>>(buf + p[i].off, n->scratch + p[i].scr, p[i].len);
+      CUDA_OK(n, cudaGetLastError());
+    }
 }
 
+extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t) {
+  after_compute(n, "reduce-scatter of the gradients");
+  if (t == COMM_FP32) {  // in place: the owner's piece of buf becomes the sum
+    NCCL_CHECK(n, nccl.GroupStart());
+    for_each_piece(count, n->world, r, nr, MAX_OP, [&](size_t off, size_t len, int owner) {
+      NCCL_CHECK(n, nccl.Reduce(buf + off, buf + off, len, ncclFloat, ncclSum, owner, n->comm, n->stream));
+    });
+    NCCL_CHECK(n, nccl.GroupEnd());
+    return;
+  }
+  if (!n->scratch) CUDA_OK(n, cudaMalloc((void **)&n->scratch, SCRATCH * sizeof(__nv_bfloat16)));
+  // The scratch is reused group after group: the stream runs them in order, so a group's rounding
+  // starts only once the previous group's sums were widened.
+  Piece p[MAX_PIECES];
+  int np = 0;
+  size_t used = 0;
+  for_each_piece(count, n->world, r, nr, SCRATCH, [&](size_t off, size_t len, int owner) {
+    if (np == MAX_PIECES || used + len > SCRATCH) bf16_group(n, buf, p, np), np = 0, used = 0;
+    p[np++] = Piece{off, len, used, owner};
+    used += len;
+  });
+  if (np) bf16_group(n, buf, p, np);
+}
+
+// One broadcast per shard from its owner (in place), in rounds of at most MAX_OP elements each.
 extern "C" void comm_nccl_all_gather(CommNccl *n, float *buf, size_t count) {
-  size_t q = count / n->world, tail = count - q * n->world;
-  cudaStream_t s = cuda_stream();
-  NCCL_CHECK(nccl.GroupStart());
-  if (q) NCCL_CHECK(nccl.AllGather(buf + n->rank * q, buf, q, ncclFloat, n->comm, s));
-  if (tail) NCCL_CHECK(nccl.Broadcast(buf + q * n->world, buf + q * n->world, tail, ncclFloat, n->world - 1, n->comm, s));
-  NCCL_CHECK(nccl.GroupEnd());
-  wait_collective(n, "all-gather of the parameters");
+  after_compute(n, "all-gather of the parameters");
+  size_t lo, hi, longest = 0;
+  for (int r = 0; r < n->world; r++) {
+    comm_shard_range(count, n->world, r, &lo, &hi);
+    if (hi - lo > longest) longest = hi - lo;
+  }
+  for (size_t k = 0; k < longest; k += MAX_OP) {
+    NCCL_CHECK(n, nccl.GroupStart());
+    for (int r = 0; r < n->world; r++) {
+      comm_shard_range(count, n->world, r, &lo, &hi);
+      if (lo + k >= hi) continue;
+      size_t len = hi - lo - k < MAX_OP ? hi - lo - k : MAX_OP;
+      NCCL_CHECK(n, nccl.Broadcast(buf + lo + k, buf + lo + k, len, ncclFloat, r, n->comm, n->stream));
+    }
+    NCCL_CHECK(n, nccl.GroupEnd());
+  }
+  comm_nccl_wait(n, "all-gather of the parameters");
+}
+
+extern "C" int comm_cuda_device_count(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+extern "C" size_t comm_cuda_device_used(void) {
+  size_t free_b = 0, total = 0;
+  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total - free_b;
 }

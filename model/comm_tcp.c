@@ -3,6 +3,7 @@
 // rank order, so the bits never depend on which peer was faster.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdint.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +22,7 @@ struct Comm {
   double timeout_s;
   int *fd;         // rank 0: fd[r] is the socket to rank r (r >= 1); other ranks: fd[0], to rank 0
   float *scratch;  // rank 0: one chunk of a peer's contribution
+  uint16_t *wire;  // one chunk of BF16 values on their way out (parallel.grad_reduce: bf16)
 #ifdef HAVE_CUDA
   CommNccl *nccl;  // device collectives, when comm_init was asked for them
 #endif
@@ -60,6 +62,13 @@ void comm_shard_range(size_t n, int world, int rank, size_t *lo, size_t *hi) {
   size_t q = n / (size_t)world;
   *lo = q * (size_t)rank;
   *hi = rank == world - 1 ? n : *lo + q;
+}
+
+int comm_shard_owner(size_t n, int world, size_t i) {
+  size_t q = n / (size_t)world;
+  if (q == 0) return world - 1;
+  size_t r = i / q;
+  return r >= (size_t)world ? world - 1 : (int)r;
 }
 
 int comm_rank(const Comm *c) { return c->rank; }
@@ -122,6 +131,21 @@ static void recv_all(const Comm *c, int peer, void *buf, size_t len, const char 
 static void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int comm_tcp_dead_peer(const Comm *c) {
+  if (c->world == 1) return -1;
+  for (int r = 0; r < c->world; r++) {
+    int fd = c->fd[r], peer = c->rank == 0 ? r : 0;
+    if (fd < 0) continue;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) continue;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return peer;
+    char b;  // readable: data (a peer ahead of us; left in place) or the end of the stream
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return peer;
+  }
+  return -1;
 }
 
 // ---- rendezvous -----------------------------------------------------------------------------
@@ -227,12 +251,20 @@ Comm *comm_init(const CommEnv *e, const char *rendezvous, double timeout_s, int 
   if (rendezvous && !strncmp(rendezvous, "file:", 5)) file = rendezvous + 5;
   else if (rendezvous && *rendezvous && strcmp(rendezvous, "env"))
     die("parallel.rendezvous: expected \"env\" or \"file:/path\", got '%s'", rendezvous);
+  c->wire = xmalloc(CHUNK * sizeof(uint16_t));
   if (c->rank == 0) {
     c->scratch = xmalloc(CHUNK * sizeof(float));
     rendezvous_root(c, e, file);
   } else {
     rendezvous_peer(c, e, file);
   }
+  // One rank on the CPU backend and another on a GPU would pick different transports and hang.
+  double on_gpu = device;
+  comm_allreduce_sum_f64(c, &on_gpu, 1);
+  if (on_gpu != 0 && on_gpu != c->world)
+    die("comm: rank %d: %g of the %d ranks run on a GPU, the others on the CPU: every rank must use the same "
+        "backend (parallel.backend; check that each rank sees its GPU, LOCAL_RANK and CUDA_VISIBLE_DEVICES)",
+        c->rank, on_gpu, c->world);
   if (device) {
 #ifdef HAVE_CUDA
     c->nccl = comm_nccl_init(c, c->rank, c->world, timeout_s);
@@ -252,6 +284,7 @@ void comm_free(Comm *c) {
     if (c->fd[r] >= 0) close(c->fd[r]);
   free(c->fd);
   free(c->scratch);
+  free(c->wire);
   free(c);
 }
 
@@ -273,30 +306,105 @@ void comm_allreduce_sum_f64(Comm *c, double *x, int n) {
   }
 }
 
-void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n) {
-  if (c->world == 1) return;
+int comm_on_device(const Comm *c) {
 #ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_reduce_scatter_sum(c->nccl, buf, n); return; }
+  return c->nccl != NULL;
+#else
+  (void)c;
+  return 0;
 #endif
-  size_t lo, hi;
-  if (c->rank == 0) {
-    // Chunk by chunk, so rank 0 needs one chunk of scratch and the peers' sends keep flowing.
-    for (size_t a = 0; a < n; a += CHUNK) {
-      size_t k = n - a < CHUNK ? n - a : CHUNK;
-      for (int r = 1; r < c->world; r++) {
-        recv_all(c, r, c->scratch, k * sizeof(float), "reduce-scatter of the gradients");
-        for (size_t i = 0; i < k; i++) buf[a + i] += c->scratch[i];
-      }
-    }
-    for (int r = 1; r < c->world; r++) {
-      comm_shard_range(n, c->world, r, &lo, &hi);
-      send_all(c, r, buf + lo, (hi - lo) * sizeof(float), "reduce-scatter of the gradients");
-    }
-  } else {
-    comm_shard_range(n, c->world, c->rank, &lo, &hi);
-    send_all(c, 0, buf, n * sizeof(float), "reduce-scatter of the gradients");
-    recv_all(c, 0, buf + lo, (hi - lo) * sizeof(float), "reduce-scatter of the gradients");
+}
+
+// x[0..k) on the wire to peer: fp32, or BF16 bits (k <= CHUNK).
+static void send_vals(Comm *c, int peer, const float *x, size_t k, CommDtype t, const char *what) {
+  if (t == COMM_FP32) {
+    send_all(c, peer, x, k * sizeof(float), what);
+    return;
   }
+  for (size_t i = 0; i < k; i++) c->wire[i] = comm_f32_to_bf16(x[i]);
+  send_all(c, peer, c->wire, k * sizeof(uint16_t), what);
+}
+
+static void recv_vals(Comm *c, int peer, float *x, size_t k, CommDtype t, const char *what) {
+  if (t == COMM_FP32) {
+    recv_all(c, peer, x, k * sizeof(float), what);
+    return;
+  }
+  recv_all(c, peer, c->wire, k * sizeof(uint16_t), what);
+  for (size_t i = 0; i < k; i++) x[i] = comm_bf16_to_f32(c->wire[i]);
+}
+
+// Rank 0's part: adds the peers' values of x[0..k) into x, in rank order. BF16: x is rounded
+// first, then each add is rounded to BF16, as NCCL's BF16 sum does.
+static void add_peers(Comm *c, float *x, size_t k, CommDtype t, const char *what) {
+  if (t == COMM_BF16)
+    for (size_t i = 0; i < k; i++) x[i] = comm_bf16_to_f32(comm_f32_to_bf16(x[i]));
+  for (int r = 1; r < c->world; r++) {
+    recv_all(c, r, c->scratch, k * (t == COMM_BF16 ? sizeof(uint16_t) : sizeof(float)), what);
+    if (t == COMM_FP32) {
+      for (size_t i = 0; i < k; i++) x[i] += c->scratch[i];
+    } else {
+      const uint16_t *w = (const uint16_t *)c->scratch;
+      for (size_t i = 0; i < k; i++) x[i] = comm_bf16_to_f32(comm_f32_to_bf16(x[i] + comm_bf16_to_f32(w[i])));
+    }
+  }
+}
+
+// The star: every peer sends its values of each range to rank 0 (chunk by chunk, so rank 0 needs
+// one chunk of scratch and the peers' sends keep flowing), rank 0 sums them in rank order and
+// sends each owner the sums that fall in its shard. The bits depend on nothing but the values.
+static void tcp_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *rg, int nr, CommDtype t) {
+  static const char *what = "reduce-scatter of the gradients";
+  for (int i = 0; i < nr; i++)
+    for (size_t a = rg[i].off, end = rg[i].off + rg[i].len; a < end; a += CHUNK) {
+      size_t k = end - a < CHUNK ? end - a : CHUNK;
+      if (c->rank == 0) add_peers(c, buf + a, k, t, what);
+      else send_vals(c, 0, buf + a, k, t, what);
+    }
+  // The sums go out range by range, owner by owner; both sides walk the pieces in that order.
+  for (int i = 0; i < nr; i++) {
+    size_t a = rg[i].off, end = rg[i].off + rg[i].len;
+    while (a < end) {
+      int owner = comm_shard_owner(n, c->world, a);
+      size_t lo, hi;
+      comm_shard_range(n, c->world, owner, &lo, &hi);
+      size_t b = hi < end ? hi : end;
+      for (size_t x = a; owner != 0 && x < b; x += CHUNK) {
+        size_t k = b - x < CHUNK ? b - x : CHUNK;
+        if (c->rank == 0) send_vals(c, owner, buf + x, k, t, what);
+        else if (c->rank == owner) recv_vals(c, 0, buf + x, k, t, what);
+      }
+      a = b;
+    }
+  }
+}
+
+void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr, CommDtype t) {
+  if (c->world == 1 || nr == 0) return;
+  for (int i = 0; i < nr; i++)
+    if (r[i].off > n || r[i].len > n - r[i].off)
+      die("comm_reduce_ranges: range [%zu, %zu) lies outside the buffer of %zu floats", r[i].off, r[i].off + r[i].len, n);
+#ifdef HAVE_CUDA
+  if (c->nccl) {
+    comm_nccl_reduce_ranges(c->nccl, buf, n, r, nr, t);
+    return;
+  }
+#endif
+  tcp_reduce_ranges(c, buf, n, r, nr, t);
+}
+
+void comm_reduce_wait(Comm *c) {
+#ifdef HAVE_CUDA
+  if (c->nccl) comm_nccl_wait(c->nccl, "reduce-scatter of the gradients");
+#else
+  (void)c;  // TCP reductions are done when they return
+#endif
+}
+
+void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n, CommDtype t) {
+  CommRange all = {0, n};
+  comm_reduce_ranges(c, buf, n, &all, 1, t);
+  comm_reduce_wait(c);
 }
 
 void comm_all_gather(Comm *c, float *buf, size_t n) {

@@ -144,7 +144,19 @@ static const Key KEYS[] = {
     KSTR("parallel.rendezvous", rendezvous, "env",
          "how ranks find rank 0: env (MASTER_ADDR, MASTER_PORT) or file:/shared/path (rank 0 writes host and port)"),
     KFLOAT("parallel.timeout_s", timeout_s, "600", 0, INF, OPEN_LO,
-           "seconds a rendezvous or collective may wait for a peer before the run stops naming it"),
+           "seconds a rendezvous or collective may wait for a peer before the run stops naming it; also bounds "
+           "one overlapped gradient reduction (the last micro-batch's backward)"),
+    KENUM("parallel.grad_reduce", grad_reduce, "fp32", "fp32|bf16",
+          "gradient reduction across ranks: fp32, or bf16 on the wire (rounded to nearest even, summed in bf16: "
+          "half the bytes, ~3 significant digits per summand)"),
+    KBOOL("parallel.overlap_reduce", overlap_reduce, "true",
+          "start each gradient bucket's reduction during the last micro-batch's backward instead of after it "
+          "(same results)"),
+    KFLOAT("parallel.bucket_mb", bucket_mb, "64", 0, INF, 0,
+           "MB of fp32 gradients coalesced per overlapped reduction; 0: each tensor slice on its own"),
+    KBOOL("parallel.dgrad_transposed", dgrad_transposed, "true",
+          "CUDA: keep a BF16 W^T copy of every BF16 linear weight for a faster dgrad GEMM (2 bytes per weight: "
+          "~14 GB for Llama-3 8B); false frees that memory"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 

@@ -82,6 +82,10 @@ typedef struct {
   char recompute[CFG_NAME];  // activation recomputation: "none", "ffn", "full" (model/llama.h)
   char rendezvous[CFG_PATH];  // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (model/comm.h)
   float timeout_s;            // a collective or rendezvous waiting longer than this stops the run
+  char grad_reduce[CFG_NAME]; // gradient reduction on the wire: "fp32" or "bf16" (model/comm.h)
+  int overlap_reduce;         // reduce gradients during the last micro-batch's backward (model/zero.h)
+  float bucket_mb;            // MB of fp32 gradients per overlapped reduction; 0: every range on its own
+  int dgrad_transposed;       // CUDA: keep BF16 W^T copies for a faster dgrad GEMM (model/ops_cuda.h)
 } TrainConfig;
 
 // Fills *c with the defaults of every key (model keys from the "tiny" preset); clears the key lines.

@@ -11,9 +11,10 @@
 #include "model/checkpoint.h"
 #include "model/zero.h"
 
-Zero *zero_create(Llama *model, const Ops *ops, Comm *comm) {
+Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *opt) {
   Zero *z = xcalloc(1, sizeof *z);
   z->ops = ops, z->comm = comm, z->model = model;
+  if (opt) z->opt = *opt;
   z->n = llama_param_count(model);
   comm_shard_range(z->n, comm_world(comm), comm_rank(comm), &z->lo, &z->hi);
   size_t bytes = (z->hi - z->lo) * sizeof(float);
@@ -26,16 +27,78 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm) {
 
 void zero_free(Zero *z) {
   if (!z) return;
+  llama_set_grad_hook(z->model, NULL, NULL);
   z->ops->release(z->m);
   z->ops->release(z->v);
+  free(z->bucket);
   free(z);
+}
+
+// ---- the gradient reduction -------------------------------------------------------------------
+
+// Hands the open bucket to the transport (asynchronous on NCCL).
+static void flush_bucket(Zero *z) {
+  if (!z->nbucket) return;
+  comm_reduce_ranges(z->comm, llama_grads(z->model), z->n, z->bucket, z->nbucket, z->opt.dtype);
+  z->nbucket = 0, z->bucket_len = 0;
+}
+
+// The grad hook: [off, off + len) of the gradients is final for this backward. Joins the open
+// bucket (merged with a neighbouring range: a tensor's layers arrive top down, side by side),
+// which goes out once it holds opt.bucket floats.
+static void on_grad_ready(void *ctx, size_t off, size_t len) {
+  Zero *z = ctx;
+  if (off > z->n || len > z->n - off || z->handed + len > z->n)
+    die("zero: the backward reported gradient range [%zu, %zu) of %zu floats after %zu were ready (model/llama.h "
+        "grad hook): ranges must tile the buffer once", off, off + len, z->n, z->handed);
+  z->handed += len;
+  int merged = 0;
+  for (int i = 0; i < z->nbucket && !merged; i++) {
+    CommRange *b = &z->bucket[i];
+    if (b->off == off + len) b->off = off, b->len += len, merged = 1;
+    else if (b->off + b->len == off) b->len += len, merged = 1;
+  }
+  if (!merged) {
+    if (z->nbucket == z->capbucket) {
+      z->capbucket = z->capbucket ? 2 * z->capbucket : 16;
+      z->bucket = realloc(z->bucket, (size_t)z->capbucket * sizeof *z->bucket);
+      if (!z->bucket) die("zero: out of memory for the gradient bucket");
+    }
+    z->bucket[z->nbucket++] = (CommRange){off, len};
+  }
+  z->bucket_len += len;
+  if (z->bucket_len >= z->opt.bucket) flush_bucket(z);
+}
+
+void zero_begin_micro(Zero *z, int micro, int accum) {
+  if (micro == 0) z->state = ZERO_IDLE;  // a skipped step may have left REDUCED behind
+  if (!z->opt.overlap || comm_world(z->comm) == 1 || micro != accum - 1) return;
+  z->state = ZERO_HOOKED;
+  z->handed = 0, z->nbucket = 0, z->bucket_len = 0;
+  llama_set_grad_hook(z->model, on_grad_ready, z);
+}
+
+void zero_reduce_grads(Zero *z) {
+  if (comm_world(z->comm) == 1 || z->state == ZERO_REDUCED) return;
+  if (z->state == ZERO_HOOKED) {
+    llama_set_grad_hook(z->model, NULL, NULL);
+    flush_bucket(z);
+    if (z->handed != z->n)
+      die("zero: the backward reported %zu of %zu gradient floats ready (model/llama.h grad hook): the rest "
+          "would never be reduced", z->handed, z->n);
+    comm_reduce_wait(z->comm);
+  } else {
+    comm_reduce_scatter_sum(z->comm, llama_grads(z->model), z->n, z->opt.dtype);
+  }
+  z->state = ZERO_REDUCED;
 }
 
 int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out) {
   const Ops *op = z->ops;
   float *g = llama_grads(z->model), *p = llama_params(z->model);
   const int world = comm_world(z->comm);
-  comm_reduce_scatter_sum(z->comm, g, z->n);
+  zero_reduce_grads(z);
+  z->state = ZERO_IDLE;
   double sumsq = op->grad_sumsq(g + z->lo, z->hi - z->lo);
   comm_allreduce_sum_f64(z->comm, &sumsq, 1);
   // The sum over ranks of mean gradients, divided by world: the mean (see zero.h).

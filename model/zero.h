@@ -1,9 +1,17 @@
 // model/zero.h: ZeRO-1 data parallelism. Every rank keeps the full fp32 parameters (the model
-// computes with them) and the full gradient buffer; the AdamW moments m and v exist only for the
-// rank's shard of the flat parameter buffer (comm_shard_range), so optimizer memory is 1/world.
+// computes with them: the BF16 shadow of the CUDA backend is derived from them, and RMSNorm and the
+// embedding read them directly) and the full fp32 gradient buffer (micro-batches accumulate into
+// it); the AdamW moments m and v exist only for the rank's shard of the flat parameter buffer
+// (comm_shard_range), so optimizer memory is 1/world.
 //
 // One optimizer step:
-//   1. reduce-scatter the gradients: each rank gets the SUM over ranks of its shard;
+//   1. reduce the gradients: each rank gets the SUM over ranks of its shard (parallel.grad_reduce:
+//      fp32, or BF16 on the wire, model/comm.h). With parallel.overlap_reduce, during the LAST
+//      micro-batch's backward the model's gradient hook (llama_set_grad_hook) hands each range to
+//      the transport as soon as its last contribution is queued; ranges are coalesced into buckets
+//      of parallel.bucket_mb, and on NCCL each bucket's reduction runs on the transport's stream
+//      while the backward continues. Otherwise the whole buffer is reduced after the backward. The
+//      sums are the same bits either way (each element is the same sum of the same values);
 //   2. global norm = sqrt(sum over ranks of the shard's sum of squares) / world, because each rank's
 //      gradient is already the mean over its micro-batches (dloss = 1/accum), and the global
 //      gradient is the mean over ranks; the 1/world is folded into AdamW's grad_scale with the
@@ -27,20 +35,43 @@ typedef struct {
 } ZeroHyper;
 
 typedef struct {
+  int overlap;          // reduce during the last micro-batch's backward (parallel.overlap_reduce)
+  CommDtype dtype;      // wire type of the gradients (parallel.grad_reduce)
+  size_t bucket;        // floats per bucket; 0: every range on its own (parallel.bucket_mb)
+} ZeroOptions;
+
+typedef struct {
   const Ops *ops;
   Comm *comm;
   Llama *model;
+  ZeroOptions opt;
   size_t n;       // parameters in all
   size_t lo, hi;  // this rank's shard [lo, hi) of the flat buffer
   float *m, *v;   // AdamW moments of the shard (backend memory, hi - lo floats each)
+  // The overlapped reduction of one step: the open bucket and how much the backward handed over.
+  CommRange *bucket;
+  int nbucket, capbucket;
+  size_t bucket_len, handed;
+  int state;  // ZERO_IDLE, ZERO_HOOKED (the last micro-batch runs), ZERO_REDUCED
 } Zero;
 
-// Allocates and zeroes the shard's moments.
-Zero *zero_create(Llama *model, const Ops *ops, Comm *comm);
+enum { ZERO_IDLE, ZERO_HOOKED, ZERO_REDUCED };
+
+// Allocates and zeroes the shard's moments. opt NULL: fp32, no overlap.
+Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *opt);
 void zero_free(Zero *z);
 
-// One step at 1-based AdamW step t. *norm_out gets the global gradient norm (identical on every
-// rank). Returns -1, with the parameters untouched on every rank, when that norm is not finite.
+// Before micro-batch `micro` (0-based) of `accum` of a step: on the last one, with overlap and
+// world > 1, installs the gradient hook that starts the reduction during its backward.
+void zero_begin_micro(Zero *z, int micro, int accum);
+// After the step's last backward, on every rank whatever its loss: finishes the reduction (waits
+// for the overlapped one, or reduces the whole buffer). Afterwards this rank's shard of
+// llama_grads() holds the sum over ranks. A no-op with world 1.
+void zero_reduce_grads(Zero *z);
+
+// One step at 1-based AdamW step t (reduces first if zero_reduce_grads was not called). *norm_out
+// gets the global gradient norm (identical on every rank). Returns -1, with the parameters
+// untouched on every rank, when that norm is not finite.
 int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out);
 
 // ---- sharded checkpoints ----------------------------------------------------------------------

@@ -5,7 +5,10 @@
 # MASTER_PORT (model/comm.h), and --set parallel.data_parallel=N unless the arguments set it.
 # Rank 0's output goes to the terminal; every rank's output also goes to LOG_DIR/rank_<r>.log
 # (LOG_DIR defaults to a temp dir; ALL_RANKS=1 shows every rank, each line prefixed "[r] ").
-# When one rank fails, the others are stopped and the script exits with that rank's status.
+# When one rank fails, the others are stopped and the script exits with that rank's status; with
+# KEEP_GOING=1 they are left to notice on their own (how a real failure looks to them; the fault
+# tests use it). Each rank's pid goes to LOG_DIR/rank_<r>.pid, its exit status to rank_<r>.status.
+# NCCL_NVLS_ENABLE is exported as 0 (NVLink multicast stays off; ./train forces it too).
 #   scripts/launch_local.sh 8 configs/paper/bf16.yaml --resume
 set -u
 if [ $# -lt 2 ]; then echo "usage: $0 N CONFIG [train args...]" >&2; exit 2; fi
@@ -22,7 +25,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 set_dp=(--set "parallel.data_parallel=$N")
 for a in "$@"; do case $a in parallel.data_parallel=*) set_dp=();; esac; done
 
-export WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_NVLS_ENABLE=0
+rm -f "$LOG_DIR"/rank_*.pid "$LOG_DIR"/rank_*.status
 pids=()
 for ((r = 0; r < N; r++)); do
   if [ "$r" -eq 0 ] || [ "${ALL_RANKS:-0}" = 1 ]; then
@@ -33,6 +37,7 @@ for ((r = 0; r < N; r++)); do
     RANK=$r LOCAL_RANK=$r "$TRAIN" "$@" "${set_dp[@]}" > "$LOG_DIR/rank_$r.log" 2>&1 &
   fi
   pids+=($!)
+  echo $! > "$LOG_DIR/rank_$r.pid"
 done
 
 # Wait for the first rank to finish; if it failed, stop the others and report which one it was.
@@ -44,10 +49,14 @@ while [ "$left" -gt 0 ]; do
   wait -n -p done_pid "${pids[@]}" 2>/dev/null; rc=$?
   [ -z "${done_pid:-}" ] && break
   left=$((left - 1))
-  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
-    for ((r = 0; r < N; r++)); do [ "${pids[$r]}" = "$done_pid" ] && bad=$r; done
-    echo "launch_local: rank ${bad:-?} exited with status $rc (log: $LOG_DIR/rank_${bad:-?}.log); stopping the others" >&2
-    [ "${bad:-0}" != 0 ] && tail -n 5 "$LOG_DIR/rank_${bad}.log" >&2
+  who=; for ((r = 0; r < N; r++)); do [ "${pids[$r]}" = "$done_pid" ] && who=$r; done
+  echo "$rc" > "$LOG_DIR/rank_${who:-x}.status"
+  if [ "$rc" -ne 0 ] && [ "${KEEP_GOING:-0}" = 1 ]; then
+    echo "launch_local: rank ${who:-?} exited with status $rc (log: $LOG_DIR/rank_${who:-?}.log)" >&2
+    [ "$status" -eq 0 ] && status=$rc
+  elif [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
+    echo "launch_local: rank ${who:-?} exited with status $rc (log: $LOG_DIR/rank_${who:-?}.log); stopping the others" >&2
+    [ "${who:-0}" != 0 ] && tail -n 5 "$LOG_DIR/rank_${who}.log" >&2
     status=$rc
     stop_all
   fi

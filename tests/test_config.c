@@ -70,6 +70,9 @@ int main(void) {
   CHECK(c.ckpt_dir[0] == 0 && c.ckpt_interval == 0 && c.ckpt_keep == 3 && c.resume == 0, "checkpoint defaults");
   CHECK(c.log_interval == 1 && c.eval_interval == 0 && c.eval_batches == 8, "logging/eval defaults");
   CHECK(c.threads == 0 && c.data_parallel == 1, "parallel defaults");
+  CHECK(!strcmp(c.grad_reduce, "fp32") && c.overlap_reduce == 1 && c.bucket_mb == 64.0f && c.dgrad_transposed == 1,
+        "data-parallel defaults: grad_reduce %s overlap %d bucket %g dgrad_transposed %d", c.grad_reduce,
+        c.overlap_reduce, c.bucket_mb, c.dgrad_transposed);
   CHECK(c.seq_len <= c.model.max_seq_len, "default seq_len %d", c.seq_len);
 
   TEST_SECTION("shipped configs");
@@ -167,6 +170,17 @@ int main(void) {
                "allowed: constant/cosine/wsd");
   expect_error("precision:\n  recipe: fp8\n", "precision.recipe: invalid value 'fp8'", "bf16/mxfp4/nvfp4");
   expect_error("parallel:\n  backend: tpu\n", "parallel.backend: invalid value 'tpu'", "auto/cpu/cuda");
+  expect_error("parallel:\n  grad_reduce: fp16\n", "t.yaml:2: parallel.grad_reduce: invalid value 'fp16'", "fp32/bf16");
+  expect_error("parallel:\n  bucket_mb: -1\n", "t.yaml:2: parallel.bucket_mb: must be >= 0", NULL);
+  expect_error("parallel:\n  overlap_reduce: sometimes\n", "t.yaml:2: parallel.overlap_reduce: expected true or false", NULL);
+  expect_error("parallel:\n  dgrad_transposed: 2\n", "t.yaml:2: parallel.dgrad_transposed: expected true or false", NULL);
+  {
+    config_defaults(&c);
+    int ok = set(&c, "parallel.grad_reduce=bf16") == 0 && set(&c, "parallel.overlap_reduce=false") == 0 &&
+             set(&c, "parallel.bucket_mb=0") == 0 && set(&c, "parallel.dgrad_transposed=off") == 0;
+    CHECK(ok && !strcmp(c.grad_reduce, "bf16") && !c.overlap_reduce && c.bucket_mb == 0 && !c.dgrad_transposed,
+          "--set of the data-parallel keys");
+  }
   expect_error("model:\n  dim: 64\n  preset: huge\n", "t.yaml:3: model.preset: unknown preset 'huge'",
                "tiny, small, llama3_8b");
   expect_error("checkpoint:\n  resume: maybe\n", "t.yaml:2: checkpoint.resume: expected true or false", NULL);
@@ -289,7 +303,9 @@ int main(void) {
     fclose(f);
     const char *expect[] = {"seed ", "model.preset ", "tiny|small|llama3_8b", "model.rope_original_max_pos ",
                             "optim.beta1 ", "[0, 1)", "schedule.type ", "constant|cosine|wsd", "data.train ",
-                            "\"synthetic\"", "precision.recipe ", "parallel.data_parallel ", "(preset)"};
+                            "\"synthetic\"", "precision.recipe ", "parallel.data_parallel ", "(preset)",
+                            "parallel.grad_reduce ", "fp32|bf16", "parallel.overlap_reduce ", "parallel.bucket_mb ",
+                            "parallel.dgrad_transposed "};
     for (int i = 0; i < (int)(sizeof expect / sizeof expect[0]); i++)
       CHECK(strstr(buf, expect[i]) != NULL, "reference lacks '%s'", expect[i]);
     free(buf);

@@ -3,6 +3,8 @@
 # 2 ranks match 1 rank at the same global batch; a sharded checkpoint resumes bit-exactly; a
 # checkpoint re-shards from 2 ranks to 1 and from 1 to 2; a dead or hung rank stops the other with a
 # clear error within parallel.timeout_s; a world size that the config does not expect is refused.
+# The gradient reduction overlapping the backward (parallel.overlap_reduce, parallel.bucket_mb)
+# gives the same bits as the reduction after it, in fp32 and with parallel.grad_reduce=bf16.
 cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
@@ -103,4 +105,43 @@ out=$(./train configs/tiny.yaml "${base[@]}" --set parallel.data_parallel=2 2>&1
 check "parallel.data_parallel=2 in one process is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "parallel.data_parallel is 2 but the launcher started 1 process"'
 out=$(RANK=2 WORLD_SIZE=2 ./train configs/tiny.yaml 2>&1); rc=$?
 check "RANK >= WORLD_SIZE is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "RANK=2 is not below WORLD_SIZE=2"'
+# 7. Overlapped reduction (the default: buckets handed over by the backward's gradient hook) against
+# the reduction after the backward: every element is the same rank-order sum, so the same bits;
+# with 3 ranks the slices straddle shard boundaries. bucket_mb=0: one reduction per slice.
+check "the banner names the transport and the overlapped fp32 reduction" \
+  'grep -q "data parallel: 2 ranks over TCP, ZeRO-1 .* gradients reduced in fp32, overlapping the last backward" "$tmp/l2/rank_0.log"'
+launch "$tmp/o1" 2 configs/tiny.yaml "${base[@]}" --set parallel.overlap_reduce=false --set logging.file="$tmp/o1.jsonl"
+check "overlap_reduce=false gives the overlapped run's losses bit for bit" 'diff <(losses "$tmp/w2.jsonl") <(losses "$tmp/o1.jsonl")'
+launch "$tmp/o2" 2 configs/tiny.yaml "${base[@]}" --set parallel.bucket_mb=0 --set logging.file="$tmp/o2.jsonl"
+check "bucket_mb=0 (a reduction per slice) gives the same bits" 'diff <(losses "$tmp/w2.jsonl") <(losses "$tmp/o2.jsonl")'
+b3=(--set batch.micro_batch=2 --set batch.global_batch=12 --set schedule.total_steps=10)
+launch "$tmp/o3" 3 configs/tiny.yaml "${base[@]}" "${b3[@]}" --set parallel.bucket_mb=0.02 --set logging.file="$tmp/o3.jsonl"; rc=$?
+launch "$tmp/o4" 3 configs/tiny.yaml "${base[@]}" "${b3[@]}" --set parallel.overlap_reduce=false --set logging.file="$tmp/o4.jsonl"
+check "3 ranks, 80 KB buckets across shard boundaries: same bits as after the backward" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/o3.jsonl" | wc -l)" -eq 10 ] && diff <(losses "$tmp/o3.jsonl") <(losses "$tmp/o4.jsonl")'
+
+# 8. BF16 on the wire: overlapped and not give the same bits; close to fp32 but not identical.
+launch "$tmp/h1" 2 configs/tiny.yaml "${base[@]}" --set parallel.grad_reduce=bf16 --set parallel.bucket_mb=0 \
+  --set logging.file="$tmp/h1.jsonl"; rc=$?
+launch "$tmp/h2" 2 configs/tiny.yaml "${base[@]}" --set parallel.grad_reduce=bf16 --set parallel.overlap_reduce=false \
+  --set logging.file="$tmp/h2.jsonl"
+check "grad_reduce=bf16 runs 30 steps and says so" '[ $rc -eq 0 ] && [ "$(losses "$tmp/h1.jsonl" | wc -l)" -eq 30 ] && grep -q "gradients reduced in bf16" "$tmp/h1/rank_0.log"'
+check "bf16 overlapped and after the backward: same bits" 'diff <(losses "$tmp/h1.jsonl") <(losses "$tmp/h2.jsonl")'
+d=$(maxdiff "$tmp/w2.jsonl" "$tmp/h1.jsonl"); echo "bf16 vs fp32 gradient reduction, 2 ranks: max |loss diff| over 30 steps = $d"
+check "bf16 reduction stays within 1e-2 of fp32 and differs from it (got $d)" 'python3 -c "import sys; sys.exit(not 0 < $d < 1e-2)"'
+out=$(./train configs/tiny.yaml --set parallel.grad_reduce=fp16 2>&1); rc=$?
+check "an unknown parallel.grad_reduce is refused naming the key" '[ $rc -ne 0 ] && echo "$out" | grep -q "parallel.grad_reduce: invalid value .fp16."'
+
+# 9. A non-finite gradient on every rank (injected after the reduction) skips the step on both.
+TRAIN_INJECT_NAN_AT=5,1,grad launch "$tmp/nan" 2 configs/tiny.yaml "${base[@]}" --set schedule.total_steps=8 \
+  --set logging.file="$tmp/nan.jsonl"; rc=$?
+check "an injected NaN gradient skips step 5 on both ranks and the run goes on" \
+  '[ $rc -eq 0 ] && grep -q "step      5: .*not finite, skipping" "$tmp/nan/rank_0.log" && grep -q "step      5: .*not finite, skipping" "$tmp/nan/rank_1.log" && grep -q "\"step\": 8, \"loss\"" "$tmp/nan.jsonl"'
+
+# 10. launch_local.sh with KEEP_GOING=1 leaves the survivors to notice a SIGKILLed rank themselves.
+KEEP_GOING=1 LOG_DIR="$tmp/kg" scripts/launch_local.sh 2 "${long[@]}" >/dev/null 2>&1 & lpid=$!
+for _ in $(seq 100); do grep -q "step .*loss" "$tmp/kg/rank_0.log" 2>/dev/null && break; sleep 0.1; done
+{ kill -KILL "$(cat "$tmp/kg/rank_1.pid")"; t0=$SECONDS; wait "$lpid"; rc=$?; } 2>/dev/null
+check "KEEP_GOING: the launcher reports both exits, rank 0 names the dead rank 1 ($((SECONDS - t0)) s)" \
+  '[ $rc -ne 0 ] && [ "$(cat "$tmp/kg/rank_1.status")" = 137 ] && [ "$(cat "$tmp/kg/rank_0.status")" != 0 ] && grep -q "rank 1" "$tmp/kg/rank_0.log" && [ $((SECONDS - t0)) -le 5 ]'
 echo "$pass passed, $fail failed"
