@@ -15,15 +15,16 @@
 #   e      the full 32-layer Llama-3 8B at seq 8192 on 2 GPUs, 6 steps each with bf16 and mxfp4:
 #          tok/s/GPU, BF16-equivalent MFU, peak memory per GPU, losses
 #   h      SIGSTOP rank 1 (a hang, not a death): rank 0 must stop after parallel.timeout_s (15 s)
-# Logs go to $OUT/gpu_multi/ (plain files, written as the steps go, so a cut-short run still
-# leaves them) and the summary to $OUT/gpu_multi/summary.txt. SMOKE=1 runs the same logic on the
+# Logs go to $OUT/gpu_multi_logs.tgz and the summary to $OUT/gpu_multi_summary.txt, written at exit
+# (also on a timeout's SIGTERM). SMOKE=1 runs the same logic on the
 # CPU backend with a toy model (for checking this script without a GPU).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 T0=$SECONDS
 BUDGET=${BUDGET:-415}
-L=${OUT:-out}/gpu_multi; mkdir -p "$L"
+DEST=${OUT:-out}; mkdir -p "$DEST"
+L=$(mktemp -d /tmp/gpu_multi_logs.XXXXXX)  # logs; one tarball of them goes to $DEST at exit
 W=$(mktemp -d /tmp/gpu_multi.XXXXXX)  # checkpoints (GBs) stay out of $OUT
 steps=${*:-build a b c d e h}
 SMOKE=${SMOKE:-0}
@@ -39,7 +40,9 @@ enough() { [ "$(left)" -ge "$1" ] || { note "$2: skipped, $(left) s of the budge
 # Every rank this script starts writes its pid (launch_local.sh: LOG_DIR/rank_<r>.pid; single runs:
 # $W/*.pid); whatever is left when a step ends (a timeout) is killed by that pid, nothing else.
 reap() { for f in "$@"; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; return 0; }
-trap 'reap "$W"/*.pid "$W"/*/rank_*.pid; rm -rf "$W"' EXIT
+trap 'reap "$W"/*.pid "$W"/*/rank_*.pid; rm -rf "$W"; cp "$L/summary.txt" "$DEST/gpu_multi_summary.txt";
+      tar czf "$DEST/gpu_multi_logs.tgz" -C "$L" .' EXIT
+trap 'exit 143' TERM INT
 
 if [ "$SMOKE" = 1 ]; then
   BACKEND=(--set parallel.backend=cpu --set parallel.threads=1)
@@ -231,7 +234,7 @@ fi
 
 # ---- e: the full 8B on 2 GPUs -----------------------------------------------------------------
 E=(configs/llama3_8b.yaml "${DATA[@]}" "${BACKEND[@]}" "${E_ARGS[@]}" --set batch.micro_batch=1 --set batch.global_batch=2
-   --set schedule.total_steps=6 --set schedule.warmup_steps=2 --set parallel.recompute=full)
+   --set schedule.total_steps=1000 --set schedule.warmup_steps=100 --max-steps 6 --set parallel.recompute=full)
 if has e && enough 70 "e"; then
   gf=$(gflop "${E[@]}")
   for recipe in bf16 mxfp4; do
