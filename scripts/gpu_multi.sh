@@ -193,19 +193,28 @@ if has b && enough 30 "b"; then
   fi
 fi
 
-# ---- c: a rank dies ---------------------------------------------------------------------------
-if has c && enough 45 "c"; then
-  t=$SECONDS
-  KEEP_GOING=1 LOG_DIR="$W/c" timeout -k 5 "$(limit 100)" scripts/launch_local.sh 2 "${SMALL[@]}" \
-    --set schedule.total_steps=100000 --set parallel.timeout_s=30 --set parallel.data_parallel=2 --set logging.file="$L/c.jsonl" >"$L/c.log" 2>&1 &
+# ---- c and h: a rank dies, a rank hangs ------------------------------------------------------
+# Two ranks on the small model; after rank 0 logged 5 steps, rank 1 gets SIGNAL; then waits for rank
+# 0 to end. Sets dt (seconds from the signal to rank 0's exit), rc0 (its status) and msg (its first
+# error line); rank 0's log is kept as $L/NAME_rank_0.log.
+fault_run() {  # NAME SIGNAL TIMEOUT_S CAP_S
+  local name=$1 sig=$2 tmo=$3 cap=$4 lpid tk
+  KEEP_GOING=1 LOG_DIR="$W/$name" timeout -k 5 "$(limit "$cap")" scripts/launch_local.sh 2 "${SMALL[@]}" \
+    --set schedule.total_steps=100000 --set parallel.timeout_s="$tmo" --set parallel.data_parallel=2 \
+    --set logging.file="$L/$name.jsonl" >"$L/$name.log" 2>&1 &
   lpid=$!
-  for _ in $(seq 600); do k=$(grep -c 'step .*loss' "$W/c/rank_0.log" 2>/dev/null); [ "${k:-0}" -ge 5 ] && break; sleep 0.1; done
-  kill -KILL "$(cat "$W/c/rank_1.pid")"; tk=$SECONDS
-  for _ in $(seq 600); do [ -f "$W/c/rank_0.status" ] && break; sleep 0.1; done
-  dt=$((SECONDS - tk)); wait $lpid 2>/dev/null
-  rc0=$(cat "$W/c/rank_0.status" 2>/dev/null || echo "still running")
-  cp "$W/c/rank_0.log" "$L/c_rank_0.log"; reap "$W/c"/rank_*.pid
-  msg=$(grep -m 1 -i "error" "$L/c_rank_0.log" | cut -c1-240)
+  for _ in $(seq 600); do k=$(grep -c 'step .*loss' "$W/$name/rank_0.log" 2>/dev/null); [ "${k:-0}" -ge 5 ] && break; sleep 0.1; done
+  kill "-$sig" "$(cat "$W/$name/rank_1.pid")"; tk=$SECONDS
+  for _ in $(seq 600); do [ -f "$W/$name/rank_0.status" ] && break; sleep 0.1; done
+  dt=$((SECONDS - tk))
+  reap "$W/$name"/rank_*.pid; wait "$lpid" 2>/dev/null
+  rc0=$(cat "$W/$name/rank_0.status" 2>/dev/null || echo "still running")
+  cp "$W/$name/rank_0.log" "$L/${name}_rank_0.log"
+  msg=$(grep -m 1 -i "error" "$L/${name}_rank_0.log" | cut -c1-240)
+}
+
+if has c && enough 45 "c"; then
+  fault_run c KILL 30 100
   ok=PASS; { [ "$rc0" != 0 ] && [ "$rc0" != "still running" ] && [ $dt -le 50 ]; } || ok=FAIL
   echo "$msg" | grep -q "rank 1" || ok="$ok (the message does not name rank 1)"
   note "c $ok: SIGKILL of rank 1 after step $(grep -c 'step .*loss' "$L/c_rank_0.log"): rank 0 exited with status $rc0 after $dt s (timeout_s 30): $msg"
@@ -254,19 +263,9 @@ if has e && enough 70 "e"; then
   done
 fi
 
-# ---- h: a rank hangs --------------------------------------------------------------------------
+# h: a hang, not a death (SIGSTOP): rank 0 must stop after parallel.timeout_s
 if has h && enough 40 "h"; then
-  KEEP_GOING=1 LOG_DIR="$W/h" timeout -k 5 "$(limit 80)" scripts/launch_local.sh 2 "${SMALL[@]}" \
-    --set schedule.total_steps=100000 --set parallel.timeout_s=15 --set parallel.data_parallel=2 --set logging.file="$L/h.jsonl" >"$L/h.log" 2>&1 &
-  lpid=$!
-  for _ in $(seq 600); do k=$(grep -c 'step .*loss' "$W/h/rank_0.log" 2>/dev/null); [ "${k:-0}" -ge 5 ] && break; sleep 0.1; done
-  kill -STOP "$(cat "$W/h/rank_1.pid")"; tk=$SECONDS
-  for _ in $(seq 450); do [ -f "$W/h/rank_0.status" ] && break; sleep 0.1; done
-  dt=$((SECONDS - tk))
-  reap "$W/h"/rank_*.pid; wait $lpid 2>/dev/null
-  rc0=$(cat "$W/h/rank_0.status" 2>/dev/null || echo "still running")
-  cp "$W/h/rank_0.log" "$L/h_rank_0.log"
-  msg=$(grep -m 1 -i "error" "$L/h_rank_0.log" | cut -c1-240)
+  fault_run h STOP 15 80
   ok=PASS; { [ "$rc0" != 0 ] && [ "$rc0" != "still running" ] && [ $dt -le 35 ]; } || ok=FAIL
   note "h $ok: SIGSTOP of rank 1: rank 0 exited with status $rc0 after $dt s (timeout_s 15): $msg"
 fi
