@@ -33,6 +33,15 @@ void *xcalloc_at(const char *file, int line, size_t n, size_t size) {
   return p;
 }
 
+void *grow_array_at(const char *file, int line, void *arr, int n, int *cap, size_t elem) {
+  if (n < *cap) return arr;
+  int grown = *cap ? 2 * *cap : 32;
+  void *p = realloc(arr, (size_t)grown * elem);
+  if (!p) die_at(file, line, "out of memory growing an array to %d entries of %zu bytes", grown, elem);
+  *cap = grown;
+  return p;
+}
+
 FILE *xfopen_at(const char *file, int line, const char *path, const char *mode) {
   FILE *f = fopen(path, mode);
   if (!f) die_at(file, line, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));

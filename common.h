@@ -16,6 +16,10 @@ void *xmalloc_at(const char *file, int line, size_t n);
 void *xcalloc_at(const char *file, int line, size_t n, size_t size);
 #define xmalloc(n) xmalloc_at(__FILE__, __LINE__, (n))
 #define xcalloc(n, s) xcalloc_at(__FILE__, __LINE__, (n), (s))
+// A growable array of elem-byte entries holding n of *cap: returns it with room for one more (the
+// capacity doubles, from 32), contents kept. Dies when memory runs out.
+void *grow_array_at(const char *file, int line, void *arr, int n, int *cap, size_t elem);
+#define grow_array(arr, n, cap, elem) grow_array_at(__FILE__, __LINE__, (arr), (n), (cap), (elem))
 
 // Checked stdio: on failure they die naming the path (or "stream") and strerror(errno).
 FILE *xfopen_at(const char *file, int line, const char *path, const char *mode);

@@ -210,13 +210,7 @@ static Plan *plan_get(const PlanKey *key, const Call *c) {
   lt_init();
   for (int i = 0; i < g_nplans; i++)
     if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
-  if (g_nplans == g_capplans) {
-    g_capplans = g_capplans ? 2 * g_capplans : 32;
-    Plan *grown = (Plan *)xmalloc((size_t)g_capplans * sizeof *grown);
-    if (g_nplans) memcpy(grown, g_plans, (size_t)g_nplans * sizeof *grown);
-    free(g_plans);
-    g_plans = grown;
-  }
+  g_plans = (Plan *)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
   Plan *p = &g_plans[g_nplans++];
   memset(p, 0, sizeof *p);
   p->key = *key;

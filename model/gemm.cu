@@ -195,13 +195,7 @@ static void plan_tune(GemmPlan *p, void *out, const void *A, const void *B, floa
 static GemmPlan *plan_get(const GemmKey *key, void *out, const void *A, const void *B, float alpha, float beta) {
   for (int i = 0; i < g_nplans; i++)
     if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
-  if (g_nplans == g_capplans) {
-    g_capplans = g_capplans ? 2 * g_capplans : 32;
-    GemmPlan *grown = (GemmPlan *)xmalloc((size_t)g_capplans * sizeof *grown);
-    if (g_nplans) memcpy(grown, g_plans, (size_t)g_nplans * sizeof *grown);
-    free(g_plans);
-    g_plans = grown;
-  }
+  g_plans = (GemmPlan *)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
   GemmPlan *p = &g_plans[g_nplans++];
   memset(p, 0, sizeof *p);
   p->key = *key;

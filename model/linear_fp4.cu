@@ -228,13 +228,7 @@ static const QWeight *weight_of(LinearId id, const float *w, const bf16 *w16, ui
     die("linear_fp4: layer %d %s: weight %p used as [out=%d, in=%d], but was [out=%d, in=%d] before", id.layer,
         linear_kind_name(id.kind), (const void *)w, out_dim, in, e->out_dim, e->in);
   if (!e) {  // first use of this weight: allocate its copies
-    if (g_nwc == g_capwc) {
-      g_capwc = g_capwc ? 2 * g_capwc : 64;
-      QWeight *grown = (QWeight *)xmalloc((size_t)g_capwc * sizeof *grown);
-      if (g_nwc) memcpy(grown, g_wc, (size_t)g_nwc * sizeof *grown);
-      free(g_wc);
-      g_wc = grown;
-    }
+    g_wc = (QWeight *)grow_array(g_wc, g_nwc, &g_capwc, sizeof *g_wc);
     const int fp8 = fp8_path(), blk = fp8 && g_recipe.weight_2d;  // 1D weights come out VEC128
     size_t bw = qop_bytes(fp8, blk, out_dim, in), bwt = qop_bytes(fp8, blk, in, out_dim);
     uint8_t *mem = (uint8_t *)cuda_malloc_tracked(bw + bwt + 256, "a quantized FP4 weight (W and W^T)");
