@@ -28,11 +28,13 @@
 #include "model/llama.h"
 #include "model/ops_cuda.h"
 #include "tests/test.h"
+#include "tests/gpu_ops_util.h"
+
+// n normal values of standard deviation `scale` rounded to BF16 (exact in BF16).
+static float *randn_bf16(size_t n, float scale) { return randn(n, scale, 1); }
 
 typedef __nv_bfloat16 bf16;
 
-static const Ops *G;
-static Rng rng;
 static const uint64_t SEED = 42;
 
 static Recipe mx_recipe(FP4GemmBackend gemm) {
@@ -41,43 +43,6 @@ static Recipe mx_recipe(FP4GemmBackend gemm) {
   r.format = FMT_MXFP4, r.sr_dgrad = 1, r.sr_wgrad = 0, r.hadamard = 32, r.weight_2d = 1, r.scale_round_up = 1;
   r.gemm = gemm;
   return r;
-}
-
-// n normal values of standard deviation `scale` rounded to BF16, as floats (exact in BF16).
-static float *random_bf16_values(size_t n, float scale) {
-  float *f = (float *)xmalloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(__float2bfloat16(scale * rng_normal(&rng)));
-  return f;
-}
-
-static void *dev_bf16(const float *f, size_t n) {
-  bf16 *h = (bf16 *)xmalloc(n * sizeof(bf16));
-  for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(f[i]);
-  void *d = G->alloc(n * sizeof(bf16));
-  G->upload(d, h, n * sizeof(bf16));
-  free(h);
-  return d;
-}
-
-static float *host_bf16(const void *d, size_t n) {
-  float *f = (float *)xmalloc(n * sizeof(float));
-  G->acts_to_f32(f, d, n);
-  return f;
-}
-
-static float *host_f32(const float *d, size_t n) {
-  float *f = (float *)xmalloc(n * sizeof(float));
-  G->download(f, d, n * sizeof(float));
-  return f;
-}
-
-static double rel_l2(const float *got, const float *ref, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)got[i] - ref[i];
-    e += d * d, r += (double)ref[i] * ref[i];
-  }
-  return r > 0 ? sqrt(e / r) : sqrt(e);
 }
 
 // ---- one linear layer ---------------------------------------------------------------------------
@@ -135,15 +100,15 @@ static LinResult lin_run(Lin *L, const Recipe *r, int64_t step, int micro) {
 }
 
 static void test_paths(int N, int in, int out) {
-  float *hw = random_bf16_values((size_t)in * out, 0.02f), *hx = random_bf16_values((size_t)N * in, 1.0f);
-  float *hdy = random_bf16_values((size_t)N * out, 0.01f);
+  float *hw = randn_bf16((size_t)in * out, 0.02f), *hx = randn_bf16((size_t)N * in, 1.0f);
+  float *hdy = randn_bf16((size_t)N * out, 0.01f);
   Lin L = lin_create(N, in, out, hw, hx, hdy);
   Recipe fp8 = mx_recipe(GEMM_FP8_EMBED), ref = mx_recipe(GEMM_REFERENCE);
   LinResult a = lin_run(&L, &fp8, 3, 1), b = lin_run(&L, &ref, 3, 1), c = lin_run(&L, NULL, 3, 1);
   size_t ny = (size_t)N * out, nx = (size_t)N * in, nw = (size_t)in * out;
-  double e[3] = {rel_l2(a.y, b.y, ny), rel_l2(a.dx, b.dx, nx), rel_l2(a.dw, b.dw, nw)};
-  double f[3] = {rel_l2(a.y, c.y, ny), rel_l2(a.dx, c.dx, nx), rel_l2(a.dw, c.dw, nw)};
-  double g[3] = {rel_l2(b.y, c.y, ny), rel_l2(b.dx, c.dx, nx), rel_l2(b.dw, c.dw, nw)};
+  double e[3] = {rel_err(a.y, b.y, ny), rel_err(a.dx, b.dx, nx), rel_err(a.dw, b.dw, nw)};
+  double f[3] = {rel_err(a.y, c.y, ny), rel_err(a.dx, c.dx, nx), rel_err(a.dw, c.dw, nw)};
+  double g[3] = {rel_err(b.y, c.y, ny), rel_err(b.dx, c.dx, nx), rel_err(b.dw, c.dw, nw)};
   printf("  N=%d in=%d out=%d: fp8 vs ref  fprop %.3g dgrad %.3g wgrad %.3g\n", N, in, out, e[0], e[1], e[2]);
   printf("  %*s  fp8 vs bf16 fprop %.4f dgrad %.4f wgrad %.4f; ref vs bf16 %.4f %.4f %.4f\n", 22, "", f[0], f[1],
          f[2], g[0], g[1], g[2]);
@@ -168,8 +133,8 @@ static void test_paths(int N, int in, int out) {
 // to dY W_q, W_q the quantized weights (CPU reference of the same producer, bit-identical).
 static void test_sr(void) {
   const int N = 256, in = 256, out = 512, draws = 64;
-  float *hw = random_bf16_values((size_t)in * out, 0.02f), *hx = random_bf16_values((size_t)N * in, 1.0f);
-  float *hdy = random_bf16_values((size_t)N * out, 0.01f);
+  float *hw = randn_bf16((size_t)in * out, 0.02f), *hx = randn_bf16((size_t)N * in, 1.0f);
+  float *hdy = randn_bf16((size_t)N * out, 0.01f);
   Lin L = lin_create(N, in, out, hw, hx, hdy);
   uint8_t *codes = (uint8_t *)xmalloc((size_t)in * out / 2), *scales = (uint8_t *)xmalloc((size_t)in * out / 32);
   float *wq = (float *)xmalloc((size_t)in * out * sizeof(float));
@@ -196,7 +161,7 @@ static void test_sr(void) {
     else free(d);
   }
   for (size_t i = 0; i < nx; i++) meanf[i] = (float)mean[i];
-  double e1 = rel_l2(first, expect, nx), em = rel_l2(meanf, expect, nx);
+  double e1 = rel_err(first, expect, nx), em = rel_err(meanf, expect, nx);
   printf("  Dgrad vs dY W_q: one SR draw %.4f, mean of %d draws %.4f (1/sqrt(%d) of one draw: %.4f)\n", e1, draws, em,
          draws, e1 / sqrt((double)draws));
   CHECK(e1 > 0.05, "one SR draw is too close to the expectation (%.4f): was dY rounded at all?", e1);
@@ -227,8 +192,8 @@ static void test_sr(void) {
 // quantizers give Wgrad errors of 0.22 (none) and 0.16 (H32) on these data.
 static void test_hadamard(void) {
   const int N = 1024, in = 256, out = 256;
-  float *hw = random_bf16_values((size_t)in * out, 0.02f), *hx = random_bf16_values((size_t)N * in, 1.0f);
-  float *hdy = random_bf16_values((size_t)N * out, 0.01f);
+  float *hw = randn_bf16((size_t)in * out, 0.02f), *hx = randn_bf16((size_t)N * in, 1.0f);
+  float *hdy = randn_bf16((size_t)N * out, 0.01f);
   for (int n = 7; n < N; n += 32)
     for (int i = 0; i < in; i++) hx[(size_t)n * in + i] *= 16.0f;  // exact in BF16
   Lin L = lin_create(N, in, out, hw, hx, hdy);
@@ -236,7 +201,7 @@ static void test_hadamard(void) {
   none.hadamard = 0;
   LinResult a = lin_run(&L, &h32, 0, 0), b = lin_run(&L, &none, 0, 0), c = lin_run(&L, NULL, 0, 0);
   size_t nw = (size_t)in * out;
-  double eh = rel_l2(a.dw, c.dw, nw), en = rel_l2(b.dw, c.dw, nw);
+  double eh = rel_err(a.dw, c.dw, nw), en = rel_err(b.dw, c.dw, nw);
   printf("  Wgrad vs BF16 with outlier tokens: H32 %.4f, no Hadamard %.4f\n", eh, en);
   CHECK(eh < 0.2, "Wgrad with H32 is %.4f from dY^T x: the rotation does not cancel", eh);
   CHECK(eh < 0.85 * en, "H32 (%.4f) is not clearly closer to BF16 than no Hadamard (%.4f) on outlier tokens", eh, en);
@@ -249,8 +214,8 @@ static void test_hadamard(void) {
 
 static void test_weight_cache(void) {
   const int N = 128, in = 256, out = 256;
-  float *hw = random_bf16_values((size_t)in * out, 0.02f), *hx = random_bf16_values((size_t)N * in, 1.0f);
-  float *hdy = random_bf16_values((size_t)N * out, 0.01f);
+  float *hw = randn_bf16((size_t)in * out, 0.02f), *hx = randn_bf16((size_t)N * in, 1.0f);
+  float *hdy = randn_bf16((size_t)N * out, 0.01f);
   Lin L = lin_create(N, in, out, hw, hx, hdy);
   Recipe r = mx_recipe(GEMM_FP8_EMBED);
   cuda_set_recipe(&r, 1, SEED);
@@ -266,7 +231,7 @@ static void test_weight_cache(void) {
   CHECK(!memcmp(y1, y2, ny * sizeof(float)), "the same weights gave different Fprop outputs");
   // an AdamW step on the parameters: the next use requantizes
   float *g = (float *)G->alloc(nw * 4), *m = (float *)G->alloc(nw * 4), *v = (float *)G->alloc(nw * 4);
-  float *hg = random_bf16_values(nw, 1.0f);
+  float *hg = randn_bf16(nw, 1.0f);
   G->upload(g, hg, nw * 4);
   G->zero(m, nw * 4), G->zero(v, nw * 4);
   G->adamw(L.w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
@@ -344,7 +309,7 @@ static void test_model(void) {
   double worst = 0;
   for (int i = 0; i < llama_num_tensors(m); i++) {
     const ParamTensor *t = llama_tensor(m, i);
-    double e = rel_l2(fp.grads + t->offset, bf.grads + t->offset, t->numel);
+    double e = rel_err(fp.grads + t->offset, bf.grads + t->offset, t->numel);
     printf("    gradient %-14s rel L2 vs bf16 %.4f\n", t->name, e);
     // One FP4 GEMM is 0.16-0.20 off BF16 (measured above); a gradient here went through up to 28 of
     // them in the backward of 4 blocks, and the errors add roughly in quadrature, so the H200 gave

@@ -24,73 +24,18 @@
 #include "model/ops.h"
 #include "model/ops_cuda.h"
 #include "tests/test.h"
+#include "tests/gpu_ops_util.h"
 
 typedef __nv_bfloat16 bf16;
 
 static const double TOL_BF16 = 4e-3, TOL_BF16_TWICE = 1e-2;
 
-static const Ops *G;  // the CUDA table under test
-static Rng rng;
-
-// ---- helpers ------------------------------------------------------------------------------------
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
-// n normal values of standard deviation `scale`, BF16-rounded when `round` (activations).
-static float *randn(size_t n, float scale, int round) {
-  float *x = (float *)xmalloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = round ? bf16r(scale * rng_normal(&rng)) : scale * rng_normal(&rng);
-  return x;
-}
+// ---- helpers (and tests/gpu_ops_util.h) ---------------------------------------------------------
 
 static float *copy_of(const float *x, size_t n) {
   float *y = (float *)xmalloc(n * sizeof(float));
   memcpy(y, x, n * sizeof(float));
   return y;
-}
-
-// Device buffers through the table (so its allocator is exercised too).
-static void *dev_bf16(const float *h, size_t n) {
-  bf16 *tmp = (bf16 *)xmalloc(n * sizeof(bf16));
-  for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16(h[i]);
-  void *d = G->alloc(n * sizeof(bf16));
-  G->upload(d, tmp, n * sizeof(bf16));
-  free(tmp);
-  return d;
-}
-
-static float *dev_f32(const float *h, size_t n) {
-  float *d = (float *)G->alloc(n * sizeof(float));
-  G->upload(d, h, n * sizeof(float));
-  return d;
-}
-
-static int *dev_int(const int *h, size_t n) {
-  int *d = (int *)G->alloc(n * sizeof(int));
-  G->upload(d, h, n * sizeof(int));
-  return d;
-}
-
-static float *host_bf16(const void *d, size_t n) {
-  float *h = (float *)xmalloc(n * sizeof(float));
-  G->acts_to_f32(h, d, n);
-  return h;
-}
-
-static float *host_f32(const float *d, size_t n) {
-  float *h = (float *)xmalloc(n * sizeof(float));
-  G->download(h, d, n * sizeof(float));
-  return h;
-}
-
-// ||got - ref|| / ||ref|| (0 when both are 0).
-static double rel_err(const float *got, const float *ref, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)got[i] - ref[i];
-    e += d * d, r += (double)ref[i] * ref[i];
-  }
-  return r > 0 ? sqrt(e / r) : sqrt(e);
 }
 
 static void check_rel(const char *what, const float *got, const float *ref, size_t n, double tol) {
