@@ -9,11 +9,10 @@
 
 #include "common.h"
 #include "model/ops.h"
+#include "tests/gpu_util.h"
 
 static const Ops *G;  // the CUDA table under test
 static Rng rng;
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // n normal values of standard deviation `scale`, BF16-rounded when `round` (activations).
 static float *randn(size_t n, float scale, int round) {
@@ -55,12 +54,3 @@ static float *host_f32(const float *d, size_t n) {
   return h;
 }
 
-// ||got - ref|| / ||ref|| (||got - ref|| when ref is 0).
-static double rel_err(const float *got, const float *ref, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)got[i] - ref[i];
-    e += d * d, r += (double)ref[i] * ref[i];
-  }
-  return r > 0 ? sqrt(e / r) : sqrt(e);
-}

@@ -14,6 +14,7 @@
 #include "model/cuda_common.h"
 #include "model/ops.h"
 #include "tests/test.h"
+#include "tests/gpu_util.h"
 
 // Tolerances, as relative errors in the 2-norm (||gpu - ref|| / ||ref||) over a whole tensor.
 // The inputs are the same BF16 values on both sides, so the differences come from the GPU's BF16
@@ -72,17 +73,6 @@ static void download_bf16(float *x, const void *d, size_t n) {
   CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; i++) x[i] = bf2f(h[i]);
   free(h);
-}
-
-// ||x - ref|| / ||ref||; NaN (so every check fails) if x holds a NaN.
-static double rel_err(const float *x, const float *ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)x[i] - ref[i];
-    num += d * d;
-    den += (double)ref[i] * ref[i];
-  }
-  return sqrt(num / (den > 0 ? den : 1));
 }
 
 static double max_abs_diff(const float *x, const float *ref, size_t n) {

@@ -25,6 +25,7 @@
 #include "model/cuda_common.h"
 #include "model/gemm.h"
 #include "tests/test.h"
+#include "tests/gpu_util.h"
 
 static const double TOL_REF = 1e-6, TOL_FP8 = 1e-5, TOL_BF16 = 1e-2;
 // Hopper's FP8 MMA adds products in a reduced-precision accumulator (about 14 mantissa bits, as
@@ -112,19 +113,6 @@ static Fp4Operand packed_of(const Operand *o) {
   return p;
 }
 
-// out [M,N] as floats (out_fp32 or BF16 device buffer).
-static void download(float *h, const void *d, size_t n, int fp32) {
-  sync_stream();
-  if (fp32) {
-    CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-    return;
-  }
-  __nv_bfloat16 *t = (__nv_bfloat16 *)xmalloc(n * 2);
-  CUDA_CHECK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
-  free(t);
-}
-
 // Writes the initial out (prev, as floats) to the device buffer in the out type.
 static void set_out(void *d, const float *prev, size_t n, int fp32) {
   sync_stream();
@@ -136,24 +124,6 @@ static void set_out(void *d, const float *prev, size_t n, int fp32) {
   for (size_t i = 0; i < n; i++) t[i] = __float2bfloat16(prev[i]);
   CUDA_CHECK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
   free(t);
-}
-
-static double rel_err(const float *got, const double *ref, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)got[i] - ref[i];
-    e += d * d;
-    r += ref[i] * ref[i];
-  }
-  return sqrt(e / (r > 0 ? r : 1));
-}
-
-static double rel_err_f(const float *got, const float *ref, size_t n) {
-  double *r = (double *)xmalloc(n * 8);
-  for (size_t i = 0; i < n; i++) r[i] = ref[i];
-  double e = rel_err(got, r, n);
-  free(r);
-  return e;
 }
 
 // One GEMM out[M,N] = ALPHA * A . B^T + beta * out through every back end, against fp64.
@@ -190,13 +160,13 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   if (ok) {
     set_out(d_out, prev, n, out_fp32);
     fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-    download(got_fp8, d_out, n, out_fp32);
-    double e = rel_err(got_fp8, ref, n);
+    download_floats(got_fp8, d_out, n, out_fp32);
+    double e = rel_err_d(got_fp8, ref, n);
     printf("fp8 %.2e  ", e);
     CHECK(e < tol_fp8, "%s: fp8 path vs fp64: rel L2 %.3e >= %.1e", name, e, tol_fp8);
     set_out(d_out, prev, n, out_fp32);  // same inputs, same plan: bit-identical
     fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-    download(got, d_out, n, out_fp32);
+    download_floats(got, d_out, n, out_fp32);
     CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: two fp8 calls on the same inputs differ", name);
   } else {
     printf("fp8 refused by cuBLASLt  ");
@@ -206,28 +176,28 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
 
   set_out(d_out, prev, n, out_fp32);
   fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-  download(got_ref, d_out, n, out_fp32);
-  double e = rel_err(got_ref, ref, n);
+  download_floats(got_ref, d_out, n, out_fp32);
+  double e = rel_err_d(got_ref, ref, n);
   printf("ref %.2e  ", e);
   CHECK(e < tol_ref, "%s: reference (from fp8) vs fp64: rel L2 %.3e >= %.1e", name, e, tol_ref);
 
   set_out(d_out, prev, n, out_fp32);
   fp4_gemm_reference_packed(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
-  download(got, d_out, n, out_fp32);
+  download_floats(got, d_out, n, out_fp32);
   // Both reference forms feed gemm_bf16 the same BF16 operands (the embedding is exact): same bits.
   CHECK(memcmp(got, got_ref, n * 4) == 0, "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)",
-        name, rel_err_f(got, got_ref, n));
+        name, rel_err(got, got_ref, n));
 
   if (ok) {
-    double d = rel_err_f(got_fp8, got_ref, n);
+    double d = rel_err(got_fp8, got_ref, n);
     printf("fp8-vs-ref %.2e", d);
     CHECK(d < tol_fp8, "%s: fp8 vs reference: rel L2 %.3e >= %.1e", name, d, tol_fp8);
   }
   if (fp4_gemm_native_available()) {
     set_out(d_out, prev, n, out_fp32);
     fp4_gemm_native(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
-    download(got, d_out, n, out_fp32);
-    double en = rel_err(got, ref, n);
+    download_floats(got, d_out, n, out_fp32);
+    double en = rel_err_d(got, ref, n);
     printf("  native %.2e", en);
     CHECK(en < tol_fp8, "%s: native FP4 vs fp64: rel L2 %.3e >= %.1e", name, en, tol_fp8);
   }
@@ -458,23 +428,23 @@ static void test_nvfp4_reference(Rng *rng) {
   CUDA_CHECK(cudaMalloc(&d_out, (size_t)M * N * 4));
   Fp4Operand A = {d_ca, d_sa}, B = {d_cb, d_sb};
   fp4_gemm_reference_packed(d_out, 1, FMT_NVFP4, A, B, M, N, K, nv_gemm_alpha(amax_a, amax_b), 0.0f, NULL);
-  download(got, d_out, (size_t)M * N, 1);
+  download_floats(got, d_out, (size_t)M * N, 1);
   // Each dequantized element carries one fp32 rounding (the / s_enc) and alpha three: ~2e-7 on top
   // of the fp32 accumulation; 1e-6 still fails on any wrong scale or layout.
-  double e = rel_err(got, ref, (size_t)M * N);
+  double e = rel_err_d(got, ref, (size_t)M * N);
   printf("  NVFP4 reference M=%d N=%d K=%d: rel L2 %.2e\n", M, N, K, e);
   CHECK(e < TOL_REF, "NVFP4 reference vs fp64: rel L2 %.3e >= %.1e", e, TOL_REF);
   // The tensor scales on the device (as the engine keeps them): device-pointer-mode GEMM, no sync.
   float h_alpha = nv_gemm_alpha(amax_a, amax_b), *d_alpha = (float *)upload(&h_alpha, 4);
   fp4_gemm_reference_packed(d_out, 1, FMT_NVFP4, A, B, M, N, K, 1.0f, 0.0f, d_alpha);
-  download(got, d_out, (size_t)M * N, 1);
-  e = rel_err(got, ref, (size_t)M * N);
+  download_floats(got, d_out, (size_t)M * N, 1);
+  e = rel_err_d(got, ref, (size_t)M * N);
   printf("  NVFP4 reference, alpha on the device: rel L2 %.2e\n", e);
   CHECK(e < TOL_REF, "NVFP4 reference (device alpha) vs fp64: rel L2 %.3e >= %.1e", e, TOL_REF);
   if (fp4_gemm_native_available()) {
     fp4_gemm_native(d_out, 1, FMT_NVFP4, A, B, M, N, K, 1.0f, 0.0f, d_alpha);
-    download(got, d_out, (size_t)M * N, 1);
-    double en = rel_err(got, ref, (size_t)M * N);
+    download_floats(got, d_out, (size_t)M * N, 1);
+    double en = rel_err_d(got, ref, (size_t)M * N);
     printf("  NVFP4 native: rel L2 %.2e\n", en);
     CHECK(en < TOL_FP8, "NVFP4 native vs fp64: rel L2 %.3e >= %.1e", en, TOL_FP8);
   }

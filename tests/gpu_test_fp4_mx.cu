@@ -16,6 +16,7 @@
 #include "fp4/mxfp4.h"
 #include "model/cuda_common.h"
 #include "tests/test.h"
+#include "tests/gpu_util.h"
 
 typedef __nv_bfloat16 bf16;
 static Rng rng;
@@ -23,8 +24,6 @@ static Rng rng;
 // ---- inputs ---------------------------------------------------------------------------------------
 enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_RANGE, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
 static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge/tiny", "pow2", "ties", "nan/inf"};
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // rows x K values, BF16-representable. Blocks of 32 along K (and rows) get a per-block flavour.
 static float *make_input(int kind, int rows, int K) {

@@ -15,6 +15,7 @@
 #include "fp4/nvfp4.h"
 #include "model/cuda_common.h"
 #include "tests/test.h"
+#include "tests/gpu_util.h"
 
 typedef __nv_bfloat16 bf16;
 static Rng rng;
@@ -23,8 +24,6 @@ static Rng rng;
 enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_HUGE, IN_TINY, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
 static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge",
                                          "tiny",   "pow2",     "ties",  "nan/inf"};
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // rows x K BF16-representable values; 16-blocks along K get a per-block flavour.
 static float *make_input(int kind, int rows, int K) {

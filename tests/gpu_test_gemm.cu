@@ -18,6 +18,7 @@
 #include "model/gemm.h"
 #include "model/ops.h"
 #include "tests/test.h"
+#include "tests/gpu_util.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -40,38 +41,6 @@ static void *to_device(const void *h, size_t bytes, size_t offset, void **base) 
   CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaDeviceSynchronize());  // the copy is complete whatever stream cuda_stream() is
   return d;
-}
-
-// n values of a device buffer (BF16 or fp32) as floats, after the GEMM stream has finished.
-static void download(float *h, const void *d, size_t n, int fp32) {
-  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-  if (fp32) {
-    CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-    return;
-  }
-  bf16 *tmp = (bf16 *)xmalloc(n * 2);
-  CUDA_CHECK(cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(tmp[i]);
-  free(tmp);
-}
-
-// ||got - ref|| / ||ref||.
-static double rel_err_d(const float *got, const double *ref, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = got[i] - ref[i];
-    e += d * d;
-    r += ref[i] * ref[i];
-  }
-  return sqrt(e / r);
-}
-
-static double rel_err_f(const float *got, const float *ref, size_t n) {
-  double *r = (double *)xmalloc(n * sizeof(double));
-  for (size_t i = 0; i < n; i++) r[i] = ref[i];
-  double e = rel_err_d(got, r, n);
-  free(r);
-  return e;
 }
 
 // out[M,N] = alpha op(A) op(B) + beta c in double, with gemm.h's row-major layout conventions.
@@ -108,7 +77,7 @@ static double run_case(int out_fp32, int a_t, int b_t, int M, int N, int K, floa
   void *dA = to_device(Ab, na * 2, offset, &bA), *dB = to_device(Bb, nb * 2, offset, &bB);
   void *dO = out_fp32 ? to_device(C, no * 4, offset, &bO) : to_device(Cb, no * 2, offset, &bO);
   gemm_bf16(dO, out_fp32, dA, a_t, dB, b_t, M, N, K, alpha, beta);
-  download(got, dO, no, out_fp32);
+  download_floats(got, dO, no, out_fp32);
   ref_gemm(ref, A, a_t, B, b_t, M, N, K, alpha, beta, C);
   double err = rel_err_d(got, ref, no);
   CUDA_CHECK(cudaFree(bA));
@@ -185,18 +154,18 @@ static void check_uses_engine(LinShape s, uint64_t seed) {
   float *got = (float *)xmalloc((nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny)) * 4);
   float *ref = (float *)xmalloc(ny * 4), *refx = (float *)xmalloc(nx * 4);
   matmul_forward(ref, X, W, N, in, out);
-  download(got, Yd, ny, 0);
-  CHECK_CASE(rel_err_f(got, ref, ny), TOL_BF16, "engine forward N=%d in=%d out=%d", N, in, out);
+  download_floats(got, Yd, ny, 0);
+  CHECK_CASE(rel_err(got, ref, ny), TOL_BF16, "engine forward N=%d in=%d out=%d", N, in, out);
   matmul_backward(refx, NULL, dY, X, W, N, in, out, 0);
-  download(got, dXo, nx, 0);
-  CHECK_CASE(rel_err_f(got, refx, nx), TOL_BF16, "engine dgrad N=%d in=%d out=%d", N, in, out);
+  download_floats(got, dXo, nx, 0);
+  CHECK_CASE(rel_err(got, refx, nx), TOL_BF16, "engine dgrad N=%d in=%d out=%d", N, in, out);
   memcpy(refx, dX0, nx * 4);
   matmul_backward(refx, NULL, dY, X, W, N, in, out, 1);
-  download(got, dXa, nx, 0);
-  CHECK_CASE(rel_err_f(got, refx, nx), TOL_BF16, "engine dgrad accumulate N=%d in=%d out=%d", N, in, out);
+  download_floats(got, dXa, nx, 0);
+  CHECK_CASE(rel_err(got, refx, nx), TOL_BF16, "engine dgrad accumulate N=%d in=%d out=%d", N, in, out);
   matmul_backward(NULL, dW0, dY, X, W, N, in, out, 0);  // dW0 += dY^T X
-  download(got, dWg, nw, 1);
-  CHECK_CASE(rel_err_f(got, dW0, nw), TOL_FP32, "engine wgrad accumulate N=%d in=%d out=%d", N, in, out);
+  download_floats(got, dWg, nw, 1);
+  CHECK_CASE(rel_err(got, dW0, nw), TOL_FP32, "engine wgrad accumulate N=%d in=%d out=%d", N, in, out);
 
   for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(b[i]));
   CUDA_CHECK(cudaFree(Yd));

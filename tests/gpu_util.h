@@ -1,0 +1,45 @@
+// tests/gpu_util.h: host-side helpers shared by the GPU tests: relative errors and reading device
+// buffers back. (tests/gpu_ops_util.h adds those that go through the CUDA backend's Ops table.)
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "model/cuda_common.h"
+
+static inline float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// ||got - ref|| / ||ref|| (||got - ref|| when ref is all zeros); NaN, so every check fails, when got
+// holds a NaN.
+static double rel_err_d(const float *got, const double *ref, size_t n) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - ref[i];
+    e += d * d, r += ref[i] * ref[i];
+  }
+  return sqrt(e / (r > 0 ? r : 1));
+}
+
+static double rel_err(const float *got, const float *ref, size_t n) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - ref[i];
+    e += d * d, r += (double)ref[i] * ref[i];
+  }
+  return sqrt(e / (r > 0 ? r : 1));
+}
+
+// n values of a device buffer (fp32, or BF16) as host floats, once cuda_stream()'s work is done.
+static void download_floats(float *h, const void *d, size_t n, int fp32) {
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  if (fp32) {
+    CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return;
+  }
+  __nv_bfloat16 *t = (__nv_bfloat16 *)xmalloc(n * sizeof(__nv_bfloat16));
+  CUDA_CHECK(cudaMemcpy(t, d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
+  free(t);
+}
