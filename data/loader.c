@@ -164,13 +164,7 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
       break;
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
-      if (*n_paths == cap) {
-        cap = cap ? 2 * cap : 16;
-        char **grown = xmalloc(sizeof(char *) * (size_t)cap);
-        if (*n_paths) memcpy(grown, *paths, sizeof(char *) * (size_t)*n_paths);
-        free(*paths);
-        *paths = grown;
-      }
+      *paths = grow_array(*paths, *n_paths, &cap, sizeof **paths);
       size_t plen = strlen(g.gl_pathv[i]);
       (*paths)[*n_paths] = xmalloc(plen + 1);
       memcpy((*paths)[(*n_paths)++], g.gl_pathv[i], plen + 1);

@@ -54,13 +54,7 @@ void *cuda_malloc_tracked(size_t bytes, const char *what) {
         asked, asked / 1073741824.0, what, cudaGetErrorString(e), free_b / 1073741824.0, total_b / 1073741824.0,
         g_mem_used / 1073741824.0);
   }
-  if (g_nallocs == g_capallocs) {
-    g_capallocs = g_capallocs ? 2 * g_capallocs : 64;
-    Allocation *grown = (Allocation *)xmalloc((size_t)g_capallocs * sizeof *grown);
-    if (g_nallocs) memcpy(grown, g_allocs, (size_t)g_nallocs * sizeof *grown);
-    free(g_allocs);
-    g_allocs = grown;
-  }
+  g_allocs = (Allocation *)grow_array(g_allocs, g_nallocs, &g_capallocs, sizeof *g_allocs);
   g_allocs[g_nallocs++] = Allocation{p, asked};
   g_mem_used += asked;
   if (g_mem_used > g_mem_peak) g_mem_peak = g_mem_used;
@@ -143,13 +137,7 @@ static cudaEvent_t event_get(void) {
 }
 
 static void event_put(cudaEvent_t e) {
-  if (g_nevents == g_capevents) {
-    g_capevents = g_capevents ? 2 * g_capevents : 256;
-    cudaEvent_t *grown = (cudaEvent_t *)xmalloc((size_t)g_capevents * sizeof *grown);
-    if (g_nevents) memcpy(grown, g_events, (size_t)g_nevents * sizeof *grown);
-    free(g_events);
-    g_events = grown;
-  }
+  g_events = (cudaEvent_t *)grow_array(g_events, g_nevents, &g_capevents, sizeof *g_events);
   g_events[g_nevents++] = e;
 }
 
@@ -348,13 +336,7 @@ static const bf16 *transposed_of(const float *w, int in, int out_dim, const char
     die("cuda backend: %s: the weight at parameter offset %zu is used as [out=%d, in=%d], but was [out=%d, in=%d] "
         "before (its W^T copy is per weight)", what, off, out_dim, in, e->out_dim, e->in);
   if (!e) {  // first dgrad of this weight (the first backward): allocate its copy
-    if (g_nwt == g_capwt) {
-      g_capwt = g_capwt ? 2 * g_capwt : 64;
-      WeightT *grown = (WeightT *)xmalloc((size_t)g_capwt * sizeof *grown);
-      if (g_nwt) memcpy(grown, g_wt, (size_t)g_nwt * sizeof *grown);
-      free(g_wt);
-      g_wt = grown;
-    }
+    g_wt = (WeightT *)grow_array(g_wt, g_nwt, &g_capwt, sizeof *g_wt);
     bf16 *t = (bf16 *)cuda_malloc_tracked((size_t)in * out_dim * sizeof(bf16), "a transposed BF16 weight (W^T)");
     e = &g_wt[g_nwt++];
     *e = WeightT{off, in, out_dim, t, 0};

@@ -59,11 +59,7 @@ static void on_grad_ready(void *ctx, size_t off, size_t len) {
     else if (b->off + b->len == off) b->len += len, merged = 1;
   }
   if (!merged) {
-    if (z->nbucket == z->capbucket) {
-      z->capbucket = z->capbucket ? 2 * z->capbucket : 16;
-      z->bucket = realloc(z->bucket, (size_t)z->capbucket * sizeof *z->bucket);
-      if (!z->bucket) die("zero: out of memory for the gradient bucket");
-    }
+    z->bucket = grow_array(z->bucket, z->nbucket, &z->capbucket, sizeof *z->bucket);
     z->bucket[z->nbucket++] = (CommRange){off, len};
   }
   z->bucket_len += len;
