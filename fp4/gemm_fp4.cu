@@ -23,7 +23,6 @@
 #include "model/lt_tune.h"
 
 enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
-static const size_t WORKSPACE_BYTES = 64u << 20;  // as model/gemm.cu
 static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
 static const double TUNE_TARGET_MS = 2.0, BENCH_TARGET_MS = 10.0;
 
@@ -56,9 +55,6 @@ typedef struct {
   const float *alpha, *beta;
 } Call;
 
-static cublasLtHandle_t g_lt;
-static void *g_ws;
-static int g_autotune;
 static Plan *g_plans;
 static int g_nplans, g_capplans;
 
@@ -78,15 +74,6 @@ static void *scratch(Scratch *s, size_t bytes) {
   return s->p;
 }
 
-static void lt_init(void) {
-  if (g_lt) return;
-  const char *e = getenv("GEMM_AUTOTUNE");
-  if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
-    die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top %d)", e, CANDIDATES);
-  g_autotune = !(e && strcmp(e, "0") == 0);
-  CUBLAS_CHECK(cublasLtCreate(&g_lt));
-  CUDA_CHECK(cudaMalloc(&g_ws, WORKSPACE_BYTES));
-}
 
 static void describe(char *buf, size_t n, const PlanKey *k) {
   static const char *kinds[3] = {"fp8", "fp4-native", "bf16 (device alpha)"};
@@ -124,8 +111,8 @@ static void plan_build(Plan *p) {
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b);
     // Placeholder scale pointers (aligned, non-NULL) so the heuristic sees a complete descriptor, as
     // in the probe; every launch sets the call's own.
-    set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g_ws, sizeof g_ws);
-    set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g_ws, sizeof g_ws);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_context()->ws, sizeof(void *));
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_context()->ws, sizeof(void *));
   }
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, t, k->K, k->N, k->K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t, k->K, k->M, k->K));
@@ -141,7 +128,8 @@ static void plan_destroy(Plan *p) {
 
 // Up to `max` heuristic results with state SUCCESS, in the heuristic's order (0 if none).
 static int plan_candidates(const Plan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
-  return lt_candidates(g_lt, p->desc, p->la, p->lb, p->lout, p->key.align, WORKSPACE_BYTES, res, max, NULL);
+  return lt_candidates(lt_context()->handle, p->desc, p->la, p->lb, p->lout, p->key.align, lt_context()->ws_bytes, res,
+                       max, NULL);
 }
 
 static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c) {
@@ -154,8 +142,9 @@ static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, co
     st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->sa, sizeof c->sa);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
-  return cublasLtMatmul(g_lt, p->desc, c->alpha, c->b, p->la, c->a, p->lb, c->beta, c->out, p->lout, c->out, p->lout,
-                        algo, g_ws, WORKSPACE_BYTES, cuda_stream());
+  const LtContext *lt = lt_context();
+  return cublasLtMatmul(lt->handle, p->desc, c->alpha, c->b, p->la, c->a, p->lb, c->beta, c->out, p->lout, c->out,
+                        p->lout, algo, lt->ws, lt->ws_bytes, cuda_stream());
 }
 
 typedef struct {
@@ -182,7 +171,7 @@ static int pick_fastest(const Plan *p, const cublasLtMatmulHeuristicResult_t *re
 // copy of out when beta != 0, since timed calls keep accumulating).
 static void plan_tune(Plan *p, const Call *c) {
   cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(p, res, g_autotune ? CANDIDATES : 1);
+  int n = plan_candidates(p, res, lt_context()->autotune ? CANDIDATES : 1);
   p->n_candidates = n;
   if (n == 0) return;
   p->algo = res[0].algo;
@@ -207,7 +196,6 @@ static void plan_tune(Plan *p, const Call *c) {
 
 // The plan of a key (built and tuned on first use with call c; c may be NULL: no timing).
 static Plan *plan_get(const PlanKey *key, const Call *c) {
-  lt_init();
   for (int i = 0; i < g_nplans; i++)
     if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
   g_plans = (Plan *)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
@@ -318,7 +306,6 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128) {
   int out_fp32 = !a_blk128 && !b_blk128;  // the Wgrad form accumulates into fp32
   check_shape("fp4_gemm_fp8_tflops", out_fp32, M, N, K, 16);
   check_modes("fp4_gemm_fp8_tflops", a_blk128, b_blk128);
-  lt_init();
   PlanKey key = fp8_key(out_fp32, a_blk128, b_blk128, M, N, K, out_fp32, 256);
   Plan p;
   memset(&p, 0, sizeof p);
@@ -610,13 +597,9 @@ void fp4_gemm_shutdown(void) {
     all[i]->p = NULL;
     all[i]->cap = 0;
   }
-  if (!g_lt) return;
   for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
   free(g_plans);
   g_plans = NULL;
   g_nplans = g_capplans = 0;
-  CUDA_CHECK(cudaFree(g_ws));
-  g_ws = NULL;
-  CUBLAS_CHECK(cublasLtDestroy(g_lt));
-  g_lt = NULL;
+  lt_context_release();
 }

@@ -16,7 +16,6 @@
 #include "model/lt_tune.h"
 
 enum { CANDIDATES = 8 };  // heuristic algorithms timed per shape
-static const size_t WORKSPACE_BYTES = 64u << 20;  // split-K and Hopper kernels like 32 MiB+
 
 // Timing effort. Each candidate gets one warm-up call, then `rounds` passes of enough back-to-back
 // calls to last about `target_ms`; a candidate keeps its best pass. Passes interleave the
@@ -42,21 +41,9 @@ typedef struct {
   long calls;
 } GemmPlan;
 
-static cublasLtHandle_t g_lt;
-static void *g_ws;
-static int g_autotune;
 static GemmPlan *g_plans;
 static int g_nplans, g_capplans;
 
-static void gemm_init(void) {
-  if (g_lt) return;
-  const char *e = getenv("GEMM_AUTOTUNE");
-  if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
-    die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top %d)", e, CANDIDATES);
-  g_autotune = !(e && strcmp(e, "0") == 0);
-  CUBLAS_CHECK(cublasLtCreate(&g_lt));
-  CUDA_CHECK(cudaMalloc(&g_ws, WORKSPACE_BYTES));
-}
 
 static const char *layout_name(int a_t, int b_t) {
   static const char *names[4] = {"A*B", "A*B^T", "A^T*B", "A^T*B^T"};
@@ -114,7 +101,8 @@ static void describe(char *buf, size_t n, const GemmKey *k) {
 // Up to `max` heuristic algorithms that fit the workspace and the key's pointer alignment.
 static int plan_candidates(const GemmPlan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
   cublasStatus_t st;
-  int valid = lt_candidates(g_lt, p->desc, p->la, p->lb, p->lout, p->key.align, WORKSPACE_BYTES, res, max, &st);
+  int valid = lt_candidates(lt_context()->handle, p->desc, p->la, p->lb, p->lout, p->key.align, lt_context()->ws_bytes, res,
+                            max, &st);
   if (valid == 0) {
     char d[160];
     describe(d, sizeof d, &p->key);
@@ -125,8 +113,9 @@ static int plan_candidates(const GemmPlan *p, cublasLtMatmulHeuristicResult_t *r
 
 static cublasStatus_t launch(const GemmPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A,
                              const void *B, float alpha, float beta) {
-  return cublasLtMatmul(g_lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, out, p->lout, out, p->lout, algo, g_ws,
-                        WORKSPACE_BYTES, cuda_stream());
+  const LtContext *lt = lt_context();
+  return cublasLtMatmul(lt->handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, out, p->lout, out, p->lout, algo, lt->ws,
+                        lt->ws_bytes, cuda_stream());
 }
 
 // One GEMM call with fixed operands, for lt_pick_fastest.
@@ -161,11 +150,11 @@ static int pick_fastest(const GemmPlan *p, const cublasLtMatmulHeuristicResult_t
 // into `out`, so they run on a scratch copy instead (allocated here, freed before returning).
 static void plan_tune(GemmPlan *p, void *out, const void *A, const void *B, float alpha, float beta) {
   cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(p, res, g_autotune ? CANDIDATES : 1);
+  int n = plan_candidates(p, res, lt_context()->autotune ? CANDIDATES : 1);
   p->n_candidates = n;
   p->chosen = 0;
   p->algo = res[0].algo;
-  if (!g_autotune) { p->untuned = "GEMM_AUTOTUNE=0"; return; }
+  if (!lt_context()->autotune) { p->untuned = "GEMM_AUTOTUNE=0"; return; }
   if (n < 2) { p->untuned = "one candidate"; return; }
   cudaStreamCaptureStatus cap;
   CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
@@ -216,7 +205,6 @@ void gemm_bf16(void *out, int out_fp32, const void *A, int a_t, const void *B, i
   key.K = K;
   key.accumulate = beta != 0.0f;
   key.align = pointer_alignment(out, A, B);
-  gemm_init();
   GemmPlan *p = plan_get(&key, out, A, B, alpha, beta);
   p->calls++;
   CUBLAS_CHECK(launch(p, &p->algo, out, A, B, alpha, beta));
@@ -232,7 +220,6 @@ static __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t se
 
 double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) {
   check_args("gemm_ceiling_tflops", out_fp32, a_t, b_t, M, N, K);
-  gemm_init();
   GemmPlan p;
   memset(&p, 0, sizeof p);
   p.key.out_fp32 = out_fp32;
@@ -278,12 +265,12 @@ static long algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfig
 }
 
 void gemm_shape_report(FILE *f) {
-  if (!g_lt) {
+  if (!g_nplans) {
     fprintf(f, "gemm plans: none (gemm_bf16 not called yet)\n");
     return;
   }
-  fprintf(f, "gemm plans: %d shapes, autotune %s, workspace %zu MiB\n", g_nplans, g_autotune ? "on" : "off",
-          WORKSPACE_BYTES >> 20);
+  fprintf(f, "gemm plans: %d shapes, autotune %s, workspace %zu MiB\n", g_nplans, lt_context()->autotune ? "on" : "off",
+          lt_context()->ws_bytes >> 20);
   fprintf(f, "  %-8s %7s %7s %7s %4s %4s %5s %8s %6s %8s %8s  %s\n", "layout", "M", "N", "K", "out", "acc", "align",
           "calls", "pick", "TFLOP/s", "heur#0", "algo id/tile/stages/splitK/swizzle/cluster");
   for (int i = 0; i < g_nplans; i++) {
@@ -306,13 +293,9 @@ void gemm_shape_report(FILE *f) {
 }
 
 void gemm_shutdown(void) {
-  if (!g_lt) return;
   for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
   free(g_plans);
   g_plans = NULL;
   g_nplans = g_capplans = 0;
-  CUDA_CHECK(cudaFree(g_ws));
-  g_ws = NULL;
-  CUBLAS_CHECK(cublasLtDestroy(g_lt));
-  g_lt = NULL;
+  lt_context_release();
 }

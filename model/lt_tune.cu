@@ -1,6 +1,31 @@
 // model/lt_tune.cu: see lt_tune.h.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
 #include "model/cuda_common.h"
 #include "model/lt_tune.h"
+
+static LtContext g_ctx;
+
+const LtContext *lt_context(void) {
+  if (g_ctx.handle) return &g_ctx;
+  const char *e = getenv("GEMM_AUTOTUNE");
+  if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
+    die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top candidates)", e);
+  g_ctx.autotune = !(e && strcmp(e, "0") == 0);
+  g_ctx.ws_bytes = 64u << 20;
+  CUBLAS_CHECK(cublasLtCreate(&g_ctx.handle));
+  CUDA_CHECK(cudaMalloc(&g_ctx.ws, g_ctx.ws_bytes));
+  return &g_ctx;
+}
+
+void lt_context_release(void) {
+  if (!g_ctx.handle) return;
+  CUDA_CHECK(cudaFree(g_ctx.ws));
+  CUBLAS_CHECK(cublasLtDestroy(g_ctx.handle));
+  memset(&g_ctx, 0, sizeof g_ctx);
+}
 
 int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                   cublasLtMatrixLayout_t lout, int align, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,

@@ -4,6 +4,20 @@
 #include <cublasLt.h>
 #include <stddef.h>
 
+// The process's one cuBLASLt handle and GEMM workspace, created at first use (both GEMM layers use
+// them), and the GEMM_AUTOTUNE setting: 1 (default) lets the layers time the heuristic's top
+// candidates, 0 keeps heuristic #0. Dies on a GEMM_AUTOTUNE other than 0 or 1.
+typedef struct {
+  cublasLtHandle_t handle;
+  void *ws;
+  size_t ws_bytes;  // 64 MiB: split-K and Hopper kernels like 32 MiB+
+  int autotune;
+} LtContext;
+const LtContext *lt_context(void);
+// Destroys the handle and frees the workspace (for leak checks at exit); the next lt_context()
+// creates them again. The callers' cached descriptors stay valid.
+void lt_context_release(void);
+
 // Up to `max` heuristic results with state SUCCESS, in the heuristic's order, for buffers aligned to
 // `align` bytes and a workspace of ws_bytes. Split-K only with fp32 partial sums reduced in a fixed
 // order: the "in place" and "output type" schemes would sum partials in a BF16 output (and "in
