@@ -351,6 +351,16 @@ static void run_tasks(Run *r, FILE *log) {
   fflush(stdout);
 }
 
+// The validation loss (when a validation split is set) and the downstream tasks, logged as above.
+static void evaluate(Run *r, FILE *log) {
+  if (r->val) {
+    float vl = eval_loss(r);
+    printf("step %6lld | val loss %.4f\n", (long long)r->step, vl);
+    if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)r->step, vl);
+  }
+  run_tasks(r, log);
+}
+
 static void format_eta(double s, char *buf, size_t len) {
   if (!isfinite(s) || s < 0) s = 0;
   long t = (long)s;
@@ -460,12 +470,7 @@ int main(int argc, char **argv) {
   if (!resumed && cfg->init_from[0]) init_from(&run);
   if (eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
     FILE *elog = cfg->log_file[0] ? xfopen(cfg->log_file, "a") : NULL;
-    if (run.val) {
-      float vl = eval_loss(&run);
-      printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
-      if (elog) fprintf(elog, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
-    }
-    run_tasks(&run, elog);
+    evaluate(&run, elog);
     if (elog) fclose(elog);
     return 0;
   }
@@ -566,14 +571,7 @@ int main(int argc, char **argv) {
         }
         t_last = now;
       }
-      if (cfg->eval_interval > 0 && run.step % cfg->eval_interval == 0) {
-        if (run.val) {
-          float vl = eval_loss(&run);
-          printf("step %6lld | val loss %.4f\n", (long long)run.step, vl);
-          if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)run.step, vl);
-        }
-        run_tasks(&run, log);
-      }
+      if (cfg->eval_interval > 0 && run.step % cfg->eval_interval == 0) evaluate(&run, log);
     }
     if (log) fflush(log);
     int last = run.step == cfg->total_steps || run.step == max_steps;
