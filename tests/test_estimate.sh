@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/estimate_run.py: reads ./train --bench lines and turns throughput into time and GPU-hours.
+# scripts/estimate_run.py: reads ./train --bench lines and turns throughput into time and GPU-hours;
+# scripts/profile_summary.py: the per-layer sums of a bench log's profile table (docs/ quotes them).
 cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
@@ -17,4 +18,19 @@ check "a missing log is a one-line error naming it" '[ $rc -ne 0 ] && echo "$out
 echo "step 1 | loss 3.0" >"$tmp/train.log"
 out=$(python3 scripts/estimate_run.py "$tmp/train.log" 2>&1); rc=$?
 check "a log without BENCH lines is an error" '[ $rc -ne 0 ] && echo "$out" | grep -q "no .BENCH"'
+# A three-kernel table at 2 layers: per layer, GEMM forward (1.0 + 3.0) / 2, attention 0.5.
+cat >"$tmp/p.log" <<'T'
+where the time goes: one step at 2 layers, B=1, T=8192
+op                     calls/step    ms/step   %time         achieved          ceiling   %ceil
+gemm fwd gate                2.00      3.000   50.0%   800.00 TFLOP/s   700.00 TFLOP/s  114.3%
+gemm fwd q                   2.00      1.000   16.7%   700.00 TFLOP/s   700.00 TFLOP/s  100.0%
+attention bwd                2.00      1.000   16.7%   400.00 TFLOP/s                -       -
+gemm fwd head                2.00      1.000   16.6%   700.00 TFLOP/s   700.00 TFLOP/s  100.0%
+total                                  6.000  100.0%
+T
+out=$(python3 scripts/profile_summary.py "$tmp/p.log" 2>&1)
+check "profile_summary: per-layer GEMM forward without the head" 'echo "$out" | grep -Eq "GEMM forward +2.00$"'
+check "profile_summary: attention per layer, head per step" 'echo "$out" | grep -Eq "attention +0.50$" && echo "$out" | grep -Eq "output head +1.00$"'
+out=$(python3 scripts/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log 2>&1)
+check "profile_summary: docs/results_bf16.md's 14.8 ms of GEMMs (4.60 + 5.13 + 5.10)" 'echo "$out" | grep -Eq "GEMM forward +4.60$" && echo "$out" | grep -Eq "GEMM dgrad +5.13$"'
 echo "$pass passed, $fail failed"
