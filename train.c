@@ -560,12 +560,16 @@ int main(int argc, char **argv) {
         printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run.step,
                cfg->total_steps, loss, lr, norm, tps);
         if (world > 1) printf(" (%.0f/GPU)", tps / world);
+        // MFU by the paper's formula (BF16-equivalent FLOPs per token over the BF16 peak); GPU runs only
+        double mfu = on_host(&run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, T) / PEAK_BF16_FLOPS;
+        if (mfu > 0) printf(" | MFU %.1f%%", mfu);
         if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
         printf(" | eta %s\n", eta);
         fflush(stdout);
         if (log) {
           fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
                   "\"tok_per_s_gpu\": %.1f", (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps, tps / world);
+          if (mfu > 0) fprintf(log, ", \"mfu\": %.4f", mfu / 100);
           if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
           fprintf(log, "}\n");
         }

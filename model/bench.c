@@ -19,7 +19,6 @@
 #include "model/ops_cuda.h"
 #endif
 
-#define PEAK_BF16_FLOPS 989e12  // H200 dense BF16 datasheet peak, the paper's MFU denominator
 
 typedef struct {
   int layers;

@@ -36,6 +36,8 @@ int64_t llama_num_params(const LlamaConfig *c);           // all parameters (emb
 int64_t llama_num_embedding_params(const LlamaConfig *c); // the input embedding only (paper's N_emb)
 // The paper's (torchtitan's) convention: 6*(N - N_emb) + 12*L*H*d_head*S.
 double llama_flops_per_token(const LlamaConfig *c, int seq_len);
+// The MFU denominator of the paper's formula: H200 (and H100 SXM) dense BF16 peak, FLOP/s.
+#define PEAK_BF16_FLOPS 989e12
 
 #ifdef __cplusplus
 }
