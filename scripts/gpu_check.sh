@@ -2,7 +2,7 @@
 # Everything GPU-side in one call, for the GPU machine (no internet; see scripts/fetch_deps.sh):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
 # (default: all but crash; gputests skips the CPU tests, which CI runs). BENCH_LAYERS (default 4,8)
 # sets the two depths of the engine's and the peer's benchmark.
 set -u
@@ -50,6 +50,18 @@ if has bench; then
   timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" >"$OUT/bench.log" 2>&1
   cat "$OUT/bench.log"
   while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
+fi
+
+if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there
+  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -n 1)
+  if [ -n "$NSYS" ]; then
+    timeout 400 "$NSYS" profile -o "$OUT/trace" --force-overwrite true ./train configs/llama3_8b.yaml --bench \
+      --layers "$layers" ${NSYS_ARGS:-} >"$OUT/nsys_bench.log" 2>&1
+    "$NSYS" stats --report cuda_gpu_trace --format csv --output "$OUT/trace" "$OUT/trace.nsys-rep" >/dev/null 2>&1
+    python3 scripts/gap_summary.py "$OUT"/trace*cuda_gpu_trace*.csv 2>&1 | tee "$OUT/gaps.txt"
+    note "nsys: $(head -n 1 "$OUT/gaps.txt" | sed 's/^[^:]*: //')"
+    rm -f "$OUT"/trace*.nsys-rep "$OUT"/trace*.sqlite; gzip -f "$OUT"/trace*.csv 2>/dev/null
+  else note "nsys: not installed"; fi
 fi
 
 if has fp4train; then  # the scaled-down recipe comparison on the novels corpus (pre-tokenized in .deps/novels)

@@ -4,21 +4,44 @@ step's kernels grouped (GEMMs by use, attention, FP4 quantizers, memory-bound gl
 and divided by the profiled depth. The head, embedding and optimizer rows are reported per step.
 
     python3 scripts/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log
+    python3 scripts/profile_summary.py --bound 12000 docs/results/2026-11-30_bf16_bench_b3d7a88.log
+
+--bound TOKS adds the best step this profile allows at 32 layers, and what reaching TOKS tok/s
+would take. The bound keeps only what no fusion removes: every GEMM at the faster of its measured
+time and the table's ceiling (the best of cuBLASLt's top algorithms at that shape, timed alone),
+attention at --attention-ms per layer (default 3.6: cuDNN forward + backward of one layer timed
+alone, BRIEF.md section 4 and gpu_test_attention), AdamW moving --opt-bytes per parameter at the
+4.28 TB/s copy ceiling, and no memory-bound glue, quantizers, launch gaps or embedding at all.
 """
+import argparse
 import re
 import sys
 
+COPY_TBS = 4.28
 
-def main(path):
-    layers, rows = None, {}
+
+def gemm_floor(rows, pred):
+    """Sum of ms over GEMM rows matching pred, each at max(achieved, ceiling) TFLOP/s."""
+    t = 0.0
+    for k, (ms, ach, ceil) in rows.items():
+        if k.startswith("gemm") and pred(k):
+            t += ms * ach / max(ach, ceil) if ach and ceil else ms
+    return t
+
+
+def main(path, args):
+    layers, rows, full = None, {}, {}
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"where the time goes: one step at (\d+) layers", line)
         if m:
             layers, rows = int(m.group(1)), {}  # the last table of the file wins
             continue
-        m = re.match(r"^(\S.*?)\s{2,}(\d+\.\d+)\s+(\d+\.\d+)\s+\d+\.\d+%", line)
+        m = re.match(r"^(\S.*?)\s{2,}(\d+\.\d+)\s+(\d+\.\d+)\s+\d+\.\d+%(.*)$", line)
         if m and layers and not line.startswith("total"):
-            rows[m.group(1).strip()] = float(m.group(3))
+            name, ms = m.group(1).strip(), float(m.group(3))
+            rows[name] = ms
+            rates = re.findall(r"([\d.]+) TFLOP/s", m.group(4))
+            full[name] = (ms, float(rates[0]) if rates else 0.0, float(rates[1]) if len(rates) > 1 else 0.0)
     if not layers:
         sys.exit(f"{path}: no 'where the time goes' table")
 
@@ -45,8 +68,38 @@ def main(path):
     for k in sorted(rows, key=rows.get, reverse=True):
         if " quant " in f" {k} ":
             print(f"  quantizer {k:28s} {rows[k] / layers:7.3f} per layer")
+    if args.bound:
+        bound(full, layers, args)
+
+
+def bound(full, layers, a):
+    tokens, L = a.tokens, 32
+    gemm_layer = gemm_floor(full, lambda k: "head" not in k) / layers
+    head = gemm_floor(full, lambda k: "head" in k)
+    opt = a.params * a.opt_bytes / (COPY_TBS * 1e12) * 1e3
+    step_noopt = L * (gemm_layer + a.attention_ms) + head
+    att_flop = sum(ms * ach * 1e9 for k, (ms, ach, _) in full.items() if k.startswith("attention")) / layers
+    print(f"bound at {L} layers (GEMMs at max(measured, ceiling), attention {a.attention_ms} ms/layer, "
+          f"AdamW {a.opt_bytes:g} B/param at {COPY_TBS} TB/s, zero glue):")
+    print(f"  GEMMs {gemm_layer:.2f} ms/layer, head {head:.1f} ms, optimizer {opt:.1f} ms")
+    for label, step in (("optimizer every step", step_noopt + opt), ("optimizer amortized", step_noopt)):
+        print(f"  {label:22s} {step:7.1f} ms/step  {tokens / step * 1e3:8.0f} tok/s/GPU")
+    for label, extra in (("optimizer every step", opt), ("optimizer amortized", 0.0)):
+        budget = tokens / a.bound * 1e3 - extra - head - L * gemm_layer
+        att = budget / L
+        rate = f"{att_flop / (att * 1e-3) / 1e12:.0f} causal TFLOP/s" if att > 0 and att_flop else "impossible"
+        print(f"  {a.bound:.0f} tok/s, {label}: attention + glue + quantizers <= {att:.2f} ms/layer "
+              f"(attention alone at {rate})")
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:] or sys.exit(__doc__):
-        main(p)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--bound", type=float, default=0, help="target tok/s/GPU for the bound (0: no bound)")
+    ap.add_argument("--attention-ms", type=float, default=3.6)
+    ap.add_argument("--opt-bytes", type=float, default=30.0, help="AdamW bytes per parameter (fp32 p, m, v, grad + BF16 copy)")
+    ap.add_argument("--params", type=float, default=8.03e9)
+    ap.add_argument("--tokens", type=float, default=8192, help="tokens per step")
+    args = ap.parse_args()
+    for p in args.logs:
+        main(p, args)
