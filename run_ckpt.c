@@ -96,14 +96,17 @@ static CkptState ckpt_state(Run *r) {
 }
 
 // With one process: checkpoint.dir/ckpt_<step>.bin. With world > 1: a sharded checkpoint, one file
-// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (model/zero.h). The parameters
-// are identical on every rank, so only rank 0's file holds them.
+// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (model/zero.h). Only rank 0's
+// file holds the parameters (all of them, gathered first when the masters are sharded).
 void save_checkpoint(Run *r) {
   if (!r->cfg.ckpt_dir[0]) return;
   const int sharded = r->world > 1;
   CkptState st = ckpt_state(r);
+  // With sharded fp32 masters the shards meet in the (dead between steps) gradient buffer first:
+  // a collective, so every rank calls it.
+  const float *params = zero_full_params(r->zero);
   for (int i = 0; i < 3; i++)
-    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(st.host[i], st.state[i], st.bytes[i]);
+    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(st.host[i], i ? st.state[i] : params, st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
   CkptSection secs[6] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;

@@ -449,8 +449,9 @@ int main(int argc, char **argv) {
   run.recipe = recipe_meta(&recipe);
   run.saved_step = -1;
   size_t n = llama_param_count(run.model);
-  ZeroOptions zopt = {cfg->overlap_reduce, !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
-                      (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
+  ZeroOptions zopt = {.shard_master = cfg->shard_master, .overlap = cfg->overlap_reduce,
+                      .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
+                      .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
   run.zero = zero_create(run.model, run.ops, run.comm, &zopt);
   if (!on_host(&run)) run.host_stage = xmalloc((n + 2 * (run.zero->hi - run.zero->lo)) * sizeof(float));
   run.inputs = xmalloc((size_t)B * T * sizeof(int));
@@ -503,6 +504,13 @@ int main(int argc, char **argv) {
     printf("data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
            "in %s, %s\n", world, comm_on_device(run.comm) ? "NCCL" : "TCP", 8.0 * (run.zero->hi - run.zero->lo) / 1e9,
            8.0 * n / 1e9, cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
+  if (world > 1)
+    printf("master weights: %s\n", run.zero->sharded ? "fp32 sharded (each rank keeps its shard and the RMSNorm weights; "
+           "parameters all-gathered in BF16)" : on_host(&run) ? "fp32 whole on every rank (the CPU backend computes with them)"
+           : "fp32 whole on every rank (parallel.shard_master: false)");
+  if (run.zero->sharded)
+    printf("master weights: %.2f GB of fp32 parameters given back per rank (%.2f GB kept)\n", run.zero->released / 1e9,
+           4.0 * n / 1e9 - run.zero->released / 1e9);
   printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run.model) / 1e6, cfg->recompute);
   if (loader_synthetic_entropy(run.train) > 0)
     printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run.train));

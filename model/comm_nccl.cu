@@ -318,23 +318,28 @@ extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, c
 }
 
 // One broadcast per shard from its owner (in place), in rounds of at most MAX_OP elements each.
-extern "C" void comm_nccl_all_gather(CommNccl *n, float *buf, size_t count) {
+extern "C" void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes,
+                                 const CommRange *r, int nr) {
+  if (elem_bytes != 4 && elem_bytes != 2) die("comm_nccl_gather: elements of %d bytes (4 or 2)", elem_bytes);
   after_compute(n, "all-gather of the parameters");
-  size_t lo, hi, longest = 0;
-  for (int r = 0; r < n->world; r++) {
-    comm_shard_range(count, n->world, r, &lo, &hi);
-    if (hi - lo > longest) longest = hi - lo;
-  }
-  for (size_t k = 0; k < longest; k += MAX_OP) {
-    NCCL_CHECK(n, nccl.GroupStart());
-    for (int r = 0; r < n->world; r++) {
-      comm_shard_range(count, n->world, r, &lo, &hi);
-      if (lo + k >= hi) continue;
-      size_t len = hi - lo - k < MAX_OP ? hi - lo - k : MAX_OP;
-      NCCL_CHECK(n, nccl.Broadcast(buf + lo + k, buf + lo + k, len, ncclFloat, r, n->comm, n->stream));
+  CommRange whole = {0, count};
+  if (!r) r = &whole, nr = 1;
+  const ncclDataType_t type = elem_bytes == 4 ? ncclFloat : ncclBfloat16;
+  const char *s = (const char *)src;
+  char *d = (char *)dst;
+  int in_group = 0;
+  NCCL_CHECK(n, nccl.GroupStart());
+  for_each_piece(count, n->world, r, nr, MAX_OP, [&](size_t off, size_t len, int owner) {
+    if (in_group == 64) {  // bounded groups: a few hundred norm pieces at most, 2 per shard otherwise
+      NCCL_CHECK(n, nccl.GroupEnd());
+      NCCL_CHECK(n, nccl.GroupStart());
+      in_group = 0;
     }
-    NCCL_CHECK(n, nccl.GroupEnd());
-  }
+    size_t o = off * (size_t)elem_bytes;
+    NCCL_CHECK(n, nccl.Broadcast(s + o, d + o, len, type, owner, n->comm, n->stream));
+    in_group++;
+  });
+  NCCL_CHECK(n, nccl.GroupEnd());
   comm_nccl_wait(n, "all-gather of the parameters");
 }
 

@@ -407,23 +407,70 @@ void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n, CommDtype t) {
   comm_reduce_wait(c);
 }
 
-void comm_all_gather(Comm *c, float *buf, size_t n) {
-  if (c->world == 1) return;
-#ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_all_gather(c->nccl, buf, n); return; }
-#endif
-  size_t lo, hi;
-  if (c->rank == 0) {
-    for (int r = 1; r < c->world; r++) {
-      comm_shard_range(n, c->world, r, &lo, &hi);
-      recv_all(c, r, buf + lo, (hi - lo) * sizeof(float), "all-gather of the parameters");
+// Calls fn(ctx, off, len, owner) on every piece of the ranges (all of [0, n) when r is NULL), cut at
+// shard boundaries: the same pieces in the same order on every rank.
+static void each_piece(size_t n, int world, const CommRange *r, int nr, void (*fn)(void *, size_t, size_t, int),
+                       void *ctx) {
+  CommRange whole = {0, n};
+  if (!r) r = &whole, nr = 1;
+  for (int i = 0; i < nr; i++) {
+    size_t a = r[i].off, end = r[i].off + r[i].len;
+    while (a < end) {
+      int owner = comm_shard_owner(n, world, a);
+      size_t lo, hi;
+      comm_shard_range(n, world, owner, &lo, &hi);
+      size_t b = hi < end ? hi : end;
+      fn(ctx, a, b - a, owner);
+      a = b;
     }
-    for (int r = 1; r < c->world; r++) send_all(c, r, buf, n * sizeof(float), "all-gather of the parameters");
-  } else {
-    comm_shard_range(n, c->world, c->rank, &lo, &hi);
-    send_all(c, 0, buf + lo, (hi - lo) * sizeof(float), "all-gather of the parameters");
-    recv_all(c, 0, buf, n * sizeof(float), "all-gather of the parameters");
   }
+}
+
+typedef struct {
+  Comm *c;
+  const char *src;
+  char *dst;
+  size_t eb;
+  int phase;  // 0: owners' pieces to rank 0, 1: rank 0's result to everyone
+} GatherCtx;
+
+static void gather_piece(void *ctx, size_t off, size_t len, int owner) {
+  GatherCtx *g = ctx;
+  Comm *c = g->c;
+  size_t o = off * g->eb, k = len * g->eb;
+  if (g->phase == 0) {
+    if (owner == c->rank && g->src != g->dst) memcpy(g->dst + o, g->src + o, k);
+    if (c->rank == 0 && owner != 0) recv_all(c, owner, g->dst + o, k, "all-gather of the parameters");
+    if (c->rank != 0 && owner == c->rank) send_all(c, 0, g->src + o, k, "all-gather of the parameters");
+  } else if (c->rank == 0) {
+    for (int r = 1; r < c->world; r++) send_all(c, r, g->dst + o, k, "all-gather of the parameters");
+  } else {
+    recv_all(c, 0, g->dst + o, k, "all-gather of the parameters");
+  }
+}
+
+// The all-gathers below, on either transport: elements of eb bytes; each piece of the ranges goes
+// from its owner's src to every rank's dst (src == dst: in place).
+static void gather(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr) {
+  if (c->world == 1) {
+    // Nothing to exchange; a copy would need to know where the buffers live (host or device).
+    if (src != dst) die("comm all-gather into another buffer with one rank: the caller copies (model/zero.c)");
+    return;
+  }
+#ifdef HAVE_CUDA
+  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr); return; }
+#endif
+  GatherCtx g = {c, src, dst, eb, 0};
+  each_piece(n, c->world, r, nr, gather_piece, &g);
+  g.phase = 1;
+  each_piece(n, c->world, r, nr, gather_piece, &g);
+}
+
+void comm_all_gather(Comm *c, float *buf, size_t n) { gather(c, buf, buf, n, sizeof(float), NULL, 0); }
+void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n) { gather(c, src, dst, n, sizeof(float), NULL, 0); }
+void comm_all_gather_bf16(Comm *c, void *buf, size_t n) { gather(c, buf, buf, n, sizeof(uint16_t), NULL, 0); }
+void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr) {
+  gather(c, buf, buf, n, sizeof(float), r, nr);
 }
 
 void comm_broadcast_bytes(Comm *c, void *buf, size_t len) {

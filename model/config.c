@@ -149,6 +149,9 @@ static const Key KEYS[] = {
     KENUM("parallel.grad_reduce", grad_reduce, "fp32", "fp32|bf16",
           "gradient reduction across ranks: fp32, or bf16 on the wire (rounded to nearest even, summed in bf16: "
           "half the bytes, ~3 significant digits per summand)"),
+    KBOOL("parallel.shard_master", shard_master, "true",
+          "CUDA with several ranks: keep only this rank's shard of the fp32 master weights (and the RMSNorm "
+          "weights), all-gathering the updated parameters in BF16; saves 4 bytes per parameter x (1 - 1/ranks)"),
     KBOOL("parallel.overlap_reduce", overlap_reduce, "true",
           "start each gradient bucket's reduction during the last micro-batch's backward instead of after it "
           "(same results)"),

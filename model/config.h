@@ -83,6 +83,7 @@ typedef struct {
   char rendezvous[CFG_PATH];  // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (model/comm.h)
   float timeout_s;            // a collective or rendezvous waiting longer than this stops the run
   char grad_reduce[CFG_NAME]; // gradient reduction on the wire: "fp32" or "bf16" (model/comm.h)
+  int shard_master;           // CUDA, world > 1: fp32 master weights sharded like the AdamW state (model/zero.h)
   int overlap_reduce;         // reduce gradients during the last micro-batch's backward (model/zero.h)
   float bucket_mb;            // MB of fp32 gradients per overlapped reduction; 0: every range on its own
   int dgrad_transposed;       // CUDA: keep BF16 W^T copies for a faster dgrad GEMM (model/ops_cuda.h)

@@ -24,9 +24,10 @@ static int *host_ints(size_t n) {
   return g_host;
 }
 
-// out[n, :] = bf16(table[tokens[n], :]); one thread per VEC columns of one row.
-template <int VEC>
-__global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const float *table, int N, int D) {
+// out[n, :] = bf16(table[tokens[n], :]); one thread per VEC columns of one row. T: float, or bf16
+// for the parameters' BF16 shadow (whose values are already bf16(table)).
+template <int VEC, typename T>
+__global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const T *table, int N, int D) {
   const int per_row = D / VEC;
   const size_t items = (size_t)N * per_row;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < items; i += (size_t)gridDim.x * blockDim.x) {
@@ -38,7 +39,8 @@ __global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const flo
   }
 }
 
-void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V) {
+template <typename T>
+static void embedding_forward_any(bf16 *out, const int *tokens, const T *table, int N, int D, int V) {
   if (N <= 0 || D <= 0) die("embedding (cuda): N=%d, D=%d must be positive", N, D);
   int *tok = host_ints(N);
   cuda_download(tok, tokens, (size_t)N * sizeof(int));
@@ -46,13 +48,21 @@ void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, in
     if (tok[n] < 0 || tok[n] >= V) die("embedding: token id %d at position %d is outside [0, %d)", tok[n], n, V);
   const int threads = 256;
   if (D % 8 == 0 && aligned16(out) && aligned16(table)) {
-    embedding_forward_kernel<8><<<cuda_grid((size_t)N * D / 8, threads), threads, 0, cuda_stream()>>>(out, tokens,
-                                                                                                      table, N, D);
+    embedding_forward_kernel<8, T><<<cuda_grid((size_t)N * D / 8, threads), threads, 0, cuda_stream()>>>(out, tokens,
+                                                                                                         table, N, D);
   } else {
-    embedding_forward_kernel<1><<<cuda_grid((size_t)N * D, threads), threads, 0, cuda_stream()>>>(out, tokens, table,
-                                                                                                  N, D);
+    embedding_forward_kernel<1, T><<<cuda_grid((size_t)N * D, threads), threads, 0, cuda_stream()>>>(out, tokens,
+                                                                                                     table, N, D);
   }
   CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V) {
+  embedding_forward_any(out, tokens, table, N, D, V);
+}
+
+void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V) {
+  embedding_forward_any(out, tokens, table, N, D, V);
 }
 
 // CTA (b, y) owns table row token[b], columns [c, c + VEC) per thread: dtable[token[b], c..] +=

@@ -248,7 +248,8 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->ops = ops;
   m->recompute = recompute;
   layout_params(m);
-  m->params = ops->alloc(m->n_params * sizeof(float));
+  // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (model/zero.h).
+  m->params = ops->alloc_params ? ops->alloc_params(m->n_params * sizeof(float)) : ops->alloc(m->n_params * sizeof(float));
   m->grads = ops->alloc(m->n_params * sizeof(float));
   ops->bind_params(m->params, m->n_params);
   ops->zero(m->grads, m->n_params * sizeof(float));

@@ -56,6 +56,21 @@ typedef struct Ops {
   void (*bind_params)(float *params, size_t n);
   void (*params_changed)(void);
 
+  // ZeRO-1 master-weight sharding (model/zero.c); all NULL where the backend computes with the fp32
+  // values themselves (the CPU). alloc_params allocates the parameter buffer in a form whose memory
+  // can later be given back piecewise. After shard_params(off, len, n) only the fp32 parameters in
+  // the ranges [off[i], off[i] + len[i]) (floats of the bound buffer: the rank's shard and what the
+  // kernels read in fp32, the RMSNorm weights) exist; the rest of the buffer keeps its addresses but
+  // no memory (returns the bytes given back). From then on uploads into the buffer write the derived
+  // BF16 copy everywhere and the fp32 values where kept, params_changed refreshes the copy from the
+  // kept ranges only, and nothing may read the other fp32 values. params_bf16 is the BF16 copy
+  // (same indexing as the buffer) for the all-gather of the updated parameters, and
+  // params_bf16_changed says it was written from outside (its own derived copies are then stale).
+  void *(*alloc_params)(size_t bytes);
+  size_t (*shard_params)(const size_t *off, const size_t *len, int n);
+  void *(*params_bf16)(void);
+  void (*params_bf16_changed)(void);
+
   // Where the run is: the FP4 recipes key their stochastic-rounding random bits on (step, micro-batch)
   // so that a resumed run draws exactly the bits the uninterrupted one would. Call before each
   // micro-batch's forward. A no-op where nothing is random.

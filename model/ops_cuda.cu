@@ -87,16 +87,22 @@ size_t cuda_mem_used(void) { return g_mem_used; }
 size_t cuda_mem_peak(void) { return g_mem_peak; }
 void cuda_mem_reset_peak(void) { g_mem_peak = g_mem_used; }
 
+// Copies that touch the bound parameter buffer go through the parameter section below (it keeps
+// the BF16 shadow in step and, once sharded, the fp32 values only where they exist).
+static int params_upload(void *dst, const void *src, size_t bytes);
+static void params_check_download(const void *src, size_t bytes);
+
 // Through the stream, then a sync: the copy is done (and the host buffer reusable) on return,
 // whatever kind of host memory it is.
 void cuda_upload(void *dst, const void *src, size_t bytes) {
-  if (!bytes) return;
+  if (!bytes || params_upload(dst, src, bytes)) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
   CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
 
 void cuda_download(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
+  params_check_download(src, bytes);
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream));
   CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
@@ -287,6 +293,7 @@ static float *g_params;  // the bound fp32 parameter buffer
 static size_t g_nparams;
 static bf16 *g_shadow;   // bf16(g_params[i]) at the same index
 static int g_head_chunk; // cuda_head_ce_set_chunk; 0 = automatic
+static uint64_t g_wversion = 1;  // bumped whenever the BF16 shadow may have changed (W^T, FP4 copies)
 
 // Where the BF16 copy of w[0..count) lives; dies unless all of it is inside the bound buffer.
 static bf16 *shadow_of(const float *w, size_t count, const char *what) {
@@ -299,6 +306,59 @@ static bf16 *shadow_of(const float *w, size_t count, const char *what) {
 }
 
 const void *cuda_param_bf16(const float *w) { return shadow_of(w, 1, "cuda_param_bf16"); }
+
+// ZeRO-1 master-weight sharding (Ops.shard_params): the float ranges of the bound buffer whose
+// fp32 values still exist, sorted and disjoint; g_nkeep < 0 while the buffer is whole.
+static size_t *g_keep_off, *g_keep_len;
+static int g_nkeep = -1;
+static CudaScratch g_up_stage;  // device staging for uploads into the sharded buffer
+
+static int in_params(const void *p, size_t bytes) {
+  uintptr_t lo = (uintptr_t)g_params, hi = lo + g_nparams * sizeof(float), a = (uintptr_t)p;
+  return g_params && a >= lo && a < hi && a + bytes <= hi;
+}
+
+// Uploads into the bound buffer: the fp32 values go where they exist (all of them until it is
+// sharded), and the BF16 shadow gets bf16() of every uploaded value, through a device staging
+// buffer in pieces. The shadow is what the GEMMs, the embedding and the FP4 quantizers read, so a
+// sharded rank that uploads the whole model (init, resume, init_from) computes with all of it.
+static int params_upload(void *dst, const void *src, size_t bytes) {
+  if (g_nkeep < 0 || !in_params(dst, bytes)) return 0;
+  if (((uintptr_t)dst - (uintptr_t)g_params) % sizeof(float) || bytes % sizeof(float))
+    die("cuda backend: upload of %zu bytes at %p: not whole floats of the sharded parameter buffer", bytes, dst);
+  const size_t PIECE = (size_t)16 << 20;  // floats: 64 MiB of staging
+  size_t off = (size_t)((float *)dst - g_params), n = bytes / sizeof(float);
+  float *stage = (float *)cuda_scratch(&g_up_stage, (n < PIECE ? n : PIECE) * sizeof(float), "parameter upload staging");
+  for (size_t a = 0; a < n; a += PIECE) {
+    size_t k = n - a < PIECE ? n - a : PIECE, lo = off + a, hi = lo + k;
+    CUDA_CHECK(cudaMemcpyAsync(stage, (const float *)src + a, k * sizeof(float), cudaMemcpyHostToDevice, g_stream));
+    f32_to_bf16_cuda(g_shadow + lo, stage, k);
+    for (int i = 0; i < g_nkeep; i++) {
+      size_t x = g_keep_off[i] > lo ? g_keep_off[i] : lo, y = g_keep_off[i] + g_keep_len[i];
+      if (y > hi) y = hi;
+      if (x < y)
+        CUDA_CHECK(cudaMemcpyAsync(g_params + x, stage + (x - lo), (y - x) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   g_stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // the staging buffer is reused by the next piece
+  }
+  g_wversion++;
+  return 1;
+}
+
+static int kept(size_t off, size_t n) {  // [off, off + n) lies inside one kept range
+  for (int i = 0; i < g_nkeep; i++)
+    if (off >= g_keep_off[i] && off + n <= g_keep_off[i] + g_keep_len[i]) return 1;
+  return 0;
+}
+
+static void params_check_download(const void *src, size_t bytes) {
+  if (g_nkeep < 0 || !in_params(src, bytes)) return;
+  size_t off = (size_t)((const float *)src - g_params), n = (bytes + sizeof(float) - 1) / sizeof(float);
+  if (!kept(off, n))
+    die("cuda backend: download of parameters [%zu, %zu): this rank holds only its shard of the fp32 parameters "
+        "(parallel.shard_master); gather them first (model/zero.h zero_full_params)", off, off + n);
+}
 
 void cuda_head_ce_set_chunk(int tokens) {
   if (tokens < 0 || tokens % 8) die("cuda_head_ce_set_chunk: %d tokens: must be 0 (automatic) or a positive multiple of 8", tokens);
@@ -316,7 +376,6 @@ typedef struct {
 
 static WeightT *g_wt;
 static int g_nwt, g_capwt;
-static uint64_t g_wversion = 1;  // bumped whenever the BF16 shadow may have changed
 static int g_dgrad_transposed = 1;
 
 static void wt_free_all(void) {
@@ -370,15 +429,76 @@ static bf16 *mb(void *p) { return (bf16 *)p; }
 
 static void *cu_alloc(size_t bytes) { return cuda_malloc_tracked(bytes, "Ops.alloc"); }
 
+static void *cu_alloc_params(size_t bytes) {
+  size_t mapped = 0;
+  void *p = param_memory_alloc(bytes, &mapped);
+  g_mem_used += mapped;
+  if (g_mem_used > g_mem_peak) g_mem_peak = g_mem_used;
+  return p;
+}
+
 static void cu_release(void *p) {
   if (p && p == (void *)g_params) {  // the model's parameters go: so do their shadow, W^T and FP4 copies
     wt_free_all();
     linear_fp4_release_weights();
     cuda_free_tracked(g_shadow);
     g_shadow = NULL, g_params = NULL, g_nparams = 0;
+    free(g_keep_off), free(g_keep_len);
+    g_keep_off = g_keep_len = NULL, g_nkeep = -1;
+    cuda_free_tracked(g_up_stage.p);
+    g_up_stage.p = NULL, g_up_stage.bytes = 0;
   }
-  cuda_free_tracked(p);
+  if (p && param_memory_owns(p)) g_mem_used -= param_memory_free(p);
+  else cuda_free_tracked(p);
 }
+
+static int cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static size_t cu_shard_params(const size_t *off, const size_t *len, int n) {
+  if (!g_params) die("cuda backend: shard_params: no parameter buffer is bound");
+  if (!param_memory_owns(g_params))
+    die("cuda backend: shard_params: the bound parameter buffer was not allocated by alloc_params");
+  if (g_nkeep >= 0) die("cuda backend: shard_params: the parameter buffer is already sharded");
+  // Sort by offset and merge, so that kept() can test a span against one range.
+  size_t *pairs = (size_t *)xmalloc(2 * (size_t)(n ? n : 1) * sizeof(size_t));
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (!len[i]) continue;
+    if (off[i] > g_nparams || len[i] > g_nparams - off[i])
+      die("cuda backend: shard_params: range [%zu, %zu) is outside the %zu parameters", off[i], off[i] + len[i],
+          g_nparams);
+    pairs[2 * m] = off[i], pairs[2 * m + 1] = len[i], m++;
+  }
+  qsort(pairs, m, 2 * sizeof(size_t), cmp_size);
+  g_keep_off = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
+  g_keep_len = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
+  g_nkeep = 0;
+  size_t *boff = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t)), *blen = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
+  for (int i = 0; i < m; i++) {
+    size_t a = pairs[2 * i], b = a + pairs[2 * i + 1];
+    if (g_nkeep && a <= g_keep_off[g_nkeep - 1] + g_keep_len[g_nkeep - 1]) {
+      size_t *e = &g_keep_len[g_nkeep - 1], end = g_keep_off[g_nkeep - 1] + *e;
+      if (b > end) *e = b - g_keep_off[g_nkeep - 1];
+    } else {
+      g_keep_off[g_nkeep] = a, g_keep_len[g_nkeep] = b - a, g_nkeep++;
+    }
+  }
+  for (int i = 0; i < g_nkeep; i++) boff[i] = g_keep_off[i] * sizeof(float), blen[i] = g_keep_len[i] * sizeof(float);
+  size_t released = param_memory_keep(g_params, boff, blen, g_nkeep);
+  g_mem_used -= released;
+  free(pairs), free(boff), free(blen);
+  return released;
+}
+
+static void *cu_params_bf16(void) {
+  if (!g_shadow) die("cuda backend: params_bf16: no parameter buffer is bound");
+  return g_shadow;
+}
+
+static void cu_params_bf16_changed(void) { g_wversion++; }
 
 static void cu_zero(void *p, size_t bytes) {
   if (!bytes) return;
@@ -417,8 +537,14 @@ static void cu_params_changed(void) {
   if (!g_shadow) die("cuda backend: params_changed: no parameter buffer is bound (bind_params was not called)");
   g_wversion++;  // every W^T copy is stale now
   int mk = cuda_prof_begin();
-  f32_to_bf16_cuda(g_shadow, g_params, g_nparams);
-  cuda_prof_end(mk, "params to bf16", PROF_MEM, 6.0 * g_nparams, 0, NULL);
+  size_t moved = 0;
+  if (g_nkeep < 0) {
+    f32_to_bf16_cuda(g_shadow, g_params, g_nparams), moved = g_nparams;
+  } else {  // sharded: only the kept fp32 values exist; the rest of the shadow came by upload or all-gather
+    for (int i = 0; i < g_nkeep; i++)
+      f32_to_bf16_cuda(g_shadow + g_keep_off[i], g_params + g_keep_off[i], g_keep_len[i]), moved += g_keep_len[i];
+  }
+  cuda_prof_end(mk, "params to bf16", PROF_MEM, 6.0 * moved, 0, NULL);
 }
 
 static void cu_set_step(int64_t step, int micro) { linear_fp4_set_step(step, micro); }
@@ -450,7 +576,12 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
 
 static void cu_embed_fwd(void *out, const int *tokens, const float *table, int N, int D, int V) {
   int mk = cuda_prof_begin();
-  embedding_forward_cuda(mb(out), tokens, table, N, D, V);
+  // The table's BF16 shadow when it is the model's: the same bits (the output is BF16), and the
+  // only copy of the whole table on a rank whose fp32 parameters are sharded.
+  if (in_params(table, (size_t)V * D * sizeof(float)) && g_shadow)
+    embedding_forward_bf16_cuda(mb(out), tokens, g_shadow + (table - g_params), N, D, V);
+  else
+    embedding_forward_cuda(mb(out), tokens, table, N, D, V);
   cuda_prof_end(mk, "embed fwd", PROF_MEM, 4.0 * N + 6.0 * N * D, 0, NULL);
 }
 
@@ -600,6 +731,10 @@ static void fill_table(Ops *o) {
   o->sync = cu_sync;
   o->bind_params = cu_bind_params;
   o->params_changed = cu_params_changed;
+  o->alloc_params = cu_alloc_params;
+  o->shard_params = cu_shard_params;
+  o->params_bf16 = cu_params_bf16;
+  o->params_bf16_changed = cu_params_bf16_changed;
   o->set_step = cu_set_step;
   o->set_grad_overwrite = cu_set_grad_overwrite;
   o->grad_sumsq = cu_grad_sumsq;

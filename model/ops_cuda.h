@@ -101,7 +101,21 @@ typedef struct {
 } CudaScratch;
 void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what);
 
+// model/param_memory.cu: the fp32 parameter buffer (Ops.alloc_params) as a reserved virtual range of
+// fixed-size physical chunks, all mapped by alloc (*mapped = bytes of them). keep unmaps every
+// chunk that holds no byte of the ranges [off[i], off[i] + len[i]) (bytes from the buffer's start)
+// and returns the bytes released; mapped says whether [off, off + len) is all backed (1 for a
+// pointer that is not such a buffer); free returns the bytes still mapped before it.
+void *param_memory_alloc(size_t bytes, size_t *mapped);
+int param_memory_owns(const void *p);
+size_t param_memory_keep(void *p, const size_t *off, const size_t *len, int n);
+int param_memory_mapped(const void *p, size_t off, size_t len);
+size_t param_memory_free(void *p);
+
 // Host <-> device copies on the stream, returning when done (the host buffer is free at once).
+// An upload into the bound parameter buffer also writes the BF16 shadow; once the buffer is
+// sharded (Ops.shard_params) it writes the fp32 values only where they are kept, and a download
+// from it dies unless all of the range is kept.
 void cuda_upload(void *dst, const void *src, size_t bytes);
 void cuda_download(void *dst, const void *src, size_t bytes);
 
@@ -131,6 +145,8 @@ void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t
 // an id outside [0, V)), backward to group the positions by token, so each table row is summed by
 // one CTA in position order (deterministic, no atomics). Backward returns the distinct-token count.
 void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V);
+// The same from a BF16 table (the parameters' shadow: bf16(table) is what the fp32 form writes).
+void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V);
 int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D);
 
 // model/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768.

@@ -22,6 +22,23 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
   z->v = ops->alloc(bytes ? bytes : sizeof(float));
   ops->zero(z->m, bytes);
   ops->zero(z->v, bytes);
+  if (z->opt.shard_master && comm_world(comm) > 1 && comm_on_device(comm) && ops->shard_params) {
+    // Kept in fp32: the shard (AdamW updates it) and the tensors without weight decay, the RMSNorm
+    // weights, which the kernels read in fp32 (model/llama.h: decay 0 is exactly those).
+    int nt = llama_num_tensors(model), nk = 1;
+    size_t *off = xmalloc((size_t)(nt + 1) * sizeof(size_t)), *len = xmalloc((size_t)(nt + 1) * sizeof(size_t));
+    z->fp32_ranges = xcalloc((size_t)nt + 1, sizeof(CommRange));
+    off[0] = z->lo, len[0] = z->hi - z->lo;
+    for (int i = 0; i < nt; i++) {
+      const ParamTensor *t = llama_tensor(model, i);
+      if (t->decay) continue;
+      off[nk] = t->offset, len[nk] = t->numel, nk++;
+      z->fp32_ranges[z->nfp32++] = (CommRange){t->offset, t->numel};
+    }
+    z->released = ops->shard_params(off, len, nk);
+    z->sharded = 1;
+    free(off), free(len);
+  }
   return z;
 }
 
@@ -31,6 +48,7 @@ void zero_free(Zero *z) {
   z->ops->release(z->m);
   z->ops->release(z->v);
   free(z->bucket);
+  free(z->fp32_ranges);
   free(z);
 }
 
@@ -110,11 +128,22 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
     op->adamw(p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
               tn->decay ? h->weight_decay : 0.0f, scale, t);
   }
-  if (world > 1) {
+  if (world > 1 && z->sharded) {
+    comm_all_gather_bf16(z->comm, op->params_bf16(), z->n);  // adamw wrote the shard's BF16 copy
+    comm_all_gather_ranges(z->comm, p, z->n, z->fp32_ranges, z->nfp32);
+    op->params_bf16_changed();
+  } else if (world > 1) {
     comm_all_gather(z->comm, p, z->n);
     op->params_changed();  // the other ranks' shards arrived as plain fp32 values
   }
   return 0;
+}
+
+const float *zero_full_params(Zero *z) {
+  if (!z->sharded) return llama_params(z->model);
+  float *g = llama_grads(z->model);
+  comm_all_gather_to(z->comm, llama_params(z->model), g, z->n);
+  return g;
 }
 
 // ---- sharded checkpoints ----------------------------------------------------------------------

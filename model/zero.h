@@ -1,8 +1,11 @@
-// model/zero.h: ZeRO-1 data parallelism. Every rank keeps the full fp32 parameters (the model
-// computes with them: the BF16 shadow of the CUDA backend is derived from them, and RMSNorm and the
-// embedding read them directly) and the full fp32 gradient buffer (micro-batches accumulate into
-// it); the AdamW moments m and v exist only for the rank's shard of the flat parameter buffer
-// (comm_shard_range), so optimizer memory is 1/world.
+// model/zero.h: ZeRO-1 data parallelism. The AdamW moments m and v exist only for the rank's shard
+// of the flat parameter buffer (comm_shard_range), and so, on the CUDA backend (parallel.shard_master,
+// the default), do the fp32 master weights: every rank computes with the whole BF16 copy of the
+// parameters (the GEMMs, the embedding and the FP4 quantizers read it), and the only fp32 values the
+// kernels read are the RMSNorm weights (0.03% of Llama-3 8B), which every rank keeps whole. The
+// parameter buffer keeps its addresses; the memory outside what a rank keeps is given back
+// (Ops.shard_params). The CPU backend computes with the fp32 values, so there they stay whole on
+// every rank. The fp32 gradient buffer is whole everywhere (micro-batches accumulate into it).
 //
 // One optimizer step:
 //   1. reduce the gradients: each rank gets the SUM over ranks of its shard (parallel.grad_reduce:
@@ -16,8 +19,11 @@
 //      gradient is already the mean over its micro-batches (dloss = 1/accum), and the global
 //      gradient is the mean over ranks; the 1/world is folded into AdamW's grad_scale with the
 //      clip factor, so no extra pass over the gradients is made;
-//   3. AdamW on the shard, split at tensor boundaries so each piece gets its tensor's decay flag;
-//   4. all-gather the updated parameters, then ops->params_changed().
+//   3. AdamW on the shard, split at tensor boundaries so each piece gets its tensor's decay flag
+//      (on the CUDA backend it writes the shard's BF16 copy in the same pass);
+//   4. all-gather the updated parameters: with sharded masters the BF16 copy (2 bytes a parameter)
+//      and the RMSNorm weights in fp32; otherwise the fp32 parameters, then ops->params_changed().
+//      Either way every rank ends with the same BF16 weights, bit for bit (bf16 of the same fp32).
 // With world 1 this is exactly the single-process optimizer (same sums, same bits).
 #pragma once
 #include <stddef.h>
@@ -35,6 +41,7 @@ typedef struct {
 } ZeroHyper;
 
 typedef struct {
+  int shard_master;     // shard the fp32 master weights where the backend can (parallel.shard_master)
   int overlap;          // reduce during the last micro-batch's backward (parallel.overlap_reduce)
   CommDtype dtype;      // wire type of the gradients (parallel.grad_reduce)
   size_t bucket;        // floats per bucket; 0: every range on its own (parallel.bucket_mb)
@@ -48,6 +55,10 @@ typedef struct {
   size_t n;       // parameters in all
   size_t lo, hi;  // this rank's shard [lo, hi) of the flat buffer
   float *m, *v;   // AdamW moments of the shard (backend memory, hi - lo floats each)
+  int sharded;             // the fp32 master weights exist only for [lo, hi) and the norms
+  CommRange *fp32_ranges;  // the tensors kept whole in fp32 on every rank (the RMSNorm weights)
+  int nfp32;
+  size_t released;         // bytes of fp32 parameters given back by the sharding
   // The overlapped reduction of one step: the open bucket and how much the backward handed over.
   CommRange *bucket;
   int nbucket, capbucket;
@@ -57,7 +68,10 @@ typedef struct {
 
 enum { ZERO_IDLE, ZERO_HOOKED, ZERO_REDUCED };
 
-// Allocates and zeroes the shard's moments. opt NULL: fp32, no overlap.
+// Allocates and zeroes the shard's moments, and shards the fp32 master weights when opt asks for it,
+// world > 1, the collectives run on device memory and the backend can (Ops.shard_params): call it
+// after the parameters are initialized (later uploads of whole parameters, resume or init_from,
+// still work). opt NULL: fp32 gradients, no overlap, masters whole.
 Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *opt);
 void zero_free(Zero *z);
 
@@ -73,6 +87,12 @@ void zero_reduce_grads(Zero *z);
 // gets the global gradient norm (identical on every rank). Returns -1, with the parameters
 // untouched on every rank, when that norm is not finite.
 int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out);
+
+// All the fp32 parameters, in backend memory, for a checkpoint: llama_params() when this rank holds
+// them; with sharded masters, the ranks' shards all-gathered into the gradient buffer, whose
+// contents are dead between optimizer steps (the next step's first backward overwrites them).
+// Collective: every rank calls it, between steps only.
+const float *zero_full_params(Zero *z);
 
 // ---- sharded checkpoints ----------------------------------------------------------------------
 // With world > 1 every rank saves its own checkpoint file (model/checkpoint.h) in
