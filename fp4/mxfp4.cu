@@ -8,8 +8,11 @@
 // rows, stored transposed) go through a 128x128 BF16 tile in shared memory (16-byte-chunk swizzle,
 // conflict-free both ways); there four consecutive lanes hold the four 32-row blocks of one column pair,
 // so the transposed stores are contiguous per column and the FP8 group exponent is again two shuffles.
-// The producers are ALU-bound (some 15-25 instructions per element and copy), so the per-element
-// work is kept to the rule itself: templates for the output kinds and SR, no index divisions.
+// The producers are bound by instruction issue, mostly Hopper's integer pipe (half the FMA pipes'
+// rate): the row copy takes some 18-21 SASS instructions per element, the dual dY producer ~60 (counts
+// of cuobjdump -sass at sm_90a). So RNE runs on the FMA pipe (quant_dev.cuh, fp4_rne_acc), and the rest
+// of the per-element work is kept to the rule itself: templates for the output kinds and SR, no index
+// divisions.
 #include "common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
@@ -264,10 +267,16 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     int e = sb == 0xFF ? 0 : (int)sb - 127;
     uint32_t pk[4] = {0, 0, 0, 0};
     if (sb != 0xFF) {
-#pragma unroll
-      for (int i = 0; i < 32; i++)  // mx_quantize_block32's element step with the tile's exponent
-        pk[i >> 3] += (e2m1_sign(v[it][i]) | e2m1_rne_mag(fp4_f2u(mx_prescale(fabsf(v[it][i]), e, mode))))
-                      << (4 * (i & 7));
+      // mx_quantize_weight's element rule with the tile's exponent: fl(|w| * c) is mx_prescale (see
+      // mx_block_mul; the 0.87 rule only makes y larger, which the saturating RNE covers).
+      const float c = mx_block_mul(e, mode);
+      if (c != 0.0f) {
+        mx_rne_words(v[it], c, pk);
+      } else {  // MX_SCALE_UP with e < -125: the reference step
+        for (int i = 0; i < 32; i++)
+          pk[i >> 3] += (e2m1_sign(v[it][i]) | e2m1_rne_mag(fp4_f2u(mx_prescale(fabsf(v[it][i]), e, mode))))
+                        << (4 * (i & 7));
+      }
     }
     if (WOUT == OUT_PACKED) {
       store_packed(wq.q + row * (K / 2) + (size_t)b * 16, pk);
