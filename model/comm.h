@@ -89,17 +89,11 @@ void comm_reduce_scatter_sum(Comm *c, float *buf, size_t n, CommDtype t);
 void comm_all_gather(Comm *c, float *buf, size_t n);
 // The same from src (only the rank's own shard of it is read) into dst (all n values written).
 void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n);
+// The same on n BF16 values (2 bytes each, the shards of n elements as for floats): the parameters'
+// BF16 copies after a sharded-master optimizer step (model/zero.c).
+void comm_all_gather_bf16(Comm *c, void *buf, size_t n);
 // Only the ranges r[0..nr) of buf [n]: each piece goes from the rank whose shard holds it to all.
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr);
-// The all-gather of n BF16 values (2 bytes each, sharded as n floats would be: the parameters' BF16
-// copy after a sharded-master optimizer step, model/zero.c), pipelined: every shard is cut into
-// nparts slices (comm_shard_part: [lo, hi) of slice `part` of rank's shard), and this gathers slice
-// `part` of every shard. On NCCL it is queued behind the work on cuda_stream() so far and returns
-// at once, so the next slice's optimizer work overlaps it; comm_gather_wait waits for all of them.
-// Every rank makes the same calls.
-void comm_shard_part(size_t n, int world, int rank, int part, int nparts, size_t *lo, size_t *hi);
-void comm_all_gather_bf16_part(Comm *c, void *buf, size_t n, int part, int nparts);
-void comm_gather_wait(Comm *c);
 // Host bytes: rank 0's buf[0..len) is copied to every rank.
 void comm_broadcast_bytes(Comm *c, void *buf, size_t len);
 void comm_barrier(Comm *c);
@@ -128,9 +122,8 @@ void comm_nccl_free(CommNccl *n);
 void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t);
 void comm_nccl_wait(CommNccl *n, const char *what);
 // Pieces of the ranges (NULL: all of [0, count)), elem_bytes 4 (fp32) or 2 (BF16), broadcast from
-// the owner's src to every rank's dst; waits for the result when wait, else comm_nccl_wait does.
-void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes, const CommRange *r, int nr,
-                      int wait);
+// the owner's src to every rank's dst; waits for the result.
+void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes, const CommRange *r, int nr);
 // CUDA devices this process sees (0 when none or no driver): picks the GPU of a local rank.
 int comm_cuda_device_count(void);
 // Bytes in use on the current device (all allocations: ours, the libraries', NCCL's).

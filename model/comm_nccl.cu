@@ -319,7 +319,7 @@ extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, c
 
 // One broadcast per shard from its owner (in place), in rounds of at most MAX_OP elements each.
 extern "C" void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes,
-                                 const CommRange *r, int nr, int wait) {
+                                 const CommRange *r, int nr) {
   if (elem_bytes != 4 && elem_bytes != 2) die("comm_nccl_gather: elements of %d bytes (4 or 2)", elem_bytes);
   after_compute(n, "all-gather of the parameters");
   CommRange whole = {0, count};
@@ -340,7 +340,7 @@ extern "C" void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t
     in_group++;
   });
   NCCL_CHECK(n, nccl.GroupEnd());
-  if (wait) comm_nccl_wait(n, "all-gather of the parameters");
+  comm_nccl_wait(n, "all-gather of the parameters");
 }
 
 extern "C" int comm_cuda_device_count(void) {

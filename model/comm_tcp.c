@@ -450,67 +450,25 @@ static void gather_piece(void *ctx, size_t off, size_t len, int owner) {
 }
 
 // The all-gathers below, on either transport: elements of eb bytes; each piece of the ranges goes
-// from its owner's src to every rank's dst (src == dst: in place). On NCCL, wait 0 leaves it queued
-// (comm_gather_wait); TCP is always done on return.
-static void gather_ex(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr, int wait) {
+// from its owner's src to every rank's dst (src == dst: in place).
+static void gather(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr) {
   if (c->world == 1) {
     // Nothing to exchange; a copy would need to know where the buffers live (host or device).
     if (src != dst) die("comm all-gather into another buffer with one rank: the caller copies (model/zero.c)");
     return;
   }
 #ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr, wait); return; }
+  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr); return; }
 #endif
-  (void)wait;
   GatherCtx g = {c, src, dst, eb, 0};
   each_piece(n, c->world, r, nr, gather_piece, &g);
   g.phase = 1;
   each_piece(n, c->world, r, nr, gather_piece, &g);
 }
 
-static void gather(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr) {
-  gather_ex(c, src, dst, n, eb, r, nr, 1);
-}
-
-// Part `part` of `nparts` of every rank's shard (each shard cut into nparts near-equal slices, by the
-// same rule on every rank).
-static size_t part_ranges(size_t n, int world, int part, int nparts, CommRange *r) {
-  size_t total = 0;
-  for (int k = 0; k < world; k++) {
-    size_t lo, hi;
-    comm_shard_range(n, world, k, &lo, &hi);
-    size_t len = hi - lo, a = lo + len * (size_t)part / (size_t)nparts, b = lo + len * (size_t)(part + 1) / (size_t)nparts;
-    r[k] = (CommRange){a, b - a};
-    total += b - a;
-  }
-  return total;
-}
-
-void comm_shard_part(size_t n, int world, int rank, int part, int nparts, size_t *lo, size_t *hi) {
-  size_t a, b;
-  comm_shard_range(n, world, rank, &a, &b);
-  *lo = a + (b - a) * (size_t)part / (size_t)nparts;
-  *hi = a + (b - a) * (size_t)(part + 1) / (size_t)nparts;
-}
-
-void comm_all_gather_bf16_part(Comm *c, void *buf, size_t n, int part, int nparts) {
-  if (c->world == 1) return;
-  CommRange *r = xmalloc((size_t)c->world * sizeof(CommRange));
-  part_ranges(n, c->world, part, nparts, r);
-  gather_ex(c, buf, buf, n, sizeof(uint16_t), r, c->world, 0);
-  free(r);
-}
-
-void comm_gather_wait(Comm *c) {
-#ifdef HAVE_CUDA
-  if (c->nccl) comm_nccl_wait(c->nccl, "all-gather of the parameters");
-#else
-  (void)c;
-#endif
-}
-
 void comm_all_gather(Comm *c, float *buf, size_t n) { gather(c, buf, buf, n, sizeof(float), NULL, 0); }
 void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n) { gather(c, src, dst, n, sizeof(float), NULL, 0); }
+void comm_all_gather_bf16(Comm *c, void *buf, size_t n) { gather(c, buf, buf, n, sizeof(uint16_t), NULL, 0); }
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr) {
   gather(c, buf, buf, n, sizeof(float), r, nr);
 }

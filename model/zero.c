@@ -120,30 +120,16 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
   *norm_out = norm;
   if (!isfinite(norm)) return -1;  // every rank sees the same norm, so every rank skips
   float scale = clip_scale(norm, h->grad_clip) / (float)world;
-  // With sharded masters the shard goes in slices: slice j's BF16 copy is all-gathered (queued on
-  // the transport's stream) while AdamW updates slice j + 1, so most of the gather hides behind the
-  // optimizer. The slice count depends only on n and world, so every rank issues the same gathers.
-  const int pipelined = world > 1 && z->sharded;
-  size_t largest_lo, largest_hi;
-  comm_shard_range(z->n, world, world - 1, &largest_lo, &largest_hi);  // the last shard is the longest
-  enum { SLICE = 32 << 20 };  // floats per slice: AdamW ~0.25 ms, the gather of 64 MiB per rank
-  int nparts = pipelined ? (int)((largest_hi - largest_lo + SLICE - 1) / SLICE) : 1;
-  if (nparts < 1) nparts = 1;  // a tiny model over many ranks: empty shards, one (empty) slice
-  for (int part = 0; part < nparts; part++) {
-    size_t plo = z->lo, phi = z->hi;
-    if (pipelined) comm_shard_part(z->n, world, comm_rank(z->comm), part, nparts, &plo, &phi);
-    for (int i = 0; i < llama_num_tensors(z->model); i++) {
-      const ParamTensor *tn = llama_tensor(z->model, i);
-      size_t a = tn->offset > plo ? tn->offset : plo, b = tn->offset + tn->numel;
-      if (b > phi) b = phi;
-      if (a >= b) continue;  // this tensor lies outside the slice
-      op->adamw(p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
-                tn->decay ? h->weight_decay : 0.0f, scale, t);
-    }
-    if (pipelined) comm_all_gather_bf16_part(z->comm, op->params_bf16(), z->n, part, nparts);
+  for (int i = 0; i < llama_num_tensors(z->model); i++) {
+    const ParamTensor *tn = llama_tensor(z->model, i);
+    size_t a = tn->offset > z->lo ? tn->offset : z->lo, b = tn->offset + tn->numel;
+    if (b > z->hi) b = z->hi;
+    if (a >= b) continue;  // this tensor lies outside the shard
+    op->adamw(p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
+              tn->decay ? h->weight_decay : 0.0f, scale, t);
   }
-  if (pipelined) {
-    comm_gather_wait(z->comm);
+  if (world > 1 && z->sharded) {
+    comm_all_gather_bf16(z->comm, op->params_bf16(), z->n);  // adamw wrote the shard's BF16 copy
     comm_all_gather_ranges(z->comm, p, z->n, z->fp32_ranges, z->nfp32);
     op->params_bf16_changed();
   } else if (world > 1) {
