@@ -12,7 +12,8 @@
 #          on 1 GPU (2 -> 1 re-sharding; continues within tolerance of the 1-GPU run)
 #   c      SIGKILL rank 1 mid-run: rank 0 must exit non-zero naming it within timeout_s + 20 s
 #   d      scaling: Llama-3 8B shapes with 4 layers, seq 8192, micro-batch 1, accumulation 1 and 8,
-#          on 1 GPU and on 2 GPUs: tok/s/GPU and efficiency = tok/s/GPU(2) / tok/s/GPU(1)
+#          on 1 GPU and on 2 GPUs: tok/s/GPU and efficiency = tok/s/GPU(2) / tok/s/GPU(1); also
+#          accumulation 1 with the BF16 gradient reduction
 #   e      the full 32-layer Llama-3 8B at seq 8192 on 2 GPUs, 6 steps each with bf16 and mxfp4:
 #          tok/s/GPU, BF16-equivalent MFU, peak memory per GPU, losses
 #   h      SIGSTOP rank 1 (a hang, not a death): rank 0 must stop after parallel.timeout_s (15 s)
@@ -236,6 +237,8 @@ if has d && enough 90 "d"; then
   wait; reap "$W"/d1_*.pid
   runN d2_acc1 2 "$(limit 100)" "${S8[@]}" --set batch.global_batch=2 --set schedule.total_steps=10
   runN d2_acc8 2 "$(limit 100)" "${S8[@]}" --set batch.global_batch=16 --set schedule.total_steps=5
+  runN d2_acc1_bf16 2 "$(limit 100)" "${S8[@]}" --set batch.global_batch=2 --set schedule.total_steps=10 \
+    --set parallel.grad_reduce=bf16
   for acc in 1 8; do
     skip=$([ $acc = 1 ] && echo 3 || echo 1)
     read -r s1 m1 _ _ n1 < <(stats speed "$L/d1_acc$acc.jsonl" $skip)
@@ -243,6 +246,10 @@ if has d && enough 90 "d"; then
     eff=$(python3 -c "import sys; print(f'{float(sys.argv[2]) / float(sys.argv[1]) * 100:.1f}%')" "$s1" "$s2" 2>/dev/null || echo nan)
     note "d accum $acc: 8B shapes x 4 layers ($gf GFLOP/token), seq 8192, micro 1: 1 GPU $s1 tok/s/GPU (MFU $(mfu "$s1" "$gf")%, $n1 steps), 2 GPUs $s2 tok/s/GPU (MFU $(mfu "$s2" "$gf")%, $n2 steps): scaling efficiency $eff (target >= 95%); peak mem $m1 / $m2 GB"
   done
+  read -r s1 _ _ _ _ < <(stats speed "$L/d1_acc1.jsonl" 3)
+  read -r s2 _ _ _ n2 < <(stats speed "$L/d2_acc1_bf16.jsonl" 3)
+  eff=$(python3 -c "import sys; print(f'{float(sys.argv[2]) / float(sys.argv[1]) * 100:.1f}%')" "$s1" "$s2" 2>/dev/null || echo nan)
+  note "d accum 1, parallel.grad_reduce=bf16: 2 GPUs $s2 tok/s/GPU ($n2 steps): scaling efficiency $eff"
   echo "(d took $((SECONDS - t)) s)"
 fi
 
