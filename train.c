@@ -443,9 +443,10 @@ int main(int argc, char **argv) {
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;
 
+  // The recipe first: which BF16 activations the model keeps depends on it (model/llama.h).
+  Recipe recipe = apply_recipe(cfg, run.ops, mc->n_layers);
   run.model = llama_create_ex(mc, B, T, run.ops, llama_recompute_parse(cfg->recompute));
   llama_init(run.model, cfg->seed);
-  Recipe recipe = apply_recipe(cfg, run.ops, mc->n_layers);
   run.recipe = recipe_meta(&recipe);
   run.saved_step = -1;
   size_t n = llama_param_count(run.model);

@@ -26,7 +26,9 @@ typedef struct {
   double fwdbwd_s;    // forward + backward only
   double opt_s;       // optimizer only (grad norm + AdamW over all tensors)
   double mem_gb;      // peak device memory of this depth
-  double act_gb;      // the model's activation arena (llama_activation_bytes) at this depth
+  double act_gb;      // activations kept for the backward at this depth: the model's arena
+                      // (llama_activation_bytes) plus the backend's saved quantized inputs
+  double act_plain_gb;  // the same with every BF16 input kept, as the BF16 recipe keeps them
   float loss;
 } Timing;
 
@@ -55,11 +57,9 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   LlamaConfig mc = cfg->model;
   mc.n_layers = layers;
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
-  Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
-  llama_init(m, cfg->seed);
 #ifdef HAVE_CUDA
-  if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends
-    Recipe r;
+  if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends; set before
+    Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
     if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
                        cfg->bf16_first_blocks, cfg->bf16_last_blocks, cuda_device_cc(), err, sizeof err))
@@ -67,6 +67,8 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
     cuda_set_recipe(&r, layers, cfg->seed);
   }
 #endif
+  Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
+  llama_init(m, cfg->seed);
   size_t n = llama_param_count(m);
   float *am = op->alloc(n * sizeof(float)), *av = op->alloc(n * sizeof(float));
   op->zero(am, n * sizeof(float));
@@ -77,7 +79,8 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
   for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
 
-  Timing tm = {.layers = layers, .act_gb = llama_activation_bytes(m) / 1e9};
+  Timing tm = {.layers = layers, .act_gb = llama_activation_bytes(m) / 1e9,
+               .act_plain_gb = llama_activation_bytes_plain(m) / 1e9};
   int64_t t = 0;
   for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
     llama_zero_grad(m);
@@ -110,6 +113,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
 #ifdef HAVE_CUDA
   if (op != &ops_cpu) {
     tm.mem_gb = cuda_mem_peak() / 1e9;
+    tm.act_gb += cuda_saved_input_bytes() / 1e9;  // the FP4 copies the forwards kept (allocated by now)
     if (profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
       cuda_profile_reset();
       cuda_profile_enable(1);
@@ -161,8 +165,12 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb, b.loss);
   printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
          pl_fb * 1e3, pl_opt * 1e3, mem_layer);
+  double act_layer = (b.act_gb - a.act_gb) / (lb - la), plain_layer = (b.act_plain_gb - a.act_plain_gb) / (lb - la);
   printf("activations per layer (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", cfg->recompute,
-         (b.act_gb - a.act_gb) / (lb - la) * 1e3, a.act_gb * 1e3, la);
+         act_layer * 1e3, a.act_gb * 1e3, la);
+  printf("activation memory per token per layer: %.1f KB with recipe %s, %.1f KB with every input kept in BF16 "
+         "(%.1f%%)\n", act_layer * 1e9 / tokens / 1e3, cfg->recipe, plain_layer * 1e9 / tokens / 1e3,
+         plain_layer > 0 ? 100.0 * act_layer / plain_layer : 0.0);
   printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
          a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
   printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,

@@ -187,10 +187,13 @@ static QWeight *g_wc;
 static int g_nwc, g_capwc;
 static long g_wquant;
 
+static void free_saved(void);
+
 void linear_fp4_release_weights(void) {
   if (g_nwc) CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // queued GEMMs may still read them
   for (int i = 0; i < g_nwc; i++) cuda_free_tracked(g_wc[i].mem);
   g_nwc = 0;
+  free_saved();  // the saved inputs belong to the model too
 }
 
 long linear_fp4_weight_quantizations(void) { return g_wquant; }
@@ -339,7 +342,84 @@ static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
   return hit;
 }
 
-static void forget_x(void) { memset(g_xq, 0, sizeof g_xq); }
+// ---- x's Wgrad copies kept from the forward (saved tensors kept quantized) -------------------------
+
+// With saving on (linear_fp4_set_save_inputs), the forward of the linear that leads a group sharing
+// x (q for q/k/v, o, gate for gate/up, down) also writes x's Wgrad column copy, into a buffer of its
+// own per (layer, group) that lives until the backward: the MXFP4 dual producer makes the Fprop row
+// copy and this copy from one read of x. The backward's Wgrad then reads it instead of requantizing
+// the saved BF16 x, so the model need not keep that BF16 x at all (model/llama.h). The copy is RNE,
+// a pure function of x, so the bits are those the backward would have made.
+typedef struct {
+  int layer, N, in, fp8;
+  LinearKind group;
+  uint8_t *mem;
+  QOp col;      // x^T [in, N], the Wgrad operand
+  float *amax;  // NVFP4: the tensor amax of the rotated x (device)
+  int valid;    // written by the forward of the current micro-batch
+} SavedX;
+static SavedX *g_saved;
+static int g_nsaved, g_capsaved;
+static int g_save_inputs;
+static size_t g_saved_bytes;
+
+static LinearKind group_of(LinearKind k) {
+  return k == LIN_K || k == LIN_V ? LIN_Q : k == LIN_UP ? LIN_GATE : k;
+}
+
+static int is_group_leader(LinearKind k) { return group_of(k) == k; }
+
+static void forget_saved(void) {
+  for (int i = 0; i < g_nsaved; i++) g_saved[i].valid = 0;
+}
+
+static void free_saved(void) {
+  if (g_nsaved) CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  for (int i = 0; i < g_nsaved; i++) cuda_free_tracked(g_saved[i].mem);
+  g_nsaved = 0, g_saved_bytes = 0;
+}
+
+// The saved copy of (layer, group of kind) for an x of [N, in]: found, or made when create.
+static SavedX *saved_slot(LinearId id, int N, int in, int create) {
+  const LinearKind g = group_of(id.kind);
+  const int fp8 = fp8_path();
+  for (int i = 0; i < g_nsaved; i++) {
+    SavedX *e = &g_saved[i];
+    if (e->layer != id.layer || e->group != g) continue;
+    if (e->N == N && e->in == in && e->fp8 == fp8) return e;
+    if (!create) return NULL;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // another shape: reallocate
+    g_saved_bytes -= qop_bytes(e->fp8, 0, e->in, e->N) + 256;
+    cuda_free_tracked(e->mem);
+    *e = g_saved[--g_nsaved];
+    break;
+  }
+  if (!create) return NULL;
+  g_saved = (SavedX *)grow_array(g_saved, g_nsaved, &g_capsaved, sizeof *g_saved);
+  SavedX *e = &g_saved[g_nsaved++];
+  size_t bytes = qop_bytes(fp8, 0, in, N) + 256;
+  memset(e, 0, sizeof *e);
+  e->layer = id.layer, e->group = g, e->N = N, e->in = in, e->fp8 = fp8;
+  e->mem = (uint8_t *)cuda_malloc_tracked(bytes, "a saved FP4 copy of a linear's input (Wgrad operand)");
+  e->col = qop_at(e->mem, fp8, 0, in, N);
+  e->amax = (float *)(e->mem + bytes - 256);
+  g_saved_bytes += bytes;
+  return e;
+}
+
+void linear_fp4_set_save_inputs(int on) {
+  if (!on) free_saved();
+  g_save_inputs = on != 0;
+}
+
+int linear_fp4_saves_input(LinearId id) { return g_save_inputs && linear_fp4_active(id); }
+
+size_t linear_fp4_saved_bytes(void) { return g_saved_bytes; }
+
+static void forget_x(void) {
+  memset(g_xq, 0, sizeof g_xq);
+  forget_saved();
+}
 
 // ---- the linear entries -------------------------------------------------------------------------
 
@@ -350,13 +430,22 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
   const int fp8 = fp8_path();
   QOp xq = scratch_op(S_X_ROW, fp8, 0, N, in);
   const int shared = reuse_x(XQ_ROW, id, x, N, in);
+  // The group leader keeps x's Wgrad copy for the backward (saved quantized, see SavedX).
+  SavedX *sv = g_save_inputs && is_group_leader(id.kind) ? saved_slot(id, N, in, 1) : NULL;
   int mk = cuda_prof_begin();
   if (g_recipe.format == FMT_MXFP4) {
     PhiloxStream none = {};
-    if (!shared) {
-      mx_quantize_rows_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq));
-      book_mem(mk, "quant x fwd", NULL, 2.0 * N * in + qbytes(fp8, N, in));
+    const int had = g_recipe.hadamard;
+    if (sv && !shared && (had == 0 || had == 32)) {  // one read of x: Fprop rows and Wgrad columns
+      mx_quantize_dual_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq), had == 32, mx_out(sv->col));
+      book_mem(mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(fp8, N, in));
+    } else {
+      if (!shared) mx_quantize_rows_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq));
+      if (sv) quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), sv->col, NULL);
+      if (!shared || sv) book_mem(mk, sv ? "quant x fwd+wgrad" : "quant x fwd", NULL, 2.0 * N * in * (!shared + (sv != 0)) +
+                                  qbytes(fp8, N, in) * (!shared + (sv != 0)));
     }
+    if (sv) sv->valid = 1;
     float u = mx_unit(mx_mode());
     fp4_gemm("fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, u * u, 0.0f, NULL);
   } else {
@@ -365,8 +454,10 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
       nvfp4_amax_cuda(dev_scalar(D_AMAX_X), x, (size_t)N * in);
       nvfp4_quantize_rows_cuda(x, N, in, dev_scalar(D_AMAX_X), NV_RNE, none, xq.q, xq.sb);
     }
+    if (sv) quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), sv->col, sv->amax), sv->valid = 1;
     nvfp4_gemm_alpha_cuda(dev_scalar(D_ALPHA), dev_scalar(D_AMAX_X), qw->amax);
-    if (!shared) book_mem(mk, "quant x fwd", NULL, 4.0 * N * in + qbytes(0, N, in));
+    if (!shared || sv) book_mem(mk, sv ? "quant x fwd+wgrad" : "quant x fwd", NULL, 4.0 * N * in * (!shared + (sv != 0)) +
+                                qbytes(0, N, in) * (!shared + (sv != 0)));
     fp4_gemm("fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, 1.0f, 0.0f, dev_scalar(D_ALPHA));
   }
 }
@@ -421,17 +512,27 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
     fp4_gemm("dgrad", id.kind, dx, 0, dyr, qw->wtq, N, in, out_dim, alpha, dx_accumulate ? 1.0f : 0.0f, alpha_dev);
   }
 
-  // Wgrad: dW (+)= (R dY)^T (R x), x's column copy recomputed from the saved BF16 x
+  // Wgrad: dW (+)= (R dY)^T (R x), with x's column copy saved by the forward, else recomputed from
+  // the saved BF16 x
   if (dw) {
-    if (!reuse_x(XQ_COL, id, x, N, in)) {
-      mk = cuda_prof_begin();
-      quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));
-      book_mem(mk, "quant x wgrad", NULL, (nv ? 4.0 : 2.0) * N * in + qbytes(fp8, in, N));
+    SavedX *sv = g_save_inputs ? saved_slot(id, N, in, 0) : NULL;
+    const float *amax_xc = dev_scalar(D_AMAX_X_COL);
+    if (sv && sv->valid) {
+      xc = sv->col, amax_xc = sv->amax;
+    } else {
+      if (!x)
+        die("linear_fp4: layer %d %s: no saved FP4 copy of x from this micro-batch's forward and no BF16 x for "
+            "the Wgrad", id.layer, linear_kind_name(id.kind));
+      if (!reuse_x(XQ_COL, id, x, N, in)) {
+        mk = cuda_prof_begin();
+        quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));
+        book_mem(mk, "quant x wgrad", NULL, (nv ? 4.0 : 2.0) * N * in + qbytes(fp8, in, N));
+      }
     }
     const float *alpha_dev = NULL;
     float alpha = 1.0f;
     if (nv) {
-      nvfp4_gemm_alpha_cuda(dev_scalar(D_ALPHA), dev_scalar(D_AMAX_DY_COL), dev_scalar(D_AMAX_X_COL));
+      nvfp4_gemm_alpha_cuda(dev_scalar(D_ALPHA), dev_scalar(D_AMAX_DY_COL), amax_xc);
       alpha_dev = dev_scalar(D_ALPHA);
     } else {
       alpha = mx_unit(mx_mode()) * mx_unit(mx_mode());

@@ -13,8 +13,8 @@
 //          tensor amaxes stay on the device and reach the GEMM's alpha there), 16x16 weight tiles,
 //          R16 only.
 // The dY row copy (Dgrad) and column copy (Wgrad) come from one producer call (mx_quantize_dual_cuda)
-// in the paper's recipe. x's Wgrad column copy is recomputed in the backward from the saved BF16 x
-// (one extra read of x per linear; nothing FP4 is kept between the passes).
+// in the paper's recipe. x's Wgrad column copy is made in the forward and kept quantized until the
+// backward when input saving is on (below), else recomputed in the backward from the saved BF16 x.
 //
 // GEMM back ends (recipe.gemm): GEMM_FP8_EMBED runs MXFP4 on Hopper's FP8 tensor cores through the
 // exact FP8 embedding (fp8_embed.h), alpha = mx_unit^2; GEMM_REFERENCE dequantizes exactly to BF16
@@ -59,6 +59,15 @@ long linear_fp4_weight_quantizations(void);
 // k/v reuse q's quantization of x, up reuses gate's (on by default). Off: every linear quantizes its
 // own x (for the test that the sharing changes no bit).
 void linear_fp4_set_share_x(int on);
+// Saved tensors kept quantized (off by default; Ops.set_input_saving turns it on for a model that
+// keeps its activations): the forward of q, o, gate and down also writes x's Wgrad column copy (the
+// MXFP4 dual producer makes it with the Fprop copy from one read of x) into a buffer per (layer,
+// group) kept until the backward, whose Wgrad then reads it instead of requantizing x. The same bits
+// either way (the copy is RNE). saves_input: 1 when linear id's backward needs no BF16 x (active and
+// saving on); saved_bytes: device memory the saved copies hold.
+void linear_fp4_set_save_inputs(int on);
+int linear_fp4_saves_input(LinearId id);
+size_t linear_fp4_saved_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,13 @@ struct Llama {
   void *arena;                     // the one allocation behind every Acts pointer
   int head_chunk;                  // tokens per chunk of the fused head + cross-entropy
   int recompute;                   // LlamaRecompute: which activations the backward recomputes
-  size_t arena_bytes;
+  // Slice of attn_in / ffn_in / swi that block l uses: its own, or a shared scratch slice when the
+  // backend keeps a quantized copy of that linear input for the backward (Ops.linear_saves_input),
+  // so the BF16 one is not kept. n_*: slices carved.
+  int *attn_in_slot, *ffn_in_slot, *swi_slot;
+  int n_attn_in, n_ffn_in, n_swi;
+  unsigned char *input_saved;  // per block: bit b set when input b (attn_in, ffn_in, swi) is the backend's
+  size_t arena_bytes, arena_bytes_plain;  // plain: the same with every BF16 input kept
   int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
   int grads_stale;                 // llama_zero_grad was called: the next backward writes, not adds
   LlamaGradHook grad_hook;         // told as gradient ranges become final in a backward (or NULL)
@@ -144,7 +150,7 @@ static size_t layout_acts(Llama *m, char *base) {
     off += ((size_t)(count) * (elem_bytes) + 255) & ~(size_t)255;        \
   } while (0)
   CARVE(res, (L + 1) * N * D, ab);
-  CARVE(attn_in, SA * N * D, ab);
+  CARVE(attn_in, (size_t)m->n_attn_in * N * D, ab);
   CARVE(q, SA * N * Q, ab);
   CARVE(k, SA * N * K, ab);
   CARVE(v, SA * N * K, ab);
@@ -152,10 +158,10 @@ static size_t layout_acts(Llama *m, char *base) {
   CARVE(res_mid, SA * N * D, ab);
   CARVE(attn_rstd, SA * N, fb);
   CARVE(lse, SA * N * m->c.n_heads, fb);
-  CARVE(ffn_in, SF * N * D, ab);
+  CARVE(ffn_in, (size_t)m->n_ffn_in * N * D, ab);
   CARVE(gate, SF * N * F, ab);
   CARVE(up, SF * N * F, ab);
-  CARVE(swi, SF * N * F, ab);
+  CARVE(swi, (size_t)m->n_swi * N * F, ab);
   CARVE(ffn_rstd, SF * N, fb);
   CARVE(final, N * D, ab);
   CARVE(final_rstd, N, fb);
@@ -191,21 +197,50 @@ static LayerActs layer_acts(const Llama *m, int l) {
   const size_t la = (size_t)l % attn_slices(m), lf = (size_t)l % ffn_slices(m);  // 0 for a scratch slice
   return (LayerActs){
       .res_in = act(m, a->res, l * N * D),
-      .attn_in = act(m, a->attn_in, la * N * D),
+      .attn_in = act(m, a->attn_in, (size_t)m->attn_in_slot[l] * N * D),
       .q = act(m, a->q, la * N * Q),
       .k = act(m, a->k, la * N * K),
       .v = act(m, a->v, la * N * K),
       .att = act(m, a->att, la * N * Q),
       .res_mid = act(m, a->res_mid, la * N * D),
-      .ffn_in = act(m, a->ffn_in, lf * N * D),
+      .ffn_in = act(m, a->ffn_in, (size_t)m->ffn_in_slot[l] * N * D),
       .gate = act(m, a->gate, lf * N * F),
       .up = act(m, a->up, lf * N * F),
-      .swi = act(m, a->swi, lf * N * F),
+      .swi = act(m, a->swi, (size_t)m->swi_slot[l] * N * F),
       .res_out = act(m, a->res, (l + 1) * N * D),
       .attn_rstd = a->attn_rstd + la * N,
       .ffn_rstd = a->ffn_rstd + lf * N,
       .lse = a->lse + la * N * m->c.n_heads,
   };
+}
+
+// Which slice of attn_in, ffn_in and swi each block uses. By default block l's own (recompute none)
+// or the one scratch slice (recomputed halves). With plain == 0 and recompute none, a block whose
+// linears keep a quantized copy of that input for their backward (Ops.linear_saves_input: q, k and
+// v for attn_in, gate and up for ffn_in, down for swi) writes its BF16 input into one shared
+// scratch slice instead: only its forward reads it.
+static void assign_slots(Llama *m, int plain) {
+  const int L = m->c.n_layers;
+  const int SA = (int)attn_slices(m), SF = (int)ffn_slices(m);
+  const Ops *op = m->ops;
+  const int saving = !plain && m->recompute == LLAMA_RECOMPUTE_NONE && op->linear_saves_input;
+  int *slots[3] = {m->attn_in_slot, m->ffn_in_slot, m->swi_slot}, *count[3] = {&m->n_attn_in, &m->n_ffn_in, &m->n_swi};
+  const int per_layer[3] = {SA, SF, SF};
+  static const LinearKind users[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP}, {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
+  for (int b = 0; b < 3; b++) {
+    int own = 0, shared = 0;
+    for (int l = 0; l < L; l++) {
+      int saved = saving;
+      for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input((LinearId){l, users[b][u]});
+      if (per_layer[b] == L && !saved) slots[b][l] = own++;
+      else slots[b][l] = -1, shared = 1;
+      if (per_layer[b] == L && saved) m->input_saved[l] |= (unsigned char)(1u << b);
+      else m->input_saved[l] &= (unsigned char)~(1u << b);
+    }
+    for (int l = 0; l < L; l++)
+      if (slots[b][l] < 0) slots[b][l] = own;  // the one scratch slice, after the kept ones
+    *count[b] = own + shared;
+  }
 }
 
 // ---- lifetime -----------------------------------------------------------------------------------
@@ -266,6 +301,16 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
 
   int chunk = HEAD_CHUNK_FLOATS / c->vocab_size;
   m->head_chunk = chunk < 1 ? 1 : chunk > m->N ? m->N : chunk;
+  // Saved tensors kept quantized (FP4 recipes on the CUDA backend): only worth it when the forward
+  // keeps every block's activations; the recomputing modes keep the inputs' BF16 scratch instead.
+  if (ops->set_input_saving) ops->set_input_saving(recompute == LLAMA_RECOMPUTE_NONE);
+  m->attn_in_slot = xcalloc((size_t)c->n_layers, sizeof(int));
+  m->ffn_in_slot = xcalloc((size_t)c->n_layers, sizeof(int));
+  m->swi_slot = xcalloc((size_t)c->n_layers, sizeof(int));
+  m->input_saved = xcalloc((size_t)c->n_layers, 1);
+  assign_slots(m, 1);
+  m->arena_bytes_plain = layout_acts(m, NULL);
+  assign_slots(m, 0);
   m->arena_bytes = layout_acts(m, NULL);
   m->arena = ops->alloc(m->arena_bytes);
   layout_acts(m, m->arena);
@@ -280,11 +325,13 @@ void llama_free(Llama *m) {
   op->release(m->rope_cos);
   op->release(m->rope_sin);
   op->release(m->arena);
+  free(m->attn_in_slot), free(m->ffn_in_slot), free(m->swi_slot), free(m->input_saved);
   free(m);
 }
 
 const LlamaConfig *llama_config(const Llama *m) { return &m->c; }
 size_t llama_activation_bytes(const Llama *m) { return m->arena_bytes; }
+size_t llama_activation_bytes_plain(const Llama *m) { return m->arena_bytes_plain; }
 float *llama_params(Llama *m) { return m->params; }
 size_t llama_param_count(const Llama *m) { return m->n_params; }
 int llama_num_tensors(const Llama *m) { return N_TENSORS; }
@@ -448,7 +495,26 @@ static void grad_ready(Llama *m, int id, int l) {
 
 // The backward from d(final norm output) (in a->dnorm, written by the fused head) down to the
 // embedding.
+// A block whose BF16 linear inputs were not kept needs the backend's quantized copies: dies, naming
+// the block, if the backend no longer keeps them (its recipe or saving mode changed since the model
+// was created), instead of differentiating against another block's input.
+static void check_saved_inputs(const Llama *m) {
+  if (m->recompute != LLAMA_RECOMPUTE_NONE || !m->ops->linear_saves_input) return;
+  static const LinearKind users[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP}, {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
+  static const char *what[3] = {"attention input (q, k, v)", "feed-forward input (gate, up)", "down input"};
+  for (int b = 0; b < 3; b++)
+    for (int l = 0; l < m->c.n_layers; l++) {
+      if (!(m->input_saved[l] >> b & 1)) continue;  // block l keeps its own BF16 input
+      for (int u = 0; u < 3; u++)
+        if (!m->ops->linear_saves_input((LinearId){l, users[b][u]}))
+          die("model: block %d's BF16 %s was not kept because the backend kept a quantized copy when the model "
+              "was created; its recipe or input saving has changed since: create the model after setting the "
+              "recipe (and recompute mode) it trains with", l, what[b]);
+    }
+}
+
 static void backward_blocks(Llama *m) {
+  check_saved_inputs(m);
   const Ops *op = m->ops;
   const LlamaConfig *c = &m->c;
   Acts *a = &m->a;

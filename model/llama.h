@@ -44,8 +44,13 @@ const char *llama_recompute_name(int recompute);
 // llama_create with a recompute mode (llama_create means LLAMA_RECOMPUTE_NONE). Dies on an
 // unknown mode.
 Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int recompute);
-// Bytes of the activation arena (saved activations and scratch) for this model's B, T and mode.
+// Bytes of the activation arena (saved activations and scratch) for this model's B, T and mode. With
+// recompute none, a block whose linears' backend keeps a quantized copy of their input for the
+// backward (Ops.linear_saves_input; the FP4 recipes on the CUDA backend, fixed when the model is
+// created, so set the recipe first) does not keep that BF16 input: _plain is the arena with every
+// BF16 input kept (what the BF16 recipe uses); the quantized copies are the backend's memory.
 size_t llama_activation_bytes(const Llama *m);
+size_t llama_activation_bytes_plain(const Llama *m);
 void llama_free(Llama *m);
 const LlamaConfig *llama_config(const Llama *m);
 

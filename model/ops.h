@@ -83,6 +83,14 @@ typedef struct Ops {
   // not read it (beta = 0). embed_bwd is a scatter and always adds: the graph zeroes its table first.
   void (*set_grad_overwrite)(int on);
 
+  // Saved tensors kept quantized (NULL where not supported). set_input_saving(on): the model says
+  // whether it keeps activations for the backward (recompute none); when on, linear_saves_input(id)
+  // is 1 for a linear whose forward keeps its own quantized copy of x for its Wgrad, so matmul_bwd
+  // ignores x and the model need not keep the BF16 x (model/llama.c reuses one scratch for it).
+  // The answer depends on the backend's precision recipe at the time it is asked.
+  void (*set_input_saving)(int on);
+  int (*linear_saves_input)(LinearId id);
+
   // Optimizer on backend memory, with model/adamw.h's exact semantics.
   double (*grad_sumsq)(const float *g, size_t n);
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,

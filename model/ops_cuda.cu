@@ -84,6 +84,7 @@ void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what) {
 }
 
 size_t cuda_mem_used(void) { return g_mem_used; }
+size_t cuda_saved_input_bytes(void) { return linear_fp4_saved_bytes(); }
 size_t cuda_mem_peak(void) { return g_mem_peak; }
 void cuda_mem_reset_peak(void) { g_mem_peak = g_mem_used; }
 
@@ -731,6 +732,8 @@ static void fill_table(Ops *o) {
   o->sync = cu_sync;
   o->bind_params = cu_bind_params;
   o->params_changed = cu_params_changed;
+  o->set_input_saving = linear_fp4_set_save_inputs;
+  o->linear_saves_input = linear_fp4_saves_input;
   o->alloc_params = cu_alloc_params;
   o->shard_params = cu_shard_params;
   o->params_bf16 = cu_params_bf16;

@@ -24,7 +24,7 @@ def gemm_floor(rows, pred):
     """Sum of ms over GEMM rows matching pred, each at max(achieved, ceiling) TFLOP/s."""
     t = 0.0
     for k, (ms, ach, ceil) in rows.items():
-        if k.startswith("gemm") and pred(k):
+        if " gemm " in f" {k} " and pred(k):
             t += ms * ach / max(ach, ceil) if ach and ceil else ms
     return t
 

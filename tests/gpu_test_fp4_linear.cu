@@ -341,7 +341,24 @@ static void test_model(void) {
     printf("  %s: shared x quantization bit-identical to per-linear (loss %.6f)\n", k ? "nvfp4" : "mxfp4", on.loss);
     free(on.grads), free(off.grads);
   }
-  attention_cudnn_set_deterministic(0);
+  // Saved tensors kept quantized: with input saving on (the default for a model that keeps its
+  // activations) the forwards of q, o, gate and down keep x's Wgrad copy and the backward reads it;
+  // off, the backward requantizes the BF16 x. No bit may change.
+  for (int k = 0; k < 2; k++) {
+    linear_fp4_set_save_inputs(1);
+    Pass on = model_pass(m, shared_recipes[k], in, tg);
+    size_t saved = linear_fp4_saved_bytes();
+    linear_fp4_set_save_inputs(0);
+    Pass off = model_pass(m, shared_recipes[k], in, tg);
+    linear_fp4_set_save_inputs(1);
+    CHECK(saved > 0, "%s: the forward kept no quantized input", k ? "nvfp4" : "mxfp4");
+    CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
+          "%s: the Wgrad copy of x kept from the forward changed the loss (%.9g vs %.9g) or gradients",
+          k ? "nvfp4" : "mxfp4", on.loss, off.loss);
+    printf("  %s: x's Wgrad copy kept from the forward (%.2f MB) bit-identical to requantizing x\n",
+           k ? "nvfp4" : "mxfp4", saved / 1e6);
+    free(on.grads), free(off.grads);
+  }
 
   const int steps = 10;
   float lb[10], lf[10];
@@ -352,9 +369,26 @@ static void test_model(void) {
   double db = lb[0] - lb[steps - 1], df = lf[0] - lf[steps - 1];
   CHECK(db > 0.1, "the BF16 run did not learn the batch (%.4f -> %.4f)", lb[0], lb[steps - 1]);
   CHECK(df > 0.7 * db, "mxfp4 loss fell by %.4f, BF16's by %.4f", df, db);
+  // A model created under the mxfp4 recipe keeps no BF16 input of its FP4 linears (one shared
+  // scratch instead): less activation memory, and the same loss and gradients as m computes with
+  // every BF16 input kept.
+  attention_cudnn_set_deterministic(1);
+  Pass ref = model_pass(m, &mx, in, tg);
+  cuda_set_recipe(&mx, c.n_layers, SEED);
+  Llama *m2 = llama_create(&c, B, T, G);  // binds its own parameters: m is done
+  size_t act = llama_activation_bytes(m2), plain = llama_activation_bytes_plain(m2);
+  Pass p2 = model_pass(m2, &mx, in, tg);
+  attention_cudnn_set_deterministic(0);
+  size_t saved = linear_fp4_saved_bytes();
+  printf("  mxfp4 model: activations %.2f MB + %.2f MB kept quantized, against %.2f MB with every BF16 input kept\n",
+         act / 1e6, saved / 1e6, plain / 1e6);
+  CHECK(act + saved < plain, "keeping quantized inputs saves memory: %zu + %zu vs %zu bytes", act, saved, plain);
+  CHECK(p2.loss == ref.loss && !memcmp(p2.grads, ref.grads, np * sizeof(float)),
+        "mxfp4 model without BF16 inputs: loss %.9g vs %.9g, or gradients differ", p2.loss, ref.loss);
   cuda_set_recipe(NULL, 0, 0);
-  free(warm.grads), free(bf.grads), free(fp.grads), free(ov.grads);
+  free(warm.grads), free(bf.grads), free(fp.grads), free(ov.grads), free(ref.grads), free(p2.grads);
   free(in), free(tg);
+  llama_free(m2);
   llama_free(m);
 }
 
