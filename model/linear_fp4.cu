@@ -345,7 +345,7 @@ static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
 // ---- x's Wgrad copies kept from the forward (saved tensors kept quantized) -------------------------
 
 // With saving on (linear_fp4_set_save_inputs), the forward of the linear that leads a group sharing
-// x (q for q/k/v, o, gate for gate/up, down) also writes x's Wgrad column copy, into a buffer of its
+// x (q for q/k/v, gate for gate/up, and down) also writes x's Wgrad column copy, into a buffer of its
 // own per (layer, group) that lives until the backward: the MXFP4 dual producer makes the Fprop row
 // copy and this copy from one read of x. The backward's Wgrad then reads it instead of requantizing
 // the saved BF16 x, so the model need not keep that BF16 x at all (model/llama.h). The copy is RNE,
@@ -367,7 +367,10 @@ static LinearKind group_of(LinearKind k) {
   return k == LIN_K || k == LIN_V ? LIN_Q : k == LIN_UP ? LIN_GATE : k;
 }
 
-static int is_group_leader(LinearKind k) { return group_of(k) == k; }
+// The linears whose forward keeps x's copy: the leaders of the groups whose BF16 x the model can
+// drop. o's input (the attention output) stays in BF16 for the attention backward anyway, so
+// keeping a copy for o would only add memory.
+static int keeps_x(LinearKind k) { return k == LIN_Q || k == LIN_GATE || k == LIN_DOWN; }
 
 static void forget_saved(void) {
   for (int i = 0; i < g_nsaved; i++) g_saved[i].valid = 0;
@@ -412,7 +415,9 @@ void linear_fp4_set_save_inputs(int on) {
   g_save_inputs = on != 0;
 }
 
-int linear_fp4_saves_input(LinearId id) { return g_save_inputs && linear_fp4_active(id); }
+int linear_fp4_saves_input(LinearId id) {
+  return g_save_inputs && id.kind != LIN_O && id.kind != LIN_HEAD && linear_fp4_active(id);
+}
 
 size_t linear_fp4_saved_bytes(void) { return g_saved_bytes; }
 
@@ -431,7 +436,7 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
   QOp xq = scratch_op(S_X_ROW, fp8, 0, N, in);
   const int shared = reuse_x(XQ_ROW, id, x, N, in);
   // The group leader keeps x's Wgrad copy for the backward (saved quantized, see SavedX).
-  SavedX *sv = g_save_inputs && is_group_leader(id.kind) ? saved_slot(id, N, in, 1) : NULL;
+  SavedX *sv = g_save_inputs && keeps_x(id.kind) ? saved_slot(id, N, in, 1) : NULL;
   int mk = cuda_prof_begin();
   if (g_recipe.format == FMT_MXFP4) {
     PhiloxStream none = {};

@@ -60,11 +60,12 @@ long linear_fp4_weight_quantizations(void);
 // own x (for the test that the sharing changes no bit).
 void linear_fp4_set_share_x(int on);
 // Saved tensors kept quantized (off by default; Ops.set_input_saving turns it on for a model that
-// keeps its activations): the forward of q, o, gate and down also writes x's Wgrad column copy (the
+// keeps its activations): the forward of q, gate and down also writes x's Wgrad column copy (the
 // MXFP4 dual producer makes it with the Fprop copy from one read of x) into a buffer per (layer,
 // group) kept until the backward, whose Wgrad then reads it instead of requantizing x. The same bits
-// either way (the copy is RNE). saves_input: 1 when linear id's backward needs no BF16 x (active and
-// saving on); saved_bytes: device memory the saved copies hold.
+// either way (the copy is RNE). saves_input: 1 when linear id's backward needs no BF16 x (active,
+// saving on, and not o, whose input the attention backward needs in BF16 anyway); saved_bytes:
+// device memory the saved copies hold.
 void linear_fp4_set_save_inputs(int on);
 int linear_fp4_saves_input(LinearId id);
 size_t linear_fp4_saved_bytes(void);

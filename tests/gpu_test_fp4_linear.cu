@@ -342,7 +342,7 @@ static void test_model(void) {
     free(on.grads), free(off.grads);
   }
   // Saved tensors kept quantized: with input saving on (the default for a model that keeps its
-  // activations) the forwards of q, o, gate and down keep x's Wgrad copy and the backward reads it;
+  // activations) the forwards of q, gate and down keep x's Wgrad copy and the backward reads it;
   // off, the backward requantizes the BF16 x. No bit may change.
   for (int k = 0; k < 2; k++) {
     linear_fp4_set_save_inputs(1);
