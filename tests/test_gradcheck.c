@@ -406,9 +406,10 @@ typedef struct {
   size_t act_bytes;
 } RecomputeRun;
 
-static RecomputeRun recompute_run(const LlamaConfig *c, int B, int T, int mode, float *grads, float *logits) {
+static RecomputeRun recompute_run_ops(const LlamaConfig *c, int B, int T, int mode, float *grads, float *logits,
+                                      const Ops *ops) {
   const int N = B * T;
-  Llama *m = llama_create_ex(c, B, T, &ops_cpu, mode);
+  Llama *m = llama_create_ex(c, B, T, ops, mode);
   randomize(m, 13);
   int *in1 = xmalloc(N * sizeof(int)), *tg1 = xmalloc(N * sizeof(int));
   int *in2 = xmalloc(N * sizeof(int)), *tg2 = xmalloc(N * sizeof(int));
@@ -425,6 +426,10 @@ static RecomputeRun recompute_run(const LlamaConfig *c, int B, int T, int mode, 
   free(in1), free(tg1), free(in2), free(tg2);
   llama_free(m);
   return r;
+}
+
+static RecomputeRun recompute_run(const LlamaConfig *c, int B, int T, int mode, float *grads, float *logits) {
+  return recompute_run_ops(c, B, T, mode, grads, logits, &ops_cpu);
 }
 
 static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
@@ -477,6 +482,78 @@ static void test_recompute(void) {
   for (int mode = 0; mode < 3; mode++) free(g[mode]), free(lg[mode]);
 }
 
+// ---- saved linear inputs (Ops.linear_saves_input) ------------------------------------------------
+// The CPU table plus what the CUDA backend's FP4 linears do with input saving on: the forward of q,
+// gate and down keeps its own copy of x (here a plain fp32 copy; there the quantized Wgrad operand),
+// and the backward of q/k/v, gate/up and down uses that copy, never the x the model passes. Block
+// SKIP keeps its BF16 inputs, as a block the recipe leaves in BF16 would. So the model's layout (one
+// shared scratch for the inputs it need not keep) must give bit-identical results, and a wiring
+// mistake (a backward handed another block's input) would not.
+enum { SAVE_MAX_LAYERS = 8, SAVE_SKIP = 1 };
+static int g_saving;
+static float *g_kept[SAVE_MAX_LAYERS][LIN_NKINDS];
+static size_t g_kept_n[SAVE_MAX_LAYERS][LIN_NKINDS];
+
+static void saving_set(int on) { g_saving = on; }
+static int saving_saves(LinearId id) {
+  return g_saving && id.layer >= 0 && id.layer != SAVE_SKIP && id.kind != LIN_O && id.kind != LIN_HEAD;
+}
+static LinearKind saving_group(LinearKind k) { return k == LIN_K || k == LIN_V ? LIN_Q : k == LIN_UP ? LIN_GATE : k; }
+
+static void saving_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in, int out_dim) {
+  if (saving_saves(id) && saving_group(id.kind) == id.kind) {
+    size_t n = (size_t)N * in;
+    float **k = &g_kept[id.layer][id.kind];
+    if (g_kept_n[id.layer][id.kind] != n) free(*k), *k = xmalloc(n * sizeof(float)), g_kept_n[id.layer][id.kind] = n;
+    memcpy(*k, x, n * sizeof(float));
+  }
+  ops_cpu.matmul_fwd(ctx, id, out, x, w, N, in, out_dim);
+}
+
+static void saving_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                       int N, int in, int out_dim, int dx_accumulate) {
+  if (saving_saves(id)) x = g_kept[id.layer][saving_group(id.kind)];
+  ops_cpu.matmul_bwd(ctx, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
+}
+
+static void test_saved_inputs(void) {
+  TEST_SECTION("saved linear inputs: the model keeps no BF16 input a backend keeps; bit-identical results");
+  Ops saving = ops_cpu;
+  saving.name = "cpu+saving";
+  saving.set_input_saving = saving_set;
+  saving.linear_saves_input = saving_saves;
+  saving.matmul_fwd = saving_fwd;
+  saving.matmul_bwd = saving_bwd;
+  LlamaConfig c;
+  if (llama_preset("tiny", &c)) die("no tiny preset");
+  c.n_layers = 4;  // blocks 0, 2, 3 share one scratch for each input, block 1 keeps its own
+  const int B = 2, T = 16, N = B * T, V = c.vocab_size;
+  size_t n = (size_t)llama_num_params(&c);
+  float *g0 = xmalloc(n * sizeof(float)), *g1 = xmalloc(n * sizeof(float));
+  float *l0 = xmalloc((size_t)N * V * sizeof(float)), *l1 = xmalloc((size_t)N * V * sizeof(float));
+  RecomputeRun plain = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_NONE, g0, l0, &ops_cpu);
+  RecomputeRun saved = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_NONE, g1, l1, &saving);
+  CHECK(g_saving == 1, "a model that keeps its activations turns input saving on");
+  CHECK(saved.train1 == plain.train1 && saved.train2 == plain.train2 && saved.eval == plain.eval,
+        "losses %.9g %.9g eval %.9g vs %.9g %.9g %.9g", saved.train1, saved.train2, saved.eval, plain.train1,
+        plain.train2, plain.eval);
+  CHECK(!memcmp(g1, g0, n * sizeof(float)), "accumulated gradients differ with saved inputs");
+  CHECK(!memcmp(l1, l0, (size_t)N * V * sizeof(float)), "logits differ with saved inputs");
+  // Three of four blocks drop attn_in [N, D], ffn_in [N, D] and swi [N, F] for one shared slice each.
+  const size_t fb = sizeof(float), D = c.dim, F = c.ffn_dim;
+  size_t want = align256(4 * N * D * fb) - align256(2 * N * D * fb);
+  want = 2 * want + align256(4 * N * F * fb) - align256(2 * N * F * fb);
+  CHECK(plain.act_bytes - saved.act_bytes == want, "arena %zu bytes smaller, want %zu", plain.act_bytes - saved.act_bytes,
+        want);
+  printf("  arena %zu bytes with saved inputs, %zu without\n", saved.act_bytes, plain.act_bytes);
+  RecomputeRun full = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_FULL, g1, l1, &saving);
+  CHECK(g_saving == 0, "recompute full turns input saving off");
+  CHECK(full.train2 == plain.train2 && !memcmp(g1, g0, n * sizeof(float)), "recompute full with the saving table");
+  for (int l = 0; l < SAVE_MAX_LAYERS; l++)
+    for (int k = 0; k < LIN_NKINDS; k++) free(g_kept[l][k]);
+  free(g0), free(g1), free(l0), free(l1);
+}
+
 int main(void) {
   omp_set_num_threads(2);
   test_tensor_table();
@@ -484,5 +561,6 @@ int main(void) {
   test_accumulation();
   test_determinism();
   test_recompute();
+  test_saved_inputs();
   TEST_END();
 }
