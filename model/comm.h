@@ -94,6 +94,14 @@ void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n);
 void comm_all_gather_bf16(Comm *c, void *buf, size_t n);
 // Only the ranges r[0..nr) of buf [n]: each piece goes from the rank whose shard holds it to all.
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr);
+// Staged all-gather of BF16 values (2 bytes each, sharded as n floats would be), for the updated
+// parameters' BF16 copy (model/zero.c): gathers the pieces of the ranges r (from their owners) as
+// stage `stage` without waiting, queued on the transport's stream behind the work on cuda_stream()
+// so far; comm_stage_wait(c, stage) makes the work queued on cuda_stream() afterwards wait for that
+// stage (a GPU-side wait: the host goes on). Every rank makes the same calls. TCP (host memory):
+// done when it returns, and the wait does nothing. A stage never gathered: nothing to wait for.
+void comm_all_gather_bf16_stage(Comm *c, void *buf, size_t n, const CommRange *r, int nr, int stage);
+void comm_stage_wait(Comm *c, int stage);
 // Host bytes: rank 0's buf[0..len) is copied to every rank.
 void comm_broadcast_bytes(Comm *c, void *buf, size_t len);
 void comm_barrier(Comm *c);
@@ -122,8 +130,12 @@ void comm_nccl_free(CommNccl *n);
 void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t);
 void comm_nccl_wait(CommNccl *n, const char *what);
 // Pieces of the ranges (NULL: all of [0, count)), elem_bytes 4 (fp32) or 2 (BF16), broadcast from
-// the owner's src to every rank's dst; waits for the result.
-void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes, const CommRange *r, int nr);
+// the owner's src to every rank's dst; waits for the result when wait, else comm_nccl_wait does.
+void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes, const CommRange *r, int nr,
+                      int wait);
+// The NCCL side of comm_all_gather_bf16_stage / comm_stage_wait (one event per stage).
+void comm_nccl_stage_done(CommNccl *n, int stage);
+void comm_nccl_stage_wait(CommNccl *n, int stage);
 // CUDA devices this process sees (0 when none or no driver): picks the GPU of a local rank.
 int comm_cuda_device_count(void);
 // Bytes in use on the current device (all allocations: ours, the libraries', NCCL's).

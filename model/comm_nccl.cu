@@ -93,6 +93,8 @@ struct CommNccl {
   double timeout_s;
   cudaStream_t stream;      // every NCCL call
   cudaEvent_t ready, done;  // compute -> NCCL stream, NCCL -> compute stream
+  cudaEvent_t *stage;       // comm_nccl_stage_done: one per stage of a staged all-gather
+  int nstage, capstage;
   __nv_bfloat16 *scratch;   // BF16 reductions (allocated at the first)
   int initializing;         // inside ncclCommInitRank, which waits for every rank (atomic)
   int queued;               // work is queued on stream since the last completed wait (atomic)
@@ -207,6 +209,8 @@ extern "C" void comm_nccl_free(CommNccl *n) {
   cudaStreamSynchronize(n->stream);
   nccl.CommDestroy(n->comm);
   if (n->scratch) cudaFree(n->scratch);
+  for (int i = 0; i < n->nstage; i++) cudaEventDestroy(n->stage[i]);
+  free(n->stage);
   cudaEventDestroy(n->ready);
   cudaEventDestroy(n->done);
   cudaStreamDestroy(n->stream);
@@ -319,7 +323,7 @@ extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, c
 
 // One broadcast per shard from its owner (in place), in rounds of at most MAX_OP elements each.
 extern "C" void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int elem_bytes,
-                                 const CommRange *r, int nr) {
+                                 const CommRange *r, int nr, int wait) {
   if (elem_bytes != 4 && elem_bytes != 2) die("comm_nccl_gather: elements of %d bytes (4 or 2)", elem_bytes);
   after_compute(n, "all-gather of the parameters");
   CommRange whole = {0, count};
@@ -340,7 +344,22 @@ extern "C" void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t
     in_group++;
   });
   NCCL_CHECK(n, nccl.GroupEnd());
-  comm_nccl_wait(n, "all-gather of the parameters");
+  if (wait) comm_nccl_wait(n, "all-gather of the parameters");
+}
+
+extern "C" void comm_nccl_stage_done(CommNccl *n, int stage) {
+  if (stage < 0) die("comm_nccl_stage_done: stage %d", stage);
+  while (n->nstage <= stage) {
+    n->stage = (cudaEvent_t *)grow_array(n->stage, n->nstage, &n->capstage, sizeof *n->stage);
+    CUDA_OK(n, cudaEventCreateWithFlags(&n->stage[n->nstage], cudaEventDisableTiming));
+    n->nstage++;
+  }
+  CUDA_OK(n, cudaEventRecord(n->stage[stage], n->stream));
+}
+
+extern "C" void comm_nccl_stage_wait(CommNccl *n, int stage) {
+  if (stage < 0 || stage >= n->nstage) return;  // never gathered
+  CUDA_OK(n, cudaStreamWaitEvent(cuda_stream(), n->stage[stage], 0));
 }
 
 extern "C" int comm_cuda_device_count(void) {

@@ -450,25 +450,47 @@ static void gather_piece(void *ctx, size_t off, size_t len, int owner) {
 }
 
 // The all-gathers below, on either transport: elements of eb bytes; each piece of the ranges goes
-// from its owner's src to every rank's dst (src == dst: in place).
-static void gather(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr) {
+// from its owner's src to every rank's dst (src == dst: in place). On NCCL, wait 0 leaves it queued.
+static void gather_ex(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr, int wait) {
   if (c->world == 1) {
     // Nothing to exchange; a copy would need to know where the buffers live (host or device).
     if (src != dst) die("comm all-gather into another buffer with one rank: the caller copies (model/zero.c)");
     return;
   }
 #ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr); return; }
+  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr, wait); return; }
 #endif
+  (void)wait;
   GatherCtx g = {c, src, dst, eb, 0};
   each_piece(n, c->world, r, nr, gather_piece, &g);
   g.phase = 1;
   each_piece(n, c->world, r, nr, gather_piece, &g);
 }
 
+static void gather(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr) {
+  gather_ex(c, src, dst, n, eb, r, nr, 1);
+}
+
+void comm_all_gather_bf16_stage(Comm *c, void *buf, size_t n, const CommRange *r, int nr, int stage) {
+  if (c->world == 1) return;
+  gather_ex(c, buf, buf, n, sizeof(uint16_t), r, nr, 0);
+#ifdef HAVE_CUDA
+  if (c->nccl) comm_nccl_stage_done(c->nccl, stage);
+#else
+  (void)stage;
+#endif
+}
+
+void comm_stage_wait(Comm *c, int stage) {
+#ifdef HAVE_CUDA
+  if (c->nccl) comm_nccl_stage_wait(c->nccl, stage);
+#else
+  (void)c, (void)stage;
+#endif
+}
+
 void comm_all_gather(Comm *c, float *buf, size_t n) { gather(c, buf, buf, n, sizeof(float), NULL, 0); }
 void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n) { gather(c, src, dst, n, sizeof(float), NULL, 0); }
-void comm_all_gather_bf16(Comm *c, void *buf, size_t n) { gather(c, buf, buf, n, sizeof(uint16_t), NULL, 0); }
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr) {
   gather(c, buf, buf, n, sizeof(float), r, nr);
 }

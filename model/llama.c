@@ -68,6 +68,8 @@ struct Llama {
   int grads_stale;                 // llama_zero_grad was called: the next backward writes, not adds
   LlamaGradHook grad_hook;         // told as gradient ranges become final in a backward (or NULL)
   void *grad_hook_ctx;
+  LlamaParamWait param_wait;       // asked before a forward reads a parameter group (or NULL)
+  void *param_wait_ctx;
 };
 
 // ---- parameters ---------------------------------------------------------------------------------
@@ -446,6 +448,8 @@ static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerAc
 }
 
 // Embedding, the blocks and the final norm: fills every saved activation up to a->final.
+static void param_wait(const Llama *m, int group);
+
 static void forward_blocks(Llama *m, const int *inputs) {
   const Ops *op = m->ops;
   const LlamaConfig *c = &m->c;
@@ -453,8 +457,10 @@ static void forward_blocks(Llama *m, const int *inputs) {
   const int N = m->N, D = c->dim, F = c->ffn_dim;
 
   op->upload(a->inputs, inputs, (size_t)N * sizeof(int));
+  param_wait(m, 0);
   op->embed_fwd(a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
   for (int l = 0; l < c->n_layers; l++) {
+    param_wait(m, 1 + l);
     LayerWeights w = layer_weights(m, m->params, l);
     LayerActs s = layer_acts(m, l);
     attention_half_fwd(m, l, &w, &s);
@@ -464,6 +470,7 @@ static void forward_blocks(Llama *m, const int *inputs) {
     op->residual_fwd(s.res_out, s.res_mid, a->tmp, (size_t)N * D);
   }
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
+  param_wait(m, c->n_layers + 1);  // the final norm and the head (every caller's next op)
   op->rmsnorm_fwd(a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, c->norm_eps);
 }
 
@@ -482,6 +489,36 @@ float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_
 void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx) {
   m->grad_hook = fn;
   m->grad_hook_ctx = ctx;
+}
+
+void llama_set_param_wait(Llama *m, LlamaParamWait fn, void *ctx) {
+  m->param_wait = fn;
+  m->param_wait_ctx = ctx;
+}
+
+int llama_param_group(const Llama *m, int group, size_t *off, size_t *len) {
+  const int L = m->c.n_layers;
+  if (group < 0 || group > L + 1) die("llama_param_group: group %d outside [0, %d]", group, L + 1);
+  if (group == 0) {
+    off[0] = m->tensors[T_EMBED].offset, len[0] = m->tensors[T_EMBED].numel;
+    return 1;
+  }
+  if (group == L + 1) {
+    off[0] = m->tensors[T_FINAL_NORM].offset, len[0] = m->tensors[T_FINAL_NORM].numel;
+    off[1] = m->tensors[T_HEAD].offset, len[1] = m->tensors[T_HEAD].numel;
+    return 2;
+  }
+  static const int ids[9] = {T_ATTN_NORM, T_WQ, T_WK, T_WV, T_WO, T_FFN_NORM, T_GATE, T_UP, T_DOWN};
+  for (int i = 0; i < 9; i++) {
+    const ParamTensor *t = &m->tensors[ids[i]];
+    len[i] = t->numel / (size_t)L;
+    off[i] = t->offset + (size_t)(group - 1) * len[i];
+  }
+  return 9;
+}
+
+static void param_wait(const Llama *m, int group) {
+  if (m->param_wait) m->param_wait(m->param_wait_ctx, group);
 }
 
 // Tells the hook that tensor id's slice for layer l (l < 0: the whole tensor) got its last

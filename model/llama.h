@@ -93,6 +93,17 @@ void llama_zero_grad(Llama *m);
 typedef void (*LlamaGradHook)(void *ctx, size_t offset, size_t len);
 void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx);
 
+// Parameter-ready waits, for an all-gather of updated parameters that overlaps the next forward
+// (model/zero.c): every forward calls fn(ctx, group) before it first reads group's parameters:
+// group 0 the embedding, 1 + l block l, n_layers + 1 the final norm and the head. On an
+// asynchronous backend fn orders the work queued next after the parameters' arrival (a GPU-side
+// wait). fn NULL turns it off. llama_param_group fills the ranges [off[i], off[i] + len[i]) of
+// llama_params() (floats) that group holds, at most LLAMA_GROUP_RANGES, and returns their count.
+typedef void (*LlamaParamWait)(void *ctx, int group);
+void llama_set_param_wait(Llama *m, LlamaParamWait fn, void *ctx);
+enum { LLAMA_GROUP_RANGES = 9 };
+int llama_param_group(const Llama *m, int group, size_t *off, size_t *len);
+
 // Each token's loss -log p(targets[n] | inputs up to n), as host floats nll [B*T] (0 where targets[n] ==
 // ignore_index), without a backward and without moving [B*T, V] logits off the device (evaluations).
 void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore_index, float *nll);

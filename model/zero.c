@@ -11,6 +11,13 @@
 #include "model/checkpoint.h"
 #include "model/zero.h"
 
+// The forward's parameter-ready wait (llama_set_param_wait): the work queued next waits for the
+// stage of the BF16 all-gather that carries this group (zero_step).
+static void on_param_wait(void *ctx, int group) {
+  Zero *z = ctx;
+  comm_stage_wait(z->comm, group);
+}
+
 Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *opt) {
   Zero *z = xcalloc(1, sizeof *z);
   z->ops = ops, z->comm = comm, z->model = model;
@@ -38,6 +45,7 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
     z->released = ops->shard_params(off, len, nk);
     z->sharded = 1;
     free(off), free(len);
+    llama_set_param_wait(model, on_param_wait, z);
   }
   return z;
 }
@@ -45,6 +53,7 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
 void zero_free(Zero *z) {
   if (!z) return;
   llama_set_grad_hook(z->model, NULL, NULL);
+  llama_set_param_wait(z->model, NULL, NULL);
   z->ops->release(z->m);
   z->ops->release(z->v);
   free(z->bucket);
@@ -129,8 +138,20 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
               tn->decay ? h->weight_decay : 0.0f, scale, t);
   }
   if (world > 1 && z->sharded) {
-    comm_all_gather_bf16(z->comm, op->params_bf16(), z->n);  // adamw wrote the shard's BF16 copy
+    // The RMSNorm weights in fp32 now (small); then the BF16 copy (adamw wrote the shard's) in
+    // stages in the next forward's order: the embedding, block by block, the head. The stages run
+    // on the transport's stream while the host goes on to the next step, and each group's first
+    // reader waits on the GPU for its stage only (on_param_wait), so the gather of the blocks and
+    // the head overlaps the next forward instead of preceding it.
     comm_all_gather_ranges(z->comm, p, z->n, z->fp32_ranges, z->nfp32);
+    const int groups = llama_config(z->model)->n_layers + 2;
+    size_t off[LLAMA_GROUP_RANGES], len[LLAMA_GROUP_RANGES];
+    CommRange r[LLAMA_GROUP_RANGES];
+    for (int gi = 0; gi < groups; gi++) {
+      int nr = llama_param_group(z->model, gi, off, len);
+      for (int i = 0; i < nr; i++) r[i] = (CommRange){off[i], len[i]};
+      comm_all_gather_bf16_stage(z->comm, op->params_bf16(), z->n, r, nr, gi);
+    }
     op->params_bf16_changed();
   } else if (world > 1) {
     comm_all_gather(z->comm, p, z->n);

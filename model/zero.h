@@ -21,9 +21,11 @@
 //      clip factor, so no extra pass over the gradients is made;
 //   3. AdamW on the shard, split at tensor boundaries so each piece gets its tensor's decay flag
 //      (on the CUDA backend it writes the shard's BF16 copy in the same pass);
-//   4. all-gather the updated parameters: with sharded masters the BF16 copy (2 bytes a parameter)
-//      and the RMSNorm weights in fp32; otherwise the fp32 parameters, then ops->params_changed().
-//      Either way every rank ends with the same BF16 weights, bit for bit (bf16 of the same fp32).
+//   4. all-gather the updated parameters: with sharded masters the RMSNorm weights in fp32, then the
+//      BF16 copy (2 bytes a parameter) in stages, group by group in the next forward's order, which
+//      the forward waits for on the GPU group by group (llama_set_param_wait), so the gather overlaps
+//      it; otherwise the fp32 parameters, then ops->params_changed(). Either way every rank ends
+//      with the same BF16 weights, bit for bit (bf16 of the same fp32).
 // With world 1 this is exactly the single-process optimizer (same sums, same bits).
 #pragma once
 #include <stddef.h>
