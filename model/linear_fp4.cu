@@ -416,7 +416,10 @@ void linear_fp4_set_save_inputs(int on) {
 }
 
 int linear_fp4_saves_input(LinearId id) {
-  return g_save_inputs && id.kind != LIN_O && id.kind != LIN_HEAD && linear_fp4_active(id);
+  // A block outside the recipe's depth: the recipe was set for another model (it is set again for
+  // this one later), so this model keeps its BF16 inputs.
+  if (!g_save_inputs || id.kind == LIN_O || id.kind == LIN_HEAD || id.layer < 0 || id.layer >= g_nlayers) return 0;
+  return linear_fp4_active(id);
 }
 
 size_t linear_fp4_saved_bytes(void) { return g_saved_bytes; }
