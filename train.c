@@ -529,6 +529,7 @@ int main(int argc, char **argv) {
       zero_begin_micro(run.zero, a, accum);  // the last one reduces its gradients during its backward
       run.ops->set_step(run.step, a);
       loader_next(run.train, run.inputs, run.targets);
+      zero_note_tokens(run.zero, run.inputs, B * T);  // the embedding rows to reduce
       loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
     }
     // Every rank, every step, whatever its loss: the reduction's collectives must pair up.

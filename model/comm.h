@@ -68,6 +68,8 @@ int comm_shard_owner(size_t n, int world, size_t i);
 
 // Host doubles: x[0..n) becomes the sum over ranks (rank order), identical on every rank.
 void comm_allreduce_sum_f64(Comm *c, double *x, int n);
+// Host bit sets: x[0..n) becomes the OR over ranks, identical on every rank (over TCP).
+void comm_allreduce_or_u64(Comm *c, uint64_t *x, size_t n);
 
 // The wire type of a gradient reduction (parallel.grad_reduce).
 typedef enum { COMM_FP32 = 0, COMM_BF16 = 1 } CommDtype;

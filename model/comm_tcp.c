@@ -306,6 +306,22 @@ void comm_allreduce_sum_f64(Comm *c, double *x, int n) {
   }
 }
 
+void comm_allreduce_or_u64(Comm *c, uint64_t *x, size_t n) {
+  if (c->world == 1) return;
+  if (c->rank == 0) {
+    uint64_t *in = xmalloc(n * sizeof(uint64_t));
+    for (int r = 1; r < c->world; r++) {
+      recv_all(c, r, in, n * sizeof(uint64_t), "all-reduce of the embedding rows");
+      for (size_t i = 0; i < n; i++) x[i] |= in[i];
+    }
+    free(in);
+    for (int r = 1; r < c->world; r++) send_all(c, r, x, n * sizeof(uint64_t), "all-reduce of the embedding rows");
+  } else {
+    send_all(c, 0, x, n * sizeof(uint64_t), "all-reduce of the embedding rows");
+    recv_all(c, 0, x, n * sizeof(uint64_t), "all-reduce of the embedding rows");
+  }
+}
+
 int comm_on_device(const Comm *c) {
 #ifdef HAVE_CUDA
   return c->nccl != NULL;

@@ -29,6 +29,12 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
   z->v = ops->alloc(bytes ? bytes : sizeof(float));
   ops->zero(z->m, bytes);
   ops->zero(z->v, bytes);
+  const ParamTensor *emb = llama_find_tensor(model, "tok_embedding");
+  if (emb) {
+    z->embed_off = emb->offset, z->embed_len = emb->numel, z->embed_dim = (size_t)emb->shape[1];
+    z->nrows_words = ((size_t)emb->shape[0] + 63) / 64;
+    z->rows = xcalloc(z->nrows_words, sizeof(uint64_t));
+  }
   if (z->opt.shard_master && comm_world(comm) > 1 && comm_on_device(comm) && ops->shard_params) {
     // Kept in fp32: the shard (AdamW updates it) and the tensors without weight decay, the RMSNorm
     // weights, which the kernels read in fp32 (model/llama.h: decay 0 is exactly those).
@@ -58,6 +64,7 @@ void zero_free(Zero *z) {
   z->ops->release(z->v);
   free(z->bucket);
   free(z->fp32_ranges);
+  free(z->rows);
   free(z);
 }
 
@@ -70,15 +77,41 @@ static void flush_bucket(Zero *z) {
   z->nbucket = 0, z->bucket_len = 0;
 }
 
-// The grad hook: [off, off + len) of the gradients is final for this backward. Joins the open
-// bucket (merged with a neighbouring range: a tensor's layers arrive top down, side by side),
-// which goes out once it holds opt.bucket floats.
+static void add_range(Zero *z, size_t off, size_t len);
+
+// The embedding's gradient is ready: hand over only the rows some rank's tokens touched this step
+// (the OR of the ranks' row sets, over TCP while the GPU still runs the backward), run by run.
+static void embedding_ready(Zero *z) {
+  comm_allreduce_or_u64(z->comm, z->rows, z->nrows_words);
+  const size_t V = z->embed_len / z->embed_dim;
+  for (size_t r = 0; r < V;) {
+    if (!(z->rows[r / 64] >> (r % 64) & 1)) { r++; continue; }
+    size_t e = r;
+    while (e < V && (z->rows[e / 64] >> (e % 64) & 1)) e++;
+    add_range(z, z->embed_off + r * z->embed_dim, (e - r) * z->embed_dim);
+    r = e;
+  }
+}
+
+// The grad hook: [off, off + len) of the gradients is final for this backward.
 static void on_grad_ready(void *ctx, size_t off, size_t len) {
   Zero *z = ctx;
   if (off > z->n || len > z->n - off || z->handed + len > z->n)
     die("zero: the backward reported gradient range [%zu, %zu) of %zu floats after %zu were ready (model/llama.h "
         "grad hook): ranges must tile the buffer once", off, off + len, z->n, z->handed);
   z->handed += len;
+  // Sparse only when every micro-batch of the step noted its tokens (the same on every rank: the
+  // training loop notes them all), else the whole table.
+  if (z->rows && z->notes == z->micros && off == z->embed_off && len == z->embed_len) {
+    embedding_ready(z);
+    return;
+  }
+  add_range(z, off, len);
+}
+
+// Joins [off, off + len) to the open bucket (merged with a neighbouring range: a tensor's layers
+// arrive top down, side by side), which goes out once it holds opt.bucket floats.
+static void add_range(Zero *z, size_t off, size_t len) {
   int merged = 0;
   for (int i = 0; i < z->nbucket && !merged; i++) {
     CommRange *b = &z->bucket[i];
@@ -93,8 +126,21 @@ static void on_grad_ready(void *ctx, size_t off, size_t len) {
   if (z->bucket_len >= z->opt.bucket) flush_bucket(z);
 }
 
+void zero_note_tokens(Zero *z, const int *tokens, int N) {
+  if (!z->rows) return;
+  const size_t V = z->embed_len / z->embed_dim;
+  for (int i = 0; i < N; i++)
+    if (tokens[i] >= 0 && (size_t)tokens[i] < V) z->rows[tokens[i] / 64] |= 1ull << (tokens[i] % 64);
+  z->notes++;
+}
+
 void zero_begin_micro(Zero *z, int micro, int accum) {
-  if (micro == 0) z->state = ZERO_IDLE;  // a skipped step may have left REDUCED behind
+  if (micro == 0) {
+    z->state = ZERO_IDLE;  // a skipped step may have left REDUCED behind
+    if (z->rows) memset(z->rows, 0, z->nrows_words * sizeof(uint64_t));
+    z->notes = 0;
+  }
+  z->micros = micro + 1;
   if (!z->opt.overlap || comm_world(z->comm) == 1 || micro != accum - 1) return;
   z->state = ZERO_HOOKED;
   z->handed = 0, z->nbucket = 0, z->bucket_len = 0;

@@ -66,6 +66,12 @@ typedef struct {
   int nbucket, capbucket;
   size_t bucket_len, handed;
   int state;  // ZERO_IDLE, ZERO_HOOKED (the last micro-batch runs), ZERO_REDUCED
+  // The embedding rows the step's tokens touch on this rank (zero_note_tokens), one bit per row:
+  // the overlapped reduction moves only the rows some rank touched (the others are zero everywhere).
+  uint64_t *rows;
+  size_t nrows_words;
+  int micros, notes;  // micro-batches begun this step, and how many noted their tokens
+  size_t embed_off, embed_len, embed_dim;  // the embedding table in the flat buffer (floats)
 } Zero;
 
 enum { ZERO_IDLE, ZERO_HOOKED, ZERO_REDUCED };
@@ -80,6 +86,12 @@ void zero_free(Zero *z);
 // Before micro-batch `micro` (0-based) of `accum` of a step: on the last one, with overlap and
 // world > 1, installs the gradient hook that starts the reduction during its backward.
 void zero_begin_micro(Zero *z, int micro, int accum);
+// The input tokens [N] (host) of the micro-batch about to run: the embedding rows it touches. Only
+// those rows' gradients are non-zero (the embedding backward is a scatter into a zeroed table), so
+// the overlapped reduction of the embedding moves the rows that some rank's tokens touched this
+// step, instead of the whole [V, D] table (bit-identical sums: the rest is zero on every rank).
+// Without it the whole table is reduced.
+void zero_note_tokens(Zero *z, const int *tokens, int N);
 // After the step's last backward, on every rank whatever its loss: finishes the reduction (waits
 // for the overlapped one, or reduces the whole buffer). Afterwards this rank's shard of
 // llama_grads() holds the sum over ranks. A no-op with world 1.
