@@ -65,6 +65,8 @@ int comm_local_rank(const Comm *c);
 void comm_shard_range(size_t n, int world, int rank, size_t *lo, size_t *hi);
 // The rank whose shard holds element i (< n).
 int comm_shard_owner(size_t n, int world, size_t i);
+// The piece of [a, end) that starts at a and lies in one shard: returns its end, *owner its rank.
+size_t comm_shard_piece(size_t n, int world, size_t a, size_t end, int *owner);
 
 // Host doubles: x[0..n) becomes the sum over ranks (rank order), identical on every rank.
 void comm_allreduce_sum_f64(Comm *c, double *x, int n);

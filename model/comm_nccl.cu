@@ -268,10 +268,8 @@ static void for_each_piece(size_t n, int world, const CommRange *r, int nr, size
   for (int i = 0; i < nr; i++) {
     size_t a = r[i].off, end = r[i].off + r[i].len;
     while (a < end) {
-      int owner = comm_shard_owner(n, world, a);
-      size_t lo, hi;
-      comm_shard_range(n, world, owner, &lo, &hi);
-      size_t b = hi < end ? hi : end;
+      int owner;
+      size_t b = comm_shard_piece(n, world, a, end, &owner);
       if (b - a > cap) b = a + cap;
       fn(a, b - a, owner);
       a = b;

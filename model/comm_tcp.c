@@ -71,6 +71,13 @@ int comm_shard_owner(size_t n, int world, size_t i) {
   return r >= (size_t)world ? world - 1 : (int)r;
 }
 
+size_t comm_shard_piece(size_t n, int world, size_t a, size_t end, int *owner) {
+  size_t lo, hi;
+  *owner = comm_shard_owner(n, world, a);
+  comm_shard_range(n, world, *owner, &lo, &hi);
+  return hi < end ? hi : end;
+}
+
 int comm_rank(const Comm *c) { return c->rank; }
 int comm_world(const Comm *c) { return c->world; }
 int comm_local_rank(const Comm *c) { return c->local_rank; }
@@ -432,10 +439,8 @@ static void each_piece(size_t n, int world, const CommRange *r, int nr, void (*f
   for (int i = 0; i < nr; i++) {
     size_t a = r[i].off, end = r[i].off + r[i].len;
     while (a < end) {
-      int owner = comm_shard_owner(n, world, a);
-      size_t lo, hi;
-      comm_shard_range(n, world, owner, &lo, &hi);
-      size_t b = hi < end ? hi : end;
+      int owner;
+      size_t b = comm_shard_piece(n, world, a, end, &owner);
       fn(ctx, a, b - a, owner);
       a = b;
     }
