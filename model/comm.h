@@ -84,6 +84,13 @@ typedef struct {
 // the same calls with the same ranges. NCCL: queued on the transport's own stream after the work
 // queued so far on cuda_stream(), returns at once. TCP: done when it returns.
 void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr, CommDtype t);
+// The sum over ranks of the rows rows[0..nrows) (ascending) of a [V, row_len] table at buf + base
+// (buf holds n floats), each row into its owner's shard, queued like comm_reduce_ranges: the rows a
+// sparse gradient touched (the embedding's, model/zero.c). NCCL packs each owner's rows into one
+// contiguous buffer, reduces it with one call and unpacks it on the owner (a range per row would be
+// thousands of tiny reductions); TCP reduces them as ranges. The same sums, bit for bit.
+void comm_reduce_rows(Comm *c, float *buf, size_t n, size_t base, size_t row_len, const uint32_t *rows, int nrows,
+                      CommDtype t);
 // Waits for every comm_reduce_ranges so far (watching peers and parallel.timeout_s); work queued
 // on cuda_stream() afterwards sees the sums.
 void comm_reduce_wait(Comm *c);
@@ -132,6 +139,8 @@ typedef struct CommNccl CommNccl;
 CommNccl *comm_nccl_init(Comm *tcp, int rank, int world, double timeout_s);
 void comm_nccl_free(CommNccl *n);
 void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t);
+void comm_nccl_reduce_rows(CommNccl *n, float *buf, size_t count, size_t base, size_t row_len, const uint32_t *rows,
+                           int nrows, CommDtype t);
 void comm_nccl_wait(CommNccl *n, const char *what);
 // Pieces of the ranges (NULL: all of [0, count)), elem_bytes 4 (fp32) or 2 (BF16), broadcast from
 // the owner's src to every rank's dst; waits for the result when wait, else comm_nccl_wait does.

@@ -95,6 +95,10 @@ struct CommNccl {
   cudaEvent_t ready, done;  // compute -> NCCL stream, NCCL -> compute stream
   cudaEvent_t *stage;       // comm_nccl_stage_done: one per stage of a staged all-gather
   int nstage, capstage;
+  void *rows_scr, *rows_idx;  // comm_nccl_reduce_rows: packed rows and their indices (grow-only)
+  size_t rows_scr_cap, rows_idx_cap;
+  uint32_t *rows_host;        // the indices on the host, while their uploads are queued
+  size_t rows_host_cap;
   __nv_bfloat16 *scratch;   // BF16 reductions (allocated at the first)
   int initializing;         // inside ncclCommInitRank, which waits for every rank (atomic)
   int queued;               // work is queued on stream since the last completed wait (atomic)
@@ -209,6 +213,9 @@ extern "C" void comm_nccl_free(CommNccl *n) {
   cudaStreamSynchronize(n->stream);
   nccl.CommDestroy(n->comm);
   if (n->scratch) cudaFree(n->scratch);
+  free(n->rows_host);
+  if (n->rows_scr) cudaFree(n->rows_scr);
+  if (n->rows_idx) cudaFree(n->rows_idx);
   for (int i = 0; i < n->nstage; i++) cudaEventDestroy(n->stage[i]);
   free(n->stage);
   cudaEventDestroy(n->ready);
@@ -317,6 +324,95 @@ extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, c
     used += len;
   });
   if (np) bf16_group(n, buf, p, np);
+}
+
+// ---- sparse rows: packed, one reduction per owner --------------------------------------------------
+
+// dst[i, :] = src[rows[i], :] (T = float, or BF16 rounded to nearest even as the ranges' path does).
+template <typename T>
+__global__ void pack_rows_kernel(T *dst, const float *src, const uint32_t *rows, size_t k, size_t row_len) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k * row_len; i += (size_t)gridDim.x * blockDim.x) {
+    float v = src[(size_t)rows[i / row_len] * row_len + i % row_len];
+    if constexpr (sizeof(T) == 4) dst[i] = v;
+    else dst[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// dst[rows[i], :] = src[i, :], widened to fp32.
+template <typename T>
+__global__ void unpack_rows_kernel(float *dst, const T *src, const uint32_t *rows, size_t k, size_t row_len) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k * row_len; i += (size_t)gridDim.x * blockDim.x) {
+    float v;
+    if constexpr (sizeof(T) == 4) v = src[i];
+    else v = __bfloat162float(src[i]);
+    dst[(size_t)rows[i / row_len] * row_len + i % row_len] = v;
+  }
+}
+
+// Grow-only device buffer on the transport (the stream orders its reuse).
+static void *grow(CommNccl *n, void **p, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    CUDA_OK(n, cudaStreamSynchronize(n->stream));  // queued work may still read the old one
+    if (*p) cudaFree(*p);
+    CUDA_OK(n, cudaMalloc(p, bytes));
+    *cap = bytes;
+  }
+  return *p;
+}
+
+extern "C" void comm_nccl_reduce_rows(CommNccl *n, float *buf, size_t count, size_t base, size_t row_len,
+                                      const uint32_t *rows, int nrows, CommDtype t) {
+  // Rows that lie in one shard go packed, per owner; a row across a shard boundary (at most
+  // world - 1 of them) as a plain range.
+  // Host copy of the indices per owner: kept in the transport (grow-only) because the uploads below
+  // are asynchronous; the step's comm_reduce_wait has finished them before the next call.
+  if ((size_t)nrows > n->rows_host_cap) {
+    free(n->rows_host);
+    n->rows_host = (uint32_t *)xmalloc((size_t)nrows * sizeof(uint32_t));
+    n->rows_host_cap = (size_t)nrows;
+  }
+  uint32_t *byown = n->rows_host;
+  size_t idx_bytes = (size_t)(nrows ? nrows : 1) * sizeof(uint32_t);
+  uint32_t *dev_idx = (uint32_t *)grow(n, &n->rows_idx, &n->rows_idx_cap, idx_bytes);
+  const size_t eb = t == COMM_FP32 ? 4 : 2;
+  size_t off_idx = 0;
+  for (int owner = 0; owner < n->world; owner++) {
+    size_t lo, hi;
+    comm_shard_range(count, n->world, owner, &lo, &hi);
+    uint32_t *mine = byown + off_idx;  // this owner's rows, after the previous owners' (no reuse)
+    int k = 0;
+    for (int i = 0; i < nrows; i++) {
+      size_t a = base + (size_t)rows[i] * row_len, b = a + row_len;
+      if (a >= lo && b <= hi) mine[k++] = rows[i];
+      else if (owner == 0 && comm_shard_owner(count, n->world, a) != comm_shard_owner(count, n->world, b - 1)) {
+        CommRange r = {a, row_len};
+        comm_nccl_reduce_ranges(n, buf, count, &r, 1, t);
+      }
+    }
+    if (!k) continue;
+    after_compute(n, "reduce-scatter of the gradients");
+    void *scr = grow(n, &n->rows_scr, &n->rows_scr_cap, (size_t)k * row_len * eb);
+    CUDA_OK(n, cudaMemcpyAsync(dev_idx + off_idx, mine, (size_t)k * sizeof(uint32_t), cudaMemcpyHostToDevice, n->stream));
+    const uint32_t *ix = dev_idx + off_idx;
+    float *table = buf + base;
+    size_t len = (size_t)k * row_len;
+    if (t == COMM_FP32) pack_rows_kernel<float><<<grid_for(len), 256, 0, n->stream>>>((float *)scr, table, ix, k, row_len);
+    else pack_rows_kernel<__nv_bfloat16><<<grid_for(len), 256, 0, n->stream>>>((__nv_bfloat16 *)scr, table, ix, k, row_len);
+    CUDA_OK(n, cudaGetLastError());
+    for (size_t a = 0; a < len; a += MAX_OP) {
+      size_t m = len - a < MAX_OP ? len - a : MAX_OP;
+      NCCL_CHECK(n, nccl.Reduce((char *)scr + a * eb, (char *)scr + a * eb, m, t == COMM_FP32 ? ncclFloat : ncclBfloat16,
+                                ncclSum, owner, n->comm, n->stream));
+    }
+    if (owner == n->rank) {
+      if (t == COMM_FP32) unpack_rows_kernel<float><<<grid_for(len), 256, 0, n->stream>>>(table, (const float *)scr, ix, k, row_len);
+      else unpack_rows_kernel<__nv_bfloat16><<<grid_for(len), 256, 0, n->stream>>>(table, (const __nv_bfloat16 *)scr, ix, k, row_len);
+      CUDA_OK(n, cudaGetLastError());
+    }
+    // The next owner's rows reuse the scratch after this one's unpack (the same stream orders it);
+    // their indices go after these.
+    off_idx += (size_t)k;
+  }
 }
 
 // One broadcast per shard from its owner (in place), in rounds of at most MAX_OP elements each.

@@ -416,6 +416,23 @@ void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int n
   tcp_reduce_ranges(c, buf, n, r, nr, t);
 }
 
+void comm_reduce_rows(Comm *c, float *buf, size_t n, size_t base, size_t row_len, const uint32_t *rows, int nrows,
+                      CommDtype t) {
+  if (c->world == 1 || nrows == 0) return;
+#ifdef HAVE_CUDA
+  if (c->nccl) { comm_nccl_reduce_rows(c->nccl, buf, n, base, row_len, rows, nrows, t); return; }
+#endif
+  CommRange *r = xmalloc((size_t)nrows * sizeof(CommRange));  // runs of consecutive rows
+  int nr = 0;
+  for (int i = 0; i < nrows; i++) {
+    size_t off = base + (size_t)rows[i] * row_len;
+    if (nr && r[nr - 1].off + r[nr - 1].len == off) r[nr - 1].len += row_len;
+    else r[nr++] = (CommRange){off, row_len};
+  }
+  comm_reduce_ranges(c, buf, n, r, nr, t);
+  free(r);
+}
+
 void comm_reduce_wait(Comm *c) {
 #ifdef HAVE_CUDA
   if (c->nccl) comm_nccl_wait(c->nccl, "reduce-scatter of the gradients");

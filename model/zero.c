@@ -79,18 +79,18 @@ static void flush_bucket(Zero *z) {
 
 static void add_range(Zero *z, size_t off, size_t len);
 
-// The embedding's gradient is ready: hand over only the rows some rank's tokens touched this step
-// (the OR of the ranks' row sets, over TCP while the GPU still runs the backward), run by run.
+// The embedding's gradient is ready: reduce only the rows some rank's tokens touched this step (the
+// OR of the ranks' row sets, over TCP while the GPU still runs the backward), packed (comm.h).
 static void embedding_ready(Zero *z) {
   comm_allreduce_or_u64(z->comm, z->rows, z->nrows_words);
   const size_t V = z->embed_len / z->embed_dim;
-  for (size_t r = 0; r < V;) {
-    if (!(z->rows[r / 64] >> (r % 64) & 1)) { r++; continue; }
-    size_t e = r;
-    while (e < V && (z->rows[e / 64] >> (e % 64) & 1)) e++;
-    add_range(z, z->embed_off + r * z->embed_dim, (e - r) * z->embed_dim);
-    r = e;
-  }
+  uint32_t *list = xmalloc(V * sizeof(uint32_t));
+  int k = 0;
+  for (size_t r = 0; r < V; r++)
+    if (z->rows[r / 64] >> (r % 64) & 1) list[k++] = (uint32_t)r;
+  flush_bucket(z);  // what the backward handed over before goes out first, as it would have
+  comm_reduce_rows(z->comm, llama_grads(z->model), z->n, z->embed_off, z->embed_dim, list, k, z->opt.dtype);
+  free(list);
 }
 
 // The grad hook: [off, off + len) of the gradients is final for this backward.
