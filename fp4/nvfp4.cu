@@ -3,8 +3,8 @@
 // reduction is a max over |x| bits (order-independent), so the bytes match the CPU's exactly.
 // Built with -fmad=false (Makefile), and the rules use FP4_MUL/FP4_DIV, so nothing is contracted.
 //
-// Kernels (16-byte loads, fp32 math in registers; the quantizers are ALU-heavy, so the per-element
-// work is the block rule itself, via quant_dev.cuh):
+// Kernels (16-byte loads, fp32 math in registers; the quantizers are bound by instruction issue, so the
+// per-element work is the block rule itself, via quant_dev.cuh: RNE and SR rounding on the FMA pipe):
 //   amax        grid of 256-thread blocks, 4 independent 16-byte loads per thread per step, a warp
 //               __reduce_max_sync, one integer atomicMax per block.
 //   rows        one thread per 16-block: two 16-byte loads, 8 code bytes and 1 scale byte out, and

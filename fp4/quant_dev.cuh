@@ -8,9 +8,13 @@
 //   - MXFP4 prescale (MX_SCALE_UP) as one multiply by fl(6 * 2^-e) instead of two (proof at
 //     mx_block32_dev);
 //   - the block amax as a NaN-propagating float max of |x| (one FMNMX per element instead of a mask
-//     and an integer max).
-// SR keeps e2m1_sr_mag's integer rule. FP4_HD like the rules they mirror, so a host build can hold them
-// to the references (the checks are exhaustive over the float bit patterns that matter).
+//     and an integer max);
+//   - E2M1 SR (e2m1_sr_mag's rule) as saturating FMAs and adds rounded toward +Inf, the random threshold
+//     one byte permute (fp4_sr_acc below), accumulated into the packed word by Horner steps;
+//   - the sign bits of 8 elements gathered by sign-replicating byte permutes (fp4_sign_word: 7 ALU
+//     instructions per word instead of 16), merged with the codes by one select.
+// FP4_HD like the rules they mirror, so a host build can hold them to the references (the checks are
+// exhaustive over the float bit patterns that matter).
 #pragma once
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
@@ -32,6 +36,55 @@ static inline FP4_HD float fp4_fma(float a, float b, float c) {
   return __fmaf_rn(a, b, c);
 #else
   return fmaf(a, b, c);
+#endif
+}
+
+// fl(a * b + c) rounded once toward +Inf (PTX fma.rp.f32 / add.rp.f32; subnormals kept, no FTZ).
+// Host: a * b is exact in double (24 x 24 bits, no overflow or underflow there), p + c is TwoSum'd into
+// s + err = p + c exactly (double sums of floats never overflow), and f = RN_float(s) is moved up one float
+// iff f < s or (f == s and err > 0). That is the smallest float >= p + c: if f < s, the next float f+ is
+// > s (else RN(s) would be f+), so f+ >= succ_double(s) >= p + c (|err| is at most half the gap from s
+// to its double neighbour on err's side), while f <= pred_double(s) < p + c; if f > s, then likewise
+// f >= p + c > pred(f); if f == s the sign of err decides (|err| is far below a float ulp). Exact zeros:
+// x + (-x) is +0 both ways (RN double, RU float), -0 + -0 stays -0. Inf operands give s = +-Inf, returned
+// as is (a NaN err is never looked at); a finite s beyond FLT_MAX converts to FLT_MAX or Inf and moves up
+// as above (to +Inf, or from -Inf to -FLT_MAX), which is what the GPU rounds toward +Inf.
+static inline FP4_HD float fp4_fma_ru(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_ru(a, b, c);
+#else  // branch-free (an Inf s gives a NaN err and f == s: no move)
+  const double p = (double)a * (double)b, s = p + (double)c;
+  const double bb = s - p, err = (p - (s - bb)) + ((double)c - bb);
+  const float f = (float)s;
+  const uint32_t u = fp4_f2u(f);
+  const uint32_t next = (u & 0x7fffffffu) == 0 ? 1u : u >> 31 ? u - 1 : u + 1;  // +-0 -> 2^-149; -Inf -> -FLT_MAX
+  return fp4_u2f(((double)f < s || ((double)f == s && err > 0.0)) ? next : u);
+#endif
+}
+static inline FP4_HD float fp4_add_ru(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_ru(a, b);
+#else
+  return fp4_fma_ru(a, 1.0f, b);  // a * 1 is exact: the same single rounding of a + b
+#endif
+}
+
+// PTX prmt.b32 (default mode): byte n of the result is byte (nibble n of sel) & 7 of {b, a} (a = bytes
+// 0-3, b = bytes 4-7), or, when that nibble's bit 3 is set, the sign bit of that byte replicated over 8
+// bits. The host form is that definition, byte by byte.
+static inline FP4_HD uint32_t fp4_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const uint64_t x = ((uint64_t)b << 32) | a;
+  uint32_t d = 0;
+  for (int n = 0; n < 4; n++) {
+    const uint32_t s = (sel >> (4 * n)) & 15u, byte = (uint32_t)(x >> (8 * (s & 7u))) & 0xffu;
+    d |= (s & 8u ? (byte & 0x80u ? 0xffu : 0u) : byte) << (8 * n);
+  }
+  return d;
 #endif
 }
 
@@ -70,16 +123,80 @@ static inline FP4_HD float fp4_rne_acc(float y, float w, float acc) {
 }
 static inline FP4_HD uint32_t fp4_rne_code(float y) { return fp4_f2u(fp4_rne_acc(y, 1.0f, 8388608.0f)) - 0x4B000000u; }
 
-// Two float accumulators of 4 nibbles each (acc = 2^23 + sum) -> the packed 32-bit word, plus signs.
-static inline FP4_HD uint32_t fp4_pack_acc(float lo, float hi, uint32_t sgn) {
-  return fp4_f2u(lo) + (fp4_f2u(hi) << 16) - 0x4B000000u + sgn;  // (0x4B000000 << 16) wraps to 0
+// The sign bits of x[0..7] at bit 3 of nibbles 0..7 (the other bits are garbage): per byte k the signs of
+// x[2k] (bit 3) and x[2k+1] (bit 7). Four sign-replicating permutes give [s0 s2 . .], [s4 s6 . .], [s1 s3
+// . .], [s5 s7 . .] as 0x00 / 0xFF bytes, two more gather g = [s0 s2 s4 s6] and h = [s1 s3 s5 s7], and
+// one select takes the low nibble of each byte from g and the high one from h: 7 ALU instructions per 8
+// elements instead of a shift and a merge each (-0 and negative NaN count as negative, as e2m1_sign).
+static inline FP4_HD uint32_t fp4_sign_word(const float *x) {
+  const uint32_t g = fp4_prmt(fp4_prmt(fp4_f2u(x[0]), fp4_f2u(x[2]), 0xFBFBu),
+                              fp4_prmt(fp4_f2u(x[4]), fp4_f2u(x[6]), 0xFBFBu), 0x5410u);
+  const uint32_t h = fp4_prmt(fp4_prmt(fp4_f2u(x[1]), fp4_f2u(x[3]), 0xFBFBu),
+                              fp4_prmt(fp4_f2u(x[5]), fp4_f2u(x[7]), 0xFBFBu), 0x5410u);
+  return (g & 0x0F0F0F0Fu) | (h & 0xF0F0F0F0u);
 }
 
-// Sign bit of x in bit 3 of nibble j: e2m1_sign(x) << (4 * j).
-static inline FP4_HD uint32_t fp4_sign_nibble(float x, int j) { return (fp4_f2u(x) >> 31) << (4 * j + 3); }
+// Two float accumulators of 4 nibbles each (acc = 2^23 + sum, or 2^23 + 8 + sum for SR) -> the packed
+// 32-bit word: the low halves of their bits side by side (one permute), then the sign bits (3 of every
+// nibble, where the magnitude codes 0..7 have a 0, and SR's + 8 a 1) from sgn (fp4_sign_word).
+static inline FP4_HD uint32_t fp4_pack_acc(float lo, float hi, uint32_t sgn) {
+  return (fp4_prmt(fp4_f2u(lo), fp4_f2u(hi), 0x5410u) & 0x77777777u) | (sgn & 0x88888888u);
+}
 
-// 8 random bits of element i from the Philox words w (philox_byte(w, i)).
-static inline FP4_HD uint32_t fp4_rbyte(const uint32_t *w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+// ---- E2M1 stochastic rounding on the FMA pipe -------------------------------------------------------
+// e2m1_sr_mag's rule: between grid neighbours lo <= y < hi, round up iff frac * 512 > 2 r + 1, with
+// frac = (y - lo) / (hi - lo); y >= 6 gives 7. In code space the grid is the integers: with
+//   g(y) = min(2y, y + 2, y/2 + 4, 7) = 4 s0 + 2 s1 + s2,  s0 = sat(y/2), s1 = sat(y/2 - 1), s2 = sat(y/2 - 2)
+// (g is continuous, piecewise linear with the grid steps 1/2, 1, 2 as slopes 2, 1, 1/2, and code n at
+// g = n), and d = (2 r + 1) / 512 in (0, 1), the code is floor(g) + [frac(g) > d] = ceil(g - d) for y < 6,
+// and ceil(7 - d) = 7 above. Every piece is exact on the FMA pipe:
+//   - s0, s1, s2: one fma.rn.sat each. y/2 - 1 is exact for y in [2, 4] (the only y where s1 is not
+//     clamped: below, the rounded value is <= 0; above, >= 1), y/2 - 2 likewise for y in [4, 6]; y/2 is
+//     exact unless y is subnormal, where every sum below stays under 0 either way. +Inf gives 1, 1, 1.
+//   - p = -(128 + d): a byte permute of the random byte r into the float bits 0xC300rr80 (mantissa
+//     (256 r + 128) / 2^23 at exponent 7), fp4_sr_dither.
+//   - t = 4 s0 + p, t += 2 s1, t += s2, each rounded toward +Inf (fl_ru). For y <= 2, s1 = s2 = 0 and
+//     only the first step can round; for 2 < y <= 4, s0 = 1 and s2 = 0 and only the second (4 + p is
+//     exact: a multiple of 2^-9 in [-125, -124]); for y > 4 only the third (6 + p likewise). So t is
+//     fl_ru(g - 128 - d) (t in (-129, -121]), and ceil(fl_ru(x)) = ceil(x) whenever the integer ceil(x) is
+//     a float (fl_ru(x) is the least float >= x: >= x, and <= ceil(x)). Hence ceil(t) = code - 128.
+//   - acc' + t rounded toward +Inf, with acc' an integer in [2^23 + 128 + 8, 2^24 - 8]: the sum lies in
+//     [2^23, 2^24) where the float grid is the integers, so the result is acc' + ceil(t) = acc' - 128 +
+//     code. That is the "magic add" that rounds to an integer, and it doubles as the accumulation:
+// Packing: a float A = M + N with M = 2^23 + 8 holds 4 nibbles N (nibble 3 first); the next nibble j is
+// added as fp4_sr_acc(y_j, p_j, 16 A - 15 M + 128) (one exact FMA: 16 A - 15 M + 128 = M + 128 + 16 N, an
+// integer below 2^24; -15 M + 128 = -125829112 is a multiple of 8 below 2^27, so a float). M - 2^23 = 8
+// keeps acc' + t >= 2^23 when N = 0 and t > -129. Checked equal to e2m1_sr_mag for every y in [0, +Inf]
+// (all non-negative non-NaN bit patterns) times all 256 random bytes by an exhaustive host program.
+// Per element: 3 sat-FMAs, 4 directed adds/FMAs (FMA pipe), a PRMT, and 3/4 of a Horner FFMA.
+#define FP4_SR_M 8388616.0f          // 2^23 + 8
+#define FP4_SR_ACC0 8388744.0f       // M + 128: acc' for the first nibble (N = 0)
+#define FP4_SR_HORNER -125829112.0f  // -15 M + 128
+// -(128 + (2 r + 1) / 512) with r = byte j of w: bytes 0x80, r, 0x00, 0xC3. (The constant is operand a so
+// that the selector, not the constant, is the immediate: the constant then stays in one register.)
+static inline FP4_HD float fp4_sr_dither(uint32_t w, int j) {
+  return fp4_u2f(fp4_prmt(0xC3000080u, w, 0x3100u | ((uint32_t)(4 + j) << 4)));
+}
+static inline FP4_HD float fp4_sr_acc(float y, float p, float acc) {
+  const float s0 = fp4_fma_sat(y, 0.5f, 0.0f), s1 = fp4_fma_sat(y, 0.5f, -1.0f), s2 = fp4_fma_sat(y, 0.5f, -2.0f);
+  const float t = fp4_add_ru(fp4_fma_ru(s1, 2.0f, fp4_fma_ru(s0, 4.0f, p)), s2);
+  return fp4_add_ru(t, acc);
+}
+// The SR codes of 4 elements (scaled magnitudes y[0..3], random bytes 0..3 of w) as M + 16-bit nibbles.
+static inline FP4_HD float fp4_sr_nibbles4(const float *y, uint32_t w) {
+  float a = fp4_sr_acc(y[3], fp4_sr_dither(w, 3), FP4_SR_ACC0);
+FP4_UNROLL
+  for (int j = 2; j >= 0; j--) a = fp4_sr_acc(y[j], fp4_sr_dither(w, j), fp4_fma(a, 16.0f, FP4_SR_HORNER));
+  return a;
+}
+// The SR codes of 8 values v[0..7] under the multiplier c, random bytes from rnd[0..1], as one packed word
+// (fp4_pack_acc: the + 8 of M lands on the sign bit of nibble 0, which the signs overwrite).
+static inline FP4_HD uint32_t fp4_sr_word(const float *v, float c, const uint32_t *rnd) {
+  float y[8];
+FP4_UNROLL
+  for (int j = 0; j < 8; j++) y[j] = FP4_MUL(fabsf(v[j]), c);
+  return fp4_pack_acc(fp4_sr_nibbles4(y, rnd[0]), fp4_sr_nibbles4(y + 4, rnd[1]), fp4_sign_word(v));
+}
 
 // The per-block multiplier c with y = fl(|z| * c) == mx_prescale(|z|, e, mode) for every z of a block
 // whose amax gave e. MX_SCALE_DOWN: c = 2^-e, the reference's one multiply. MX_SCALE_UP: the reference
@@ -99,15 +216,13 @@ static inline FP4_HD void mx_rne_words(const float *v, float c, uint32_t *pk) {
 FP4_UNROLL
   for (int w = 0; w < 4; w++) {
     float lo = 8388608.0f, hi = 8388608.0f;
-    uint32_t sgn = 0;
 FP4_UNROLL
     for (int j = 0; j < 4; j++) {
       const int i = 8 * w + j;
       lo = fp4_rne_acc(FP4_MUL(fabsf(v[i]), c), (float)(1 << (4 * j)), lo);
       hi = fp4_rne_acc(FP4_MUL(fabsf(v[i + 4]), c), (float)(1 << (4 * j)), hi);
-      sgn |= fp4_sign_nibble(v[i], j) | fp4_sign_nibble(v[i + 4], j + 4);
     }
-    pk[w] = fp4_pack_acc(lo, hi, sgn);
+    pk[w] = fp4_pack_acc(lo, hi, fp4_sign_word(v + 8 * w));
   }
 }
 
@@ -127,16 +242,7 @@ FP4_UNROLL
   if (c == 0.0f) return mx_quantize_block32(v, mode, SR, rnd, pk);  // UP, e < -125: amax <= 2^-126
   if (SR) {
 FP4_UNROLL
-    for (int w = 0; w < 4; w++) {
-      uint32_t mag = 0, sgn = 0;
-FP4_UNROLL
-      for (int j = 0; j < 8; j++) {
-        const int i = 8 * w + j;
-        mag += e2m1_sr_mag(fp4_f2u(FP4_MUL(fabsf(v[i]), c)), fp4_rbyte(rnd, i)) << (4 * j);
-        sgn |= fp4_sign_nibble(v[i], j);
-      }
-      pk[w] = mag | sgn;
-    }
+    for (int w = 0; w < 4; w++) pk[w] = fp4_sr_word(v + 8 * w, c, rnd + 2 * w);
   }
   if (!SR) mx_rne_words(v, c, pk);
   return e8m0_encode(e);
@@ -156,16 +262,8 @@ FP4_UNROLL
   if (inv != 0.0f) {
 FP4_UNROLL
     for (int w = 0; w < 2; w++) {
-      uint32_t sgn = 0;
       if (SR) {
-        uint32_t mag = 0;
-FP4_UNROLL
-        for (int j = 0; j < 8; j++) {
-          const int i = 8 * w + j;
-          mag += e2m1_sr_mag(fp4_f2u(FP4_MUL(fabsf(v[i]), inv)), fp4_rbyte(rnd, i)) << (4 * j);
-          sgn |= fp4_sign_nibble(v[i], j);
-        }
-        pk[w] = mag | sgn;
+        pk[w] = fp4_sr_word(v + 8 * w, inv, rnd + 2 * w);
       } else {
         float lo = 8388608.0f, hi = 8388608.0f;
 FP4_UNROLL
@@ -173,9 +271,8 @@ FP4_UNROLL
           const int i = 8 * w + j;
           lo = fp4_rne_acc(FP4_MUL(fabsf(v[i]), inv), (float)(1 << (4 * j)), lo);
           hi = fp4_rne_acc(FP4_MUL(fabsf(v[i + 4]), inv), (float)(1 << (4 * j)), hi);
-          sgn |= fp4_sign_nibble(v[i], j) | fp4_sign_nibble(v[i + 4], j + 4);
         }
-        pk[w] = fp4_pack_acc(lo, hi, sgn);
+        pk[w] = fp4_pack_acc(lo, hi, fp4_sign_word(v + 8 * w));
       }
     }
   }
