@@ -211,19 +211,21 @@ static inline FP4_HD float mx_block_mul(int e, MxScale mode) {
   return e >= -125 ? fp4_u2f(((uint32_t)(129 - e) << 23) | 0x400000u) : 0.0f;
 }
 
+// The RNE codes of 8 values v[0..8) under the multiplier c as one packed word (element j in nibble j).
+static inline FP4_HD uint32_t fp4_rne_word(const float *v, float c) {
+  float lo = 8388608.0f, hi = 8388608.0f;
+FP4_UNROLL
+  for (int j = 0; j < 4; j++) {
+    lo = fp4_rne_acc(FP4_MUL(fabsf(v[j]), c), (float)(1 << (4 * j)), lo);
+    hi = fp4_rne_acc(FP4_MUL(fabsf(v[j + 4]), c), (float)(1 << (4 * j)), hi);
+  }
+  return fp4_pack_acc(lo, hi, fp4_sign_word(v));
+}
+
 // The RNE codes of 32 values under the block multiplier c (mx_block_mul) as 4 packed words.
 static inline FP4_HD void mx_rne_words(const float *v, float c, uint32_t *pk) {
 FP4_UNROLL
-  for (int w = 0; w < 4; w++) {
-    float lo = 8388608.0f, hi = 8388608.0f;
-FP4_UNROLL
-    for (int j = 0; j < 4; j++) {
-      const int i = 8 * w + j;
-      lo = fp4_rne_acc(FP4_MUL(fabsf(v[i]), c), (float)(1 << (4 * j)), lo);
-      hi = fp4_rne_acc(FP4_MUL(fabsf(v[i + 4]), c), (float)(1 << (4 * j)), hi);
-    }
-    pk[w] = fp4_pack_acc(lo, hi, fp4_sign_word(v + 8 * w));
-  }
+  for (int w = 0; w < 4; w++) pk[w] = fp4_rne_word(v + 8 * w, c);
 }
 
 // mx_quantize_block32, bit for bit: 32 values -> 4 packed words pk, returns the E8M0 byte.
@@ -265,14 +267,7 @@ FP4_UNROLL
       if (SR) {
         pk[w] = fp4_sr_word(v + 8 * w, inv, rnd + 2 * w);
       } else {
-        float lo = 8388608.0f, hi = 8388608.0f;
-FP4_UNROLL
-        for (int j = 0; j < 4; j++) {
-          const int i = 8 * w + j;
-          lo = fp4_rne_acc(FP4_MUL(fabsf(v[i]), inv), (float)(1 << (4 * j)), lo);
-          hi = fp4_rne_acc(FP4_MUL(fabsf(v[i + 4]), inv), (float)(1 << (4 * j)), hi);
-        }
-        pk[w] = fp4_pack_acc(lo, hi, fp4_sign_word(v + 8 * w));
+        pk[w] = fp4_rne_word(v + 8 * w, inv);
       }
     }
   }
