@@ -16,7 +16,8 @@ endif
 
 LIB_C   := common.c $(wildcard model/*.c) $(wildcard data/*.c) $(wildcard fp4/*.c)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
-TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)) \
+           $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
 # model/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/fetch_deps.sh).
@@ -77,6 +78,12 @@ $(BUILD)/gpu_tests/%: tests/%.cu $(BUILD)/libengine.a
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
+
+# C++ host tests (the GPU producers' templated rules, compiled for the CPU): no FMA contraction, as
+# for the FP4 kernels, so the host forms round exactly as written.
+$(BUILD)/tests/%: tests/%.cpp $(BUILD)/libengine.a
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -std=c++17 -ffp-contract=off -Wall -Wextra -I. -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
 
 test: all
 	bash scripts/run_tests.sh

@@ -1,0 +1,113 @@
+// tests/test_quant_dev.cpp: the GPU producers' per-block rules (fp4/quant_dev.cuh: mx_block32_dev,
+// nv_block16_dev, written for Hopper's FMA pipe) against the C references (mx_quantize_block32,
+// nv_quantize_block16), compiled for the host, where every PTX-only step has an exact host form. The
+// GPU tests hold the kernels to the same references on the H200; this one runs in CI, so a rewrite
+// of a rule is checked before it reaches a GPU. C++ because the device forms are templates.
+//   - the scalar rules on the BF16 magnitudes (the producers' inputs) times all 256 random bytes
+//     for SR, at prescales that put them on each part of the E2M1 grid;
+//   - whole blocks: random values of several kinds (any bits with NaN/Inf, small integers and the
+//     E2M1 ties, narrow and wide exponent spreads, subnormals), both MX scale modes, RNE and SR;
+//     NVFP4 with random tensor scales.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fp4/quant_dev.cuh"
+
+static int passed, failed;
+static void check(int ok, const char *what, long bad, long total) {
+  if (ok) passed++;
+  else failed++, printf("FAIL: ");
+  if (!ok || total) printf("%s: %ld of %ld differ\n", what, bad, total);
+}
+
+static uint64_t g_state = 0x9E3779B97F4A7C15ull;
+static uint32_t next32(void) {  // xorshift64*
+  g_state ^= g_state >> 12, g_state ^= g_state << 25, g_state ^= g_state >> 27;
+  return (uint32_t)((g_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static float bf16_of(uint32_t bits16) { return fp4_u2f(bits16 << 16); }
+
+static float value(int kind) {
+  static const float grid[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f};
+  uint32_t u = next32();
+  float sign = u & 0x80000000u ? -1.0f : 1.0f;
+  switch (kind) {
+    case 0: return fp4_u2f(u);                                                   // any bits
+    case 1: return sign * grid[u % 15] * (float)(1 << (next32() % 4));           // ties and grid points
+    case 2: return bf16_of((u & 0x807fu) | ((120u + (u >> 20) % 16) << 7));      // narrow exponent spread
+    case 3: return bf16_of((u & 0x807fu) | ((1u + (u >> 20) % 254) << 7));       // any finite BF16
+    default: return sign * fp4_u2f(u & 0x007fffffu);                             // subnormals
+  }
+}
+
+int main(void) {
+  // Scalar rule: every BF16 magnitude up to 6 * 2^k, k = -2, 0, 2, through a one-value block so that the
+  // whole device path (amax, scale, prescale, rounding, packing) runs. The block's other 31 values
+  // are 6 * 2^k, which fixes the scale, so the probe lands anywhere on the grid.
+  long bad = 0, total = 0;
+  for (uint32_t h = 0; h < 0x7f80u; h++)
+    for (int k = -2; k <= 2; k += 2) {
+      float v[32];
+      for (int i = 0; i < 32; i++) v[i] = ldexpf(6.0f, k);
+      v[h % 32] = bf16_of(h);
+      if (fabsf(v[h % 32]) > ldexpf(6.0f, k)) continue;  // would move the scale: blocks below cover it
+      uint32_t rnd[8];
+      for (int i = 0; i < 8; i++) rnd[i] = next32();
+      for (int mode = 0; mode < 2; mode++) {
+        uint32_t a[4], b[4];
+        uint8_t sa = mx_quantize_block32(v, (MxScale)mode, 0, rnd, a), sb = mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
+        bad += sa != sb || memcmp(a, b, sizeof a), total++;
+      }
+    }
+  check(bad == 0, "MX RNE, every BF16 magnitude at 3 scales, both scale modes", bad, total);
+
+  bad = 0, total = 0;
+  for (uint32_t h = 0; h < 0x7f80u; h += 7)
+    for (int r = 0; r < 256; r++) {
+      float v[32];
+      for (int i = 0; i < 32; i++) v[i] = 6.0f;
+      v[r % 32] = bf16_of(h);
+      if (fabsf(v[r % 32]) > 6.0f) continue;
+      uint32_t rnd[8];
+      for (int i = 0; i < 8; i++) rnd[i] = next32();
+      ((uint8_t *)rnd)[r % 32] = (uint8_t)r;  // this element's byte takes every value
+      uint32_t a[4], b[4];
+      uint8_t sa = mx_quantize_block32(v, MX_SCALE_UP, 1, rnd, a), sb = mx_block32_dev<true>(v, MX_SCALE_UP, rnd, b);
+      bad += sa != sb || memcmp(a, b, sizeof a), total++;
+    }
+  check(bad == 0, "MX SR, BF16 magnitudes x all 256 random bytes", bad, total);
+
+  // Whole blocks.
+  long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0;
+  for (long it = 0; it < 400000; it++) {
+    float v[32];
+    const int kind = (int)(it % 5);
+    for (int i = 0; i < 32; i++) v[i] = value(next32() % 8 == 0 ? (int)(next32() % 5) : kind);
+    uint32_t rnd[8];
+    for (int i = 0; i < 8; i++) rnd[i] = next32();
+    for (int mode = 0; mode < 2; mode++)
+      for (int sr = 0; sr < 2; sr++) {
+        uint32_t a[4], b[4];
+        uint8_t sa = mx_quantize_block32(v, (MxScale)mode, sr, rnd, a);
+        uint8_t sb = sr ? mx_block32_dev<true>(v, (MxScale)mode, rnd, b) : mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
+        bad_mx += sa != sb || memcmp(a, b, sizeof a), n_mx++;
+      }
+    float s_enc = nv_encode_scale(fabsf(value(3)) + 1e-3f);
+    if (!(s_enc > 0.0f) || fp4_isnan(s_enc) || isinf(s_enc)) s_enc = 1.0f;
+    for (int half = 0; half < 2; half++)
+      for (int sr = 0; sr < 2; sr++) {
+        uint8_t codes[16];
+        uint32_t out[2], ref[2] = {0, 0};
+        uint8_t ba = nv_quantize_block16(v + 16 * half, s_enc, sr, rnd + 4 * half, codes);
+        uint8_t bb = sr ? nv_block16_dev<true>(v + 16 * half, s_enc, rnd + 4 * half, out)
+                        : nv_block16_dev<false>(v + 16 * half, s_enc, rnd + 4 * half, out);
+        for (int i = 0; i < 16; i++) ref[i >> 3] |= (uint32_t)(codes[i] & 15) << (4 * (i & 7));
+        bad_nv += ba != bb || ref[0] != out[0] || ref[1] != out[1], n_nv++;
+      }
+  }
+  check(bad_mx == 0, "MX blocks (5 kinds, both scale modes, RNE and SR)", bad_mx, n_mx);
+  check(bad_nv == 0, "NVFP4 blocks (5 kinds, random tensor scales, RNE and SR)", bad_nv, n_nv);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
