@@ -83,7 +83,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libengine.a
 # for the FP4 kernels, so the host forms round exactly as written.
 $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
-	$(CXX) -O2 -std=c++17 -ffp-contract=off -Wall -Wextra -I. -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
+	$(CXX) -O2 -std=c++17 -ffp-contract=off -fopenmp -Wall -Wextra -I. -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
 
 test: all
 	bash scripts/run_tests.sh

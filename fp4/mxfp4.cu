@@ -9,10 +9,9 @@
 // conflict-free both ways); there four consecutive lanes hold the four 32-row blocks of one column pair,
 // so the transposed stores are contiguous per column and the FP8 group exponent is again two shuffles.
 // The producers are bound by instruction issue, mostly Hopper's integer pipe (half the FMA pipes'
-// rate): the row copy takes some 18-21 SASS instructions per element, the dual dY producer ~60 (counts
-// of cuobjdump -sass at sm_90a, before the FMA-pipe rounding). So RNE and SR run on the FMA pipe
-// (quant_dev.cuh, fp4_rne_acc and fp4_sr_acc), and the rest of the per-element work is kept to the rule
-// itself: templates for the output kinds and SR, no index divisions.
+// rate; the dual dY producer does several times the row copy's work per element). So RNE and SR run
+// on the FMA pipe (quant_dev.cuh, fp4_rne_acc and fp4_sr_acc), and the rest of the per-element work is
+// kept to the rule itself: templates for the output kinds and SR, no index divisions.
 #include "common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"

@@ -16,6 +16,7 @@
 #include "fp4/recipe.h"
 #ifdef HAVE_CUDA
 #include "model/attention_cudnn.h"
+#include "model/linear_fp4.h"
 #include "model/ops_cuda.h"
 #endif
 
@@ -113,7 +114,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
 #ifdef HAVE_CUDA
   if (op != &ops_cpu) {
     tm.mem_gb = cuda_mem_peak() / 1e9;
-    tm.act_gb += cuda_saved_input_bytes() / 1e9;  // the FP4 copies the forwards kept (allocated by now)
+    tm.act_gb += linear_fp4_saved_bytes() / 1e9;  // the FP4 copies the forwards kept (allocated by now)
     if (profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
       cuda_profile_reset();
       cuda_profile_enable(1);

@@ -479,7 +479,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
   const QWeight *qw = dx ? weight_of(id, w, w16, wversion, in, out_dim) : NULL;
   QOp dyr = {}, dyc = {}, xc = {};
   if (dx) dyr = scratch_op(S_DY_ROW, fp8, 0, N, out_dim);
-  if (dw) dyc = scratch_op(S_DY_COL, fp8, 0, out_dim, N), xc = scratch_op(S_X_COL, fp8, 0, in, N);
+  if (dw) dyc = scratch_op(S_DY_COL, fp8, 0, out_dim, N);
   const PhiloxStream s_row = stream_for(id, USE_DY_ROW), s_col = stream_for(id, USE_DY_COL);
   const int sr_row = g_recipe.sr_dgrad, sr_col = g_recipe.sr_wgrad;
 
@@ -531,6 +531,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
       if (!x)
         die("linear_fp4: layer %d %s: no saved FP4 copy of x from this micro-batch's forward and no BF16 x for "
             "the Wgrad", id.layer, linear_kind_name(id.kind));
+      xc = scratch_op(S_X_COL, fp8, 0, in, N);  // only here: with saved copies it is never allocated
       if (!reuse_x(XQ_COL, id, x, N, in)) {
         mk = cuda_prof_begin();
         quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));

@@ -216,6 +216,11 @@ static LayerActs layer_acts(const Llama *m, int l) {
   };
 }
 
+// The linears that read each BF16 input a block may not keep: attn_in (q, k, v), ffn_in (gate, up),
+// swi (down), padded to 3.
+static const LinearKind INPUT_USERS[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP},
+                                             {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
+
 // Which slice of attn_in, ffn_in and swi each block uses. By default block l's own (recompute none)
 // or the one scratch slice (recomputed halves). With plain == 0 and recompute none, a block whose
 // linears keep a quantized copy of that input for their backward (Ops.linear_saves_input: q, k and
@@ -228,12 +233,11 @@ static void assign_slots(Llama *m, int plain) {
   const int saving = !plain && m->recompute == LLAMA_RECOMPUTE_NONE && op->linear_saves_input;
   int *slots[3] = {m->attn_in_slot, m->ffn_in_slot, m->swi_slot}, *count[3] = {&m->n_attn_in, &m->n_ffn_in, &m->n_swi};
   const int per_layer[3] = {SA, SF, SF};
-  static const LinearKind users[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP}, {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
   for (int b = 0; b < 3; b++) {
     int own = 0, shared = 0;
     for (int l = 0; l < L; l++) {
       int saved = saving;
-      for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input((LinearId){l, users[b][u]});
+      for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input((LinearId){l, INPUT_USERS[b][u]});
       if (per_layer[b] == L && !saved) slots[b][l] = own++;
       else slots[b][l] = -1, shared = 1;
       if (per_layer[b] == L && saved) m->input_saved[l] |= (unsigned char)(1u << b);
@@ -537,13 +541,12 @@ static void grad_ready(Llama *m, int id, int l) {
 // was created), instead of differentiating against another block's input.
 static void check_saved_inputs(const Llama *m) {
   if (m->recompute != LLAMA_RECOMPUTE_NONE || !m->ops->linear_saves_input) return;
-  static const LinearKind users[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP}, {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
   static const char *what[3] = {"attention input (q, k, v)", "feed-forward input (gate, up)", "down input"};
   for (int b = 0; b < 3; b++)
     for (int l = 0; l < m->c.n_layers; l++) {
       if (!(m->input_saved[l] >> b & 1)) continue;  // block l keeps its own BF16 input
       for (int u = 0; u < 3; u++)
-        if (!m->ops->linear_saves_input((LinearId){l, users[b][u]}))
+        if (!m->ops->linear_saves_input((LinearId){l, INPUT_USERS[b][u]}))
           die("model: block %d's BF16 %s was not kept because the backend kept a quantized copy when the model "
               "was created; its recipe or input saving has changed since: create the model after setting the "
               "recipe (and recompute mode) it trains with", l, what[b]);

@@ -84,7 +84,6 @@ void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what) {
 }
 
 size_t cuda_mem_used(void) { return g_mem_used; }
-size_t cuda_saved_input_bytes(void) { return linear_fp4_saved_bytes(); }
 size_t cuda_mem_peak(void) { return g_mem_peak; }
 void cuda_mem_reset_peak(void) { g_mem_peak = g_mem_used; }
 
@@ -579,11 +578,10 @@ static void cu_embed_fwd(void *out, const int *tokens, const float *table, int N
   int mk = cuda_prof_begin();
   // The table's BF16 shadow when it is the model's: the same bits (the output is BF16), and the
   // only copy of the whole table on a rank whose fp32 parameters are sharded.
-  if (in_params(table, (size_t)V * D * sizeof(float)) && g_shadow)
-    embedding_forward_bf16_cuda(mb(out), tokens, g_shadow + (table - g_params), N, D, V);
-  else
-    embedding_forward_cuda(mb(out), tokens, table, N, D, V);
-  cuda_prof_end(mk, "embed fwd", PROF_MEM, 4.0 * N + 6.0 * N * D, 0, NULL);
+  const int shadow = in_params(table, (size_t)V * D * sizeof(float)) && g_shadow;
+  if (shadow) embedding_forward_bf16_cuda(mb(out), tokens, g_shadow + (table - g_params), N, D, V);
+  else embedding_forward_cuda(mb(out), tokens, table, N, D, V);
+  cuda_prof_end(mk, "embed fwd", PROF_MEM, 4.0 * N + (shadow ? 4.0 : 6.0) * N * D, 0, NULL);
 }
 
 static void cu_embed_bwd(float *dtable, const void *dout, const int *tokens, int N, int D) {

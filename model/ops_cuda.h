@@ -42,8 +42,6 @@ void cuda_profile_report(FILE *f, int steps);
 // scratch), and the most held at once since the start or the last reset. cuBLASLt's and cuDNN's
 // own workspaces are not included.
 size_t cuda_mem_used(void);
-// Bytes of the FP4 linears' saved quantized inputs (model/linear_fp4.h), part of cuda_mem_used.
-size_t cuda_saved_input_bytes(void);
 size_t cuda_mem_peak(void);
 void cuda_mem_reset_peak(void);
 

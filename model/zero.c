@@ -30,10 +30,11 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
   ops->zero(z->m, bytes);
   ops->zero(z->v, bytes);
   const ParamTensor *emb = llama_find_tensor(model, "tok_embedding");
-  if (emb) {
+  if (emb && z->opt.overlap && comm_world(comm) > 1) {  // only the overlapped reduction goes by rows
     z->embed_off = emb->offset, z->embed_len = emb->numel, z->embed_dim = (size_t)emb->shape[1];
     z->nrows_words = ((size_t)emb->shape[0] + 63) / 64;
     z->rows = xcalloc(z->nrows_words, sizeof(uint64_t));
+    z->row_list = xmalloc((size_t)emb->shape[0] * sizeof(uint32_t));
   }
   if (z->opt.shard_master && comm_world(comm) > 1 && comm_on_device(comm) && ops->shard_params) {
     // Kept in fp32: the shard (AdamW updates it) and the tensors without weight decay, the RMSNorm
@@ -65,6 +66,7 @@ void zero_free(Zero *z) {
   free(z->bucket);
   free(z->fp32_ranges);
   free(z->rows);
+  free(z->row_list);
   free(z);
 }
 
@@ -84,13 +86,11 @@ static void add_range(Zero *z, size_t off, size_t len);
 static void embedding_ready(Zero *z) {
   comm_allreduce_or_u64(z->comm, z->rows, z->nrows_words);
   const size_t V = z->embed_len / z->embed_dim;
-  uint32_t *list = xmalloc(V * sizeof(uint32_t));
   int k = 0;
   for (size_t r = 0; r < V; r++)
-    if (z->rows[r / 64] >> (r % 64) & 1) list[k++] = (uint32_t)r;
+    if (z->rows[r / 64] >> (r % 64) & 1) z->row_list[k++] = (uint32_t)r;
   flush_bucket(z);  // what the backward handed over before goes out first, as it would have
-  comm_reduce_rows(z->comm, llama_grads(z->model), z->n, z->embed_off, z->embed_dim, list, k, z->opt.dtype);
-  free(list);
+  comm_reduce_rows(z->comm, llama_grads(z->model), z->n, z->embed_off, z->embed_dim, z->row_list, k, z->opt.dtype);
 }
 
 // The grad hook: [off, off + len) of the gradients is final for this backward.

@@ -69,6 +69,7 @@ typedef struct {
   // The embedding rows the step's tokens touch on this rank (zero_note_tokens), one bit per row:
   // the overlapped reduction moves only the rows some rank touched (the others are zero everywhere).
   uint64_t *rows;
+  uint32_t *row_list;  // the touched rows in order (host scratch for comm_reduce_rows)
   size_t nrows_words;
   int micros, notes;  // micro-batches begun this step, and how many noted their tokens
   size_t embed_off, embed_len, embed_dim;  // the embedding table in the flat buffer (floats)
@@ -90,7 +91,8 @@ void zero_begin_micro(Zero *z, int micro, int accum);
 // those rows' gradients are non-zero (the embedding backward is a scatter into a zeroed table), so
 // the overlapped reduction of the embedding moves the rows that some rank's tokens touched this
 // step, instead of the whole [V, D] table (bit-identical sums: the rest is zero on every rank).
-// Without it the whole table is reduced.
+// Without it the whole table is reduced. A no-op unless the reduction overlaps the backward of a
+// run with world > 1.
 void zero_note_tokens(Zero *z, const int *tokens, int N);
 // After the step's last backward, on every rank whatever its loss: finishes the reduction (waits
 // for the overlapped one, or reduces the whole buffer). Afterwards this rank's shard of

@@ -41,4 +41,18 @@ check "profile_summary --bound: GEMMs per layer and the optimizer" 'echo "$out" 
 check "profile_summary --bound: the every-step step time" 'echo "$out" | grep -Eq "optimizer every step +236.5 ms/step"'
 out=$(python3 scripts/profile_summary.py --bound 12000 docs/results/2026-11-30_mxfp4_bench_38675d0.log 2>&1)
 check "profile_summary --bound counts the FP8 GEMMs (docs/results_fp4.md: 16,403 tok/s)" 'echo "$out" | grep -Eq "optimizer every step +499.4 ms/step +16403 tok/s/GPU"'
+# scripts/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
+# 20-30 (none), 25-30 inside the previous one, 9,000,040-.. after a 9 ms host pause (left out):
+# 2 us idle against 10 + 8 + 10 + 7 = 35 us busy, 2 / 37 = 5.41%.
+cat >"$tmp/trace.csv" <<'T'
+"Start (ns)","Duration (ns)","Name"
+0,10000,"gemm_a"
+12000,8000,"rmsnorm"
+20000,10000,"gemm_b"
+25000,5000,"overlapped"
+9000040,7000,"after_pause"
+T
+out=$(python3 scripts/gap_summary.py "$tmp/trace.csv" 2>&1)
+check "gap_summary: busy and idle time, the host pause left out" 'echo "$out" | grep -q "5 GPU operations, busy 0.0 ms, idle gaps under 5.0 ms 0.0 ms (5.41% of busy + gaps)"'
+check "gap_summary: the gap and its neighbours" 'echo "$out" | grep -Eq "^ +2.0  gemm_a -> rmsnorm"'
 echo "$pass passed, $fail failed"

@@ -8,8 +8,14 @@
 //   - whole blocks: random values of several kinds (any bits with NaN/Inf, small integers and the
 //     E2M1 ties, narrow and wide exponent spreads, subnormals), both MX scale modes, RNE and SR;
 //     NVFP4 with random tensor scales.
+// QUANT_DEV_EXHAUSTIVE=1 adds the exhaustive checks quant_dev.cuh's proofs cite: fp4_rne_code ==
+// e2m1_rne_mag on every non-negative non-NaN float (2^31 values, seconds), and fp4_sr_acc ==
+// e2m1_sr_mag on every such float x all 256 random bytes, both for the first nibble of a word and
+// for one after 0xFFF (2 x 5.5e11 cases, about 6 core-hours; QUANT_DEV_SR_STEP=k checks every
+// k-th float only).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp4/quant_dev.cuh"
@@ -39,6 +45,34 @@ static float value(int kind) {
     case 3: return bf16_of((u & 0x807fu) | ((1u + (u >> 20) % 254) << 7));       // any finite BF16
     default: return sign * fp4_u2f(u & 0x007fffffu);                             // subnormals
   }
+}
+
+// The exhaustive checks (QUANT_DEV_EXHAUSTIVE=1). Bit patterns 0 .. 0x7F800000: +0 up to +Inf.
+static void exhaustive(void) {
+  const uint32_t top = 0x7F800000u;
+  long bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static, 1 << 20)
+  for (int64_t b = 0; b <= (int64_t)top; b++) bad += fp4_rne_code(fp4_u2f((uint32_t)b)) != e2m1_rne_mag((uint32_t)b);
+  check(bad == 0, "exhaustive: fp4_rne_code == e2m1_rne_mag on every non-negative float", bad, (long)top + 1);
+
+  const char *st = getenv("QUANT_DEV_SR_STEP");
+  const int64_t step = st && atoll(st) > 0 ? atoll(st) : 1;
+  const float first = FP4_SR_ACC0, after = fp4_fma(FP4_SR_M + 0xFFF, 16.0f, FP4_SR_HORNER);
+  bad = 0;
+  long total = 0;
+#pragma omp parallel for reduction(+ : bad, total) schedule(dynamic, 1 << 16)
+  for (int64_t b = 0; b <= (int64_t)top; b += step) {
+    const float y = fp4_u2f((uint32_t)b);
+    for (uint32_t r = 0; r < 256; r++) {
+      const uint32_t want = e2m1_sr_mag((uint32_t)b, r);
+      const float p = fp4_sr_dither(r | 0xA5A5A500u, 0);  // the other bytes hold junk
+      // first nibble: acc' = M + 128, result M + code; after 0xFFF: M + 16 * 0xFFF + code
+      const uint32_t c0 = (uint32_t)fp4_sr_acc(y, p, first) - 8388616u;
+      const uint32_t c1 = (uint32_t)fp4_sr_acc(y, p, after) - 8388616u - 16u * 0xFFFu;
+      bad += (c0 != want) + (c1 != want), total += 2;
+    }
+  }
+  check(bad == 0, "exhaustive: fp4_sr_acc == e2m1_sr_mag, every (QUANT_DEV_SR_STEP-th) float x 256 bytes", bad, total);
 }
 
 int main(void) {
@@ -108,6 +142,8 @@ int main(void) {
   }
   check(bad_mx == 0, "MX blocks (5 kinds, both scale modes, RNE and SR)", bad_mx, n_mx);
   check(bad_nv == 0, "NVFP4 blocks (5 kinds, random tensor scales, RNE and SR)", bad_nv, n_nv);
+  const char *ex = getenv("QUANT_DEV_EXHAUSTIVE");
+  if (ex && atoi(ex)) exhaustive();
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
