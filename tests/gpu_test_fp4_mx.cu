@@ -276,6 +276,7 @@ typedef struct {
   const float *w;
   int rows, K;
   MxOut a, b;
+  int sr, had;  // dual: SR row copy, H32 column copy
 } BenchArgs;
 static void b_rows(void *p) {
   BenchArgs *g = (BenchArgs *)p;
@@ -283,11 +284,13 @@ static void b_rows(void *p) {
 }
 static void b_dual(void *p) {
   BenchArgs *g = (BenchArgs *)p;
-  mx_quantize_dual_cuda(g->x, g->rows, g->K, MX_SCALE_UP, MX_SR, philox_stream(1, 2, 0, 3, 4), g->a, 1, g->b);
+  mx_quantize_dual_cuda(g->x, g->rows, g->K, MX_SCALE_UP, g->sr ? MX_SR : MX_RNE, philox_stream(1, 2, 0, 3, 4), g->a,
+                        g->had, g->b);
 }
 static void b_weight(void *p) {
   BenchArgs *g = (BenchArgs *)p;
-  mx_quantize_weight_cuda(g->w, g->rows, g->K, MX_SCALE_UP, 1, g->a, g->b);
+  if (g->x) mx_quantize_weight_bf16_cuda(g->x, g->rows, g->K, MX_SCALE_UP, 1, g->a, g->b);  // the engine's: BF16 shadow
+  else mx_quantize_weight_cuda(g->w, g->rows, g->K, MX_SCALE_UP, 1, g->a, g->b);
 }
 
 static void bench(void) {
@@ -300,25 +303,33 @@ static void bench(void) {
       bf16 *x;
       CUDA_CHECK(cudaMalloc(&x, n * 2));
       CUDA_CHECK(cudaMemset(x, 0x3c, n * 2));  // bf16 0x3c3c ~ 0.0115: finite, non-zero
-      BenchArgs g = {x, NULL, T, K, {0}, {0}};
+      BenchArgs g = {x, NULL, T, K, {0}, {0}, 1, 1};
+      // The last four rows take the dual FP8 producer apart (each part alone, same kernel): where
+      // its time goes.
       struct {
         const char *name;
         BenchFn fn;
         int fa, fb;  // output kinds: 0 none, 1 packed, 2 fp8
+        int sr, had;
         double bytes;
-      } cases[5] = {
-          {"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 2.0 * n + n / 2.0 + n / 32.0},
-          {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 2.0 * n + n + n / 32.0},
-          {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
-          {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 2.0 * n + 2 * (n + n / 32.0)},
-          {NULL, NULL, 0, 0, 0}};
+      } cases[9] = {
+          {"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 0, 0, 2.0 * n + n / 2.0 + n / 32.0},
+          {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 0, 0, 2.0 * n + n + n / 32.0},
+          {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
+          {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 1, 1, 2.0 * n + 2 * (n + n / 32.0)},
+          {"  part: x RNE rows + H32 cols, FP8", b_dual, 2, 2, 0, 1, 2.0 * n + 2 * (n + n / 32.0)},
+          {"  part: SR rows only (tile kernel), FP8", b_dual, 2, 0, 1, 0, 2.0 * n + n + n / 32.0},
+          {"  part: H32 cols only, FP8", b_dual, 0, 2, 0, 1, 2.0 * n + n + n / 32.0},
+          {"  part: cols only, no Hadamard, FP8", b_dual, 0, 2, 0, 0, 2.0 * n + n + n / 32.0},
+          {NULL, NULL, 0, 0, 0, 0, 0}};
       for (int c = 0; cases[c].name; c++) {
-        g.a = cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
+        g.sr = cases[c].sr, g.had = cases[c].had;
         MxOut none = {NULL, NULL, NULL, 0, 1.0f};
+        g.a = cases[c].fa == 0 ? none : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
         g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f) : packed_out(K, T);
         double ms = time_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
         printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", cases[c].name, T, K, ms * 1e3, gbs, gbs / 4280 * 100);
-        free_out(g.a);
+        if (g.a.q) free_out(g.a);
         if (g.b.q) free_out(g.b);
       }
       cudaFree(x);
@@ -328,18 +339,23 @@ static void bench(void) {
     int N = wN[i], K = wK[i];
     size_t n = (size_t)N * K;
     float *w;
+    bf16 *wb;
     CUDA_CHECK(cudaMalloc(&w, n * 4));
     CUDA_CHECK(cudaMemset(w, 0x3c, n * 4));
-    for (int fp8 = 0; fp8 < 2; fp8++) {
-      BenchArgs g = {NULL, w, N, K, {0}, {0}};
+    CUDA_CHECK(cudaMalloc(&wb, n * 2));
+    CUDA_CHECK(cudaMemset(wb, 0x3c, n * 2));
+    for (int v = 0; v < 3; v++) {  // fp32 -> packed, fp32 -> FP8, BF16 shadow -> FP8 (what the engine runs)
+      const int fp8 = v > 0, in16 = v == 2;
+      BenchArgs g = {in16 ? wb : NULL, w, N, K, {0}, {0}, 0, 0};
       g.a = fp8 ? fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f) : packed_out(N, K);
       g.b = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
-      double bytes = 4.0 * n + (fp8 ? 2.0 * n : 2 * (n / 2.0 + n / 32.0));
+      double bytes = (in16 ? 2.0 : 4.0) * n + (fp8 ? 2.0 * n : 2 * (n / 2.0 + n / 32.0));
       double ms = time_ms(b_weight, &g), gbs = bytes / (ms * 1e-3) / 1e9;
-      printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", fp8 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)" : "W fp32 -> W, W^T packed (0.87)", N, K,
+      printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", v == 0 ? "W fp32 -> W, W^T packed (0.87)" : v == 1 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)" : "W bf16 -> W, W^T FP8 BLK128x128 (0.87)", N, K,
              ms * 1e3, gbs, gbs / 4280 * 100);
       free_out(g.a), free_out(g.b);
     }
+    cudaFree(wb);
     cudaFree(w);
   }
 }
