@@ -362,6 +362,10 @@ static void bench(void) {
 
 int main(int argc, char **argv) {
   rng_seed(&rng, 2024);
+  if (argc > 1 && !strcmp(argv[1], "--bench-only")) {  // for profilers (scripts/ncu_producers.sh)
+    bench();
+    return 0;
+  }
   TEST_SECTION("row copies (RNE/SR, up/down, packed/fp8), all input kinds");
   const int rr[6] = {1, 7, 32, 100, 257, 300}, kk[7] = {32, 96, 128, 160, 416, 1024, 4096};
   for (int kind = 0; kind < IN_NKINDS; kind++)
