@@ -37,6 +37,19 @@ static __device__ __forceinline__ void load32(float *v, const bf16 *p) {
     for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
   }
 }
+// 32 BF16 values as 16 words of pairs (element 2i in the low half of word i), and those words -> floats.
+static __device__ __forceinline__ void load_words32(uint32_t *w, const bf16 *p) {
+  const uint4 *q = (const uint4 *)p;
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    uint4 u = q[c];
+    w[4 * c] = u.x, w[4 * c + 1] = u.y, w[4 * c + 2] = u.z, w[4 * c + 3] = u.w;
+  }
+}
+static __device__ __forceinline__ void unpack32(float *v, const uint32_t *w) {
+#pragma unroll
+  for (int i = 0; i < 16; i++) v[2 * i] = bf16_lo(w[i]), v[2 * i + 1] = bf16_hi(w[i]);
+}
 static __device__ __forceinline__ void load32(float *v, const float *p) {
   const float4 *q = (const float4 *)p;
 #pragma unroll
@@ -50,8 +63,8 @@ static __device__ __forceinline__ void store_packed(uint8_t *q, const uint32_t *
   *(uint4 *)q = make_uint4(pk[0], pk[1], pk[2], pk[3]);
 }
 
-// The 32 E4M3 bytes of a block with scale byte b in a group of exponent Et: the block's 8-entry table
-// (fp8_embed.h) and two byte permutes per 4 codes.
+// The 32 E4M3 bytes of a block (packed codes pk) with scale byte b in a group of exponent Et: the
+// block's 8-entry table (fp8_embed.h) and two byte permutes per 4 codes.
 static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk, uint8_t b, int Et) {
   const MxEmbedLut L = mx_embed_lut(b, Et);
   uint32_t w[8];
@@ -61,6 +74,47 @@ static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk,
   *(uint4 *)(q + 16) = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
+// The FP8 embedding of one block straight from its values (the activation and gradient producers'
+// path), given sb and c (mx_block32_scale) and the group exponent Et: per 4 elements the code
+// accumulator (mx_acc4), the sign bytes and one permute + one logic op into E4M3 bytes, stored 16
+// bytes at a time. BF16: the values are the 16 pair words w (unpacked 4 at a time, signs straight from
+// the words), else the floats v. The reference rule for the rare tiny blocks (c == 0, sb != 0xFF).
+// rnd: the block's 8 Philox words (SR).
+template <bool SR, bool BF16>
+static __device__ __forceinline__ void store_fp8_block(uint8_t *q, const float *v, const uint32_t *w, float c,
+                                                       uint8_t sb, int Et, MxScale mode, const uint32_t *rnd) {
+  const MxEmbedLut L = mx_embed_lut(sb, Et);
+  if (c == 0.0f && sb != 0xFF) {  // never in practice: one uniform branch, out of the main path
+    float t[32];
+    uint32_t pk[4], out[8];
+#pragma unroll
+    for (int i = 0; i < 32; i++) t[i] = BF16 ? (i & 1 ? bf16_hi(w[i / 2]) : bf16_lo(w[i / 2])) : v[i];
+    mx_quantize_block32(t, mode, SR, rnd, pk);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      out[k] = mx_embed_word4(L, (pk[k >> 1] >> (16 * (k & 1))) & 0x7777u,
+                              BF16 ? fp4_sign_bytes4_bf16(w[2 * k], w[2 * k + 1]) : fp4_sign_bytes4(v + 4 * k));
+    *(uint4 *)q = make_uint4(out[0], out[1], out[2], out[3]);
+    *(uint4 *)(q + 16) = make_uint4(out[4], out[5], out[6], out[7]);
+    return;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    uint32_t out[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const int k = 4 * half + kk;
+      float x[4];
+      if (BF16) x[0] = bf16_lo(w[2 * k]), x[1] = bf16_hi(w[2 * k]), x[2] = bf16_lo(w[2 * k + 1]), x[3] = bf16_hi(w[2 * k + 1]);
+      else x[0] = v[4 * k], x[1] = v[4 * k + 1], x[2] = v[4 * k + 2], x[3] = v[4 * k + 3];
+      const uint32_t codes = mx_acc_codes4<SR>(mx_acc4<SR>(x, c, SR ? rnd[k] : 0u));
+      const uint32_t sgn = BF16 ? fp4_sign_bytes4_bf16(w[2 * k], w[2 * k + 1]) : fp4_sign_bytes4(x);
+      out[kk] = mx_embed_word4(L, codes, sgn);
+    }
+    *(uint4 *)(q + 16 * half) = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+
 static __device__ __forceinline__ int group4_max(int e) {
   e = max(e, __shfl_xor_sync(0xffffffffu, e, 1));
   return max(e, __shfl_xor_sync(0xffffffffu, e, 2));
@@ -68,28 +122,34 @@ static __device__ __forceinline__ int group4_max(int e) {
 
 // Quantizes one row 32-block (RNE or SR) and writes it. All lanes must call it (the FP8 path
 // shuffles within aligned groups of 4 lanes = the 4 blocks of one 128-group); valid says whether
-// this lane's block exists. b: the block's index along K.
+// this lane's block exists. b: the block's index along K. w: the block's 16 BF16-pair words.
 template <int OUT, bool SR>
-static __device__ __forceinline__ void row_block(const float *v, bool valid, size_t row, int b, int rows, int K,
+static __device__ __forceinline__ void row_block(const uint32_t *w, bool valid, size_t row, int b, int rows, int K,
                                                  MxScale mode, PhiloxStream s, const MxOut &out) {
-  uint32_t pk[4], rnd[8];
+  uint32_t rnd[8];
   uint8_t sb = 0;
+  float c = 0.0f;
+  size_t i0 = row * K + (size_t)b * 32;
   if (valid) {
-    size_t i0 = row * K + (size_t)b * 32;
     if (SR) {
       philox_group16(s, i0 / 16, rnd);
       philox_group16(s, i0 / 16 + 1, rnd + 4);
     }
-    sb = mx_block32_dev<SR>(v, mode, rnd, pk);
     if (OUT == OUT_PACKED) {
+      float v[32];
+      uint32_t pk[4];
+      unpack32(v, w);
+      sb = mx_block32_dev<SR>(v, mode, rnd, pk);
       store_packed(out.q + i0 / 2, pk);
       out.e8m0[row * (K / 32) + b] = sb;
+    } else {
+      sb = mx_block32_scale_of(mx_bf16_amax(w), mode, &c);
     }
   }
   if (OUT == OUT_FP8) {
     int Et = group4_max(valid ? mx_embed_exp_of(sb) : -127);
     if (valid) {
-      store_fp8(out.q + row * K + (size_t)b * 32, pk, sb, Et);
+      store_fp8_block<SR, true>(out.q + i0, NULL, w, c, sb, Et, mode, rnd);
       if ((b & 3) == 0) out.scale[(size_t)(b / 4) * rows + row] = mx_embed_scale(Et, out.scale_mul);
     }
   }
@@ -106,9 +166,9 @@ __global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, in
   const bool in_k = b < K / 32;
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {  // uniform per CTA: the shuffles stay converged
     const size_t row = (size_t)r;
-    float v[32];
-    if (in_k) load32(v, x + row * K + (size_t)b * 32);
-    row_block<OUT, SR>(v, in_k, row, b, rows, K, mode, s, out);
+    uint32_t w[16];
+    if (in_k) load_words32(w, x + row * K + (size_t)b * 32);
+    row_block<OUT, SR>(w, in_k, row, b, rows, K, mode, s, out);
   }
 }
 
@@ -145,18 +205,16 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows
   for (int it = 0; it < 2; it++) {
     int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
     size_t row = (size_t)tr * TILE + lr;
-    float v[32];
+    uint32_t w[16];
     if (valid[it]) {
 #pragma unroll
       for (int c = 0; c < 4; c++) {
         const uint4 u = raw[it][c];
         if (COL != OUT_NONE) tile[lr * 16 + swz(lr, j * 4 + c)] = u;
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
+        w[4 * c] = u.x, w[4 * c + 1] = u.y, w[4 * c + 2] = u.z, w[4 * c + 3] = u.w;
       }
     }
-    if (ROW != OUT_NONE) row_block<ROW, SR>(v, valid[it], row, b, rows, K, mode, s, row_out);
+    if (ROW != OUT_NONE) row_block<ROW, SR>(w, valid[it], row, b, rows, K, mode, s, row_out);
   }
   if (COL == OUT_NONE) return;
   __syncthreads();
@@ -166,35 +224,33 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows
   const int lane = threadIdx.x & 31, rb = lane & 3, cw = (threadIdx.x >> 5) * 8 + (lane >> 2), lc = 2 * cw;
   const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
   const bool ok = r0 < (size_t)rows && col < (size_t)K;  // K % 32 == 0: col + 1 < K too
-  uint32_t pk[2][4];
-  uint8_t sb[2] = {0, 0};
-  if (ok) {
-    const uint32_t *t32 = (const uint32_t *)tile;
-    uint32_t w32[32];
+  // Row r = 32 rb + i of the tile holds this word at swz(r, cw >> 2) = base ^ ((i & 1) << 1) (the row
+  // block is rb): two base addresses, then constant offsets.
+  const int c4 = cw >> 2, base = c4 ^ (c4 >> 3) ^ (rb << 1);
+  const uint32_t *t32 = (const uint32_t *)tile + rb * 2048 + (cw & 3);
+  const uint32_t *pe = t32 + 4 * base, *po = t32 + 4 * (base ^ 2) + 64;
+  uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-      int r = rb * 32 + i;
-      w32[i] = t32[r * 64 + swz(r, cw >> 2) * 4 + (cw & 3)];
-    }
+  for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float v[32];
+  for (int h = 0; h < 2; h++) {
+    float v[32];
 #pragma unroll
-      for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(w32[i]) : bf16_lo(w32[i]);
-      if (hadamard) fp4_h32(v);
-      sb[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
-      if (COL == OUT_PACKED) {
-        store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk[h]);
-        col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb[h];
-      }
-    }
-  }
-  if (COL == OUT_FP8) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      int Et = group4_max(ok ? mx_embed_exp_of(sb[h]) : -127);
+    for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(w32[i]) : bf16_lo(w32[i]);
+    if (hadamard) fp4_h32(v);
+    if (COL == OUT_PACKED) {
       if (ok) {
-        store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sb[h], Et);
+        uint32_t pk[4];
+        const uint8_t sb = mx_block32_dev<false>(v, mode, NULL, pk);
+        store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk);
+        col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb;
+      }
+    } else {  // FP8: the group exponent (all lanes shuffle) before the codes
+      float c = 0.0f;
+      const uint8_t sb = ok ? mx_block32_scale(v, mode, &c) : 0;
+      const int Et = group4_max(ok ? mx_embed_exp_of(sb) : -127);
+      if (ok) {
+        store_fp8_block<false, false>(col_out.q + (col + h) * rows + r0, v, NULL, c, sb, Et, mode, NULL);
         if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
       }
     }

@@ -16,6 +16,7 @@
 // FP4_HD like the rules they mirror, so a host build holds them to the references: tests/test_quant_dev.cpp
 // (in CI; exhaustive over every non-negative float with QUANT_DEV_EXHAUSTIVE=1).
 #pragma once
+#include "fp4/fp8_embed.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
 
@@ -229,26 +230,124 @@ FP4_UNROLL
   for (int w = 0; w < 4; w++) pk[w] = fp4_rne_word(v + 8 * w, c);
 }
 
-// mx_quantize_block32, bit for bit: 32 values -> 4 packed words pk, returns the E8M0 byte.
-template <bool SR>
-static inline FP4_HD uint8_t mx_block32_dev(const float *v, MxScale mode, const uint32_t *rnd, uint32_t *pk) {
-  float m = 0.0f;
+// The running max of |x| over BF16 pairs (two lanes per word), NaN-propagating: fold word w into m (start
+// from 0). On the GPU one max.NaN.xorsign.abs.bf16x2 (0.5 instructions per element, no unpacking); the
+// signs of m are garbage, mx_bf16_amax drops them. NaN halves become 0x7FFF (any value > 0x7F80 reads as
+// NaN below).
+static inline FP4_HD uint32_t fp4_absmax_bf16x2(uint32_t m, uint32_t w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 860
+  uint32_t d;
+  asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(m), "r"(w));
+  return d;
+#else
+  uint32_t d = 0;
+  for (int h = 0; h < 2; h++) {
+    const uint32_t a = (m >> (16 * h)) & 0x7FFFu, b = (w >> (16 * h)) & 0x7FFFu;
+    d |= (a > 0x7F80u || b > 0x7F80u ? 0x7FFFu : a > b ? a : b) << (16 * h);
+  }
+  return d;
+#endif
+}
+// The block amax of 32 BF16 values held as 16 pair words, as a float (NaN if any is NaN): equal to the
+// fp4_absmax fold of their floats.
+static inline FP4_HD float mx_bf16_amax(const uint32_t *w) {
+  uint32_t m = 0;
 FP4_UNROLL
-  for (int i = 0; i < 32; i++) m = fp4_absmax(m, v[i]);
-  const uint32_t am = fp4_f2u(m);
+  for (int i = 0; i < 16; i++) m = fp4_absmax_bf16x2(m, w[i]);
+  const uint32_t lo = m & 0x7FFFu, hi = (m >> 16) & 0x7FFFu;
+  return fp4_u2f((lo > hi ? lo : hi) << 16);
+}
+
+// mx_quantize_block32's block scale: returns the E8M0 byte (0xFF for a NaN block) and sets *c to the
+// multiplier of mx_block_mul, or to 0 when the block's codes are all 0 (NaN) or need the reference
+// rule (MX_SCALE_UP with e < -125: then the E8M0 byte is not 0xFF). _of: from the block amax m.
+static inline FP4_HD uint8_t mx_block32_scale_of(float m, MxScale mode, float *c) {
+  const uint32_t am = fp4_f2u(m), be = am >> 23;
+  if (be - 3u < 251u) {  // amax in [2^-124, 2^127) (every real block): mx_scale_exp straight from the bits
+    const int e = mode == MX_SCALE_UP ? (int)be - 127 + ((am & 0x7FFFFFu) != 0) : (int)be - 129;
+    *c = mx_block_mul(e, mode);
+    return (uint8_t)(e + 127);
+  }
   if (am > MX_NAN_BITS) {
-    pk[0] = pk[1] = pk[2] = pk[3] = 0;
+    *c = 0.0f;
     return 0xFF;
   }
   const int e = mx_scale_exp(fp4_u2f(am), mode);
-  const float c = mx_block_mul(e, mode);
-  if (c == 0.0f) return mx_quantize_block32(v, mode, SR, rnd, pk);  // UP, e < -125: amax <= 2^-126
-  if (SR) {
-FP4_UNROLL
-    for (int w = 0; w < 4; w++) pk[w] = fp4_sr_word(v + 8 * w, c, rnd + 2 * w);
-  }
-  if (!SR) mx_rne_words(v, c, pk);
+  *c = mx_block_mul(e, mode);
   return e8m0_encode(e);
+}
+static inline FP4_HD uint8_t mx_block32_scale(const float *v, MxScale mode, float *c) {
+  float m = 0.0f;
+FP4_UNROLL
+  for (int i = 0; i < 32; i++) m = fp4_absmax(m, v[i]);
+  return mx_block32_scale_of(m, mode, c);
+}
+
+// The magnitude codes of v[0..3] under the multiplier c as a float accumulator: the codes in the low 16
+// bits of its float bits, element j in nibble j (RNE: 2^23 + the nibbles, bit 3 of each nibble clear;
+// SR: M + the nibbles, bit 3 of nibble 0 set by M's + 8, see fp4_sr_acc; rnd: the 4 random bytes).
+template <bool SR>
+static inline FP4_HD float mx_acc4(const float *v, float c, uint32_t rnd) {
+  float y[4];
+FP4_UNROLL
+  for (int j = 0; j < 4; j++) y[j] = FP4_MUL(fabsf(v[j]), c);
+  if (SR) return fp4_sr_nibbles4(y, rnd);
+  float a = 8388608.0f;
+FP4_UNROLL
+  for (int j = 0; j < 4; j++) a = fp4_rne_acc(y[j], (float)(1 << (4 * j)), a);
+  return a;
+}
+
+// mx_quantize_block32's magnitude codes, bit for bit, as 8 accumulators (acc[k]: v[4k..4k+3], as
+// mx_acc4). The signs are not in them: the packed words take them from fp4_sign_word, the FP8
+// embedding from fp4_sign_bytes4. Returns the E8M0 byte (a NaN block's accumulators hold codes 0).
+template <bool SR>
+static inline FP4_HD uint8_t mx_block32_acc(const float *v, MxScale mode, const uint32_t *rnd, float *acc) {
+  float c;
+  const uint8_t b = mx_block32_scale(v, mode, &c);
+  if (c == 0.0f && b != 0xFF) {  // UP, e < -125 (amax <= 2^-126): the reference rule, its codes moved into acc
+    uint32_t pk[4];
+    mx_quantize_block32(v, mode, SR, rnd, pk);
+FP4_UNROLL
+    for (int k = 0; k < 8; k++) acc[k] = fp4_u2f(0x4B000000u | ((pk[k >> 1] >> (16 * (k & 1))) & 0x7777u));
+    return b;
+  }
+FP4_UNROLL
+  for (int k = 0; k < 8; k++) acc[k] = mx_acc4<SR>(v + 4 * k, c, SR ? rnd[k] : 0u);
+  return b;
+}
+
+// The 4 magnitude codes of accumulator a as a byte-permute selector (nibble j = code j, bit 3 clear).
+template <bool SR>
+static inline FP4_HD uint32_t mx_acc_codes4(float a) {
+  return SR ? fp4_f2u(a) & 0x7777u : fp4_f2u(a) & 0xFFFFu;  // RNE: bits 3 already clear
+}
+
+// mx_quantize_block32, bit for bit: 32 values -> 4 packed words pk, returns the E8M0 byte.
+template <bool SR>
+static inline FP4_HD uint8_t mx_block32_dev(const float *v, MxScale mode, const uint32_t *rnd, uint32_t *pk) {
+  float acc[8];
+  const uint8_t b = mx_block32_acc<SR>(v, mode, rnd, acc);
+FP4_UNROLL
+  for (int w = 0; w < 4; w++) pk[w] = b == 0xFF ? 0u : fp4_pack_acc(acc[2 * w], acc[2 * w + 1], fp4_sign_word(v + 8 * w));
+  return b;
+}
+
+// The sign bytes of x[0..3]: byte j = 0xFF where x[j]'s sign bit is set (-0 and negative NaN included,
+// as e2m1_sign), else 0x00. Three sign-replicating byte permutes.
+static inline FP4_HD uint32_t fp4_sign_bytes4(const float *x) {
+  const uint32_t a = fp4_prmt(fp4_f2u(x[0]), fp4_f2u(x[1]), 0x00FBu);  // bytes 0, 1
+  const uint32_t b = fp4_prmt(fp4_f2u(x[2]), fp4_f2u(x[3]), 0xFB00u);  // bytes 2, 3
+  return fp4_prmt(a, b, 0x7610u);
+}
+// The same for 4 BF16 values held as two words of pairs (element 2i in the low half): one permute.
+static inline FP4_HD uint32_t fp4_sign_bytes4_bf16(uint32_t w0, uint32_t w1) { return fp4_prmt(w0, w1, 0xFDB9u); }
+
+// mx_embed_lookup4 with the codes and the signs apart (mx_acc_codes4, fp4_sign_bytes4): the E4M3 bytes of
+// 4 elements of a block with table L, one permute and one logic op. Equal to mx_embed_value of each
+// element's signed code (tests/test_quant_dev.cpp).
+static inline FP4_HD uint32_t mx_embed_word4(MxEmbedLut L, uint32_t codes, uint32_t signs) {
+  return fp4_prmt(L.lo, L.hi, codes) | (signs & L.sign);
 }
 
 // nv_quantize_block16 + pack16, bit for bit: 16 values -> 2 packed words (element 2i in the low nibble

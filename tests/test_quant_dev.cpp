@@ -1,4 +1,5 @@
-// tests/test_quant_dev.cpp: the GPU producers' per-block rules (fp4/quant_dev.cuh: mx_block32_dev,
+// tests/test_quant_dev.cpp: the GPU producers' per-block rules (fp4/quant_dev.cuh: mx_block32_dev and its
+// FP8 path mx_block32_acc + mx_embed_word4,
 // nv_block16_dev, written for Hopper's FMA pipe) against the C references (mx_quantize_block32,
 // nv_quantize_block16), compiled for the host, where every PTX-only step has an exact host form. The
 // GPU tests hold the kernels to the same references on the H200; this one runs in CI, so a rewrite
@@ -76,6 +77,28 @@ static void exhaustive(void) {
 }
 
 int main(void) {
+  // The block scale's fast path (exponent straight from the amax bits) against the reference
+  // composition (mx_scale_exp, mx_block_mul, e8m0_encode) on every non-negative float and NaN.
+  {
+    long bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static, 1 << 20)
+    for (int64_t b = 0; b <= 0x7FFFFFFF; b++) {
+      const float m = fp4_u2f((uint32_t)b);
+      for (int mode = 0; mode < 2; mode++) {
+        float c;
+        const uint8_t got = mx_block32_scale_of(m, (MxScale)mode, &c);
+        uint8_t want = 0xFF;
+        float cw = 0.0f;
+        if ((uint32_t)b <= MX_NAN_BITS) {
+          const int e = mx_scale_exp(m, (MxScale)mode);
+          want = e8m0_encode(e), cw = mx_block_mul(e, (MxScale)mode);
+        }
+        bad += got != want || fp4_f2u(c) != fp4_f2u(cw);
+      }
+    }
+    check(bad == 0, "mx_block32_scale_of == reference scale on every non-negative float and NaN, both modes", bad,
+          2L << 31);
+  }
   // Scalar rule: every BF16 magnitude up to 6 * 2^k, k = -2, 0, 2, through a one-value block so that the
   // whole device path (amax, scale, prescale, rounding, packing) runs. The block's other 31 values
   // are 6 * 2^k, which fixes the scale, so the probe lands anywhere on the grid.
@@ -113,7 +136,7 @@ int main(void) {
   check(bad == 0, "MX SR, BF16 magnitudes x all 256 random bytes", bad, total);
 
   // Whole blocks.
-  long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0;
+  long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0, bad_fp8 = 0, n_fp8 = 0;
   for (long it = 0; it < 400000; it++) {
     float v[32];
     const int kind = (int)(it % 5);
@@ -126,6 +149,26 @@ int main(void) {
         uint8_t sa = mx_quantize_block32(v, (MxScale)mode, sr, rnd, a);
         uint8_t sb = sr ? mx_block32_dev<true>(v, (MxScale)mode, rnd, b) : mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
         bad_mx += sa != sb || memcmp(a, b, sizeof a), n_mx++;
+        // The FP8 path (code accumulators, sign bytes, mx_embed_word4) against mx_embed_value of the
+        // reference's signed codes, at a group exponent 0..20 above the block's (the embedding's
+        // normal range and its subnormal and flush-to-zero cases).
+        float acc[8];
+        uint8_t sc = sr ? mx_block32_acc<true>(v, (MxScale)mode, rnd, acc) : mx_block32_acc<false>(v, (MxScale)mode, rnd, acc);
+        const int Et = mx_embed_exp_of(sa) + (int)(next32() % 21);
+        const MxEmbedLut L = mx_embed_lut(sa, Et);
+        int diff = sc != sa;
+        for (int k = 0; k < 8; k++) {
+          const uint32_t codes = sr ? mx_acc_codes4<true>(acc[k]) : mx_acc_codes4<false>(acc[k]);
+          const uint32_t word = k % 2 ? mx_embed_word4(L, codes, fp4_sign_bytes4(v + 4 * k))
+                                      : mx_embed_word4(L, codes, fp4_sign_bytes4_bf16(
+                                            (fp4_f2u(v[4 * k]) >> 16) | (fp4_f2u(v[4 * k + 1]) & 0xFFFF0000u),
+                                            (fp4_f2u(v[4 * k + 2]) >> 16) | (fp4_f2u(v[4 * k + 3]) & 0xFFFF0000u)));
+          for (int j = 0; j < 4; j++) {
+            const int i = 4 * k + j;
+            diff |= (uint8_t)(word >> (8 * j)) != mx_embed_value(mx_code_of(a, i), sa, Et);
+          }
+        }
+        bad_fp8 += diff, n_fp8++;
       }
     float s_enc = nv_encode_scale(fabsf(value(3)) + 1e-3f);
     if (!(s_enc > 0.0f) || fp4_isnan(s_enc) || isinf(s_enc)) s_enc = 1.0f;
@@ -141,6 +184,8 @@ int main(void) {
       }
   }
   check(bad_mx == 0, "MX blocks (5 kinds, both scale modes, RNE and SR)", bad_mx, n_mx);
+  check(bad_fp8 == 0, "MX blocks -> FP8 embedding from code accumulators and sign bytes (half through BF16 words)",
+        bad_fp8, n_fp8);
   check(bad_nv == 0, "NVFP4 blocks (5 kinds, random tensor scales, RNE and SR)", bad_nv, n_nv);
   const char *ex = getenv("QUANT_DEV_EXHAUSTIVE");
   if (ex && atoi(ex)) exhaustive();
