@@ -180,55 +180,44 @@ __global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, in
 // 4-bank groups: c >> 3 flips bit 0, the row parity and the row block flip bits 1-2.
 static __device__ __forceinline__ int swz(int r, int c) { return c ^ (c >> 3) ^ (((r & 1) ^ ((r >> 5) & 3)) << 1); }
 
-// 16-byte asynchronous copy global -> shared (zero-filled when !valid; src must still be a valid address).
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-  const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Tile (tr, tc) of x into the swizzled smem tile: 2048 16-byte chunks, 8 per thread, asynchronous. Thread
-// layout as phase 1 below (four lanes cover the 256 bytes of one row's 128 columns).
-static __device__ __forceinline__ void load_tile_async(uint4 *tile, const bf16 *x, int rows, int K, int tr, int tc) {
-  const int nbk = K / 32;
+// (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
+template <int ROW, int COL, bool SR>
+__global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s,
+                                                         MxOut row_out, int hadamard, MxOut col_out) {
+  __shared__ uint4 tile[TILE * 16];
+  const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
+  // Phase 1: 512 row blocks (128 rows x 4), two per thread; four lanes cover 256 contiguous bytes.
+  // Both blocks' loads are issued before either is quantized.
+  uint4 raw[2][4];
+  bool valid[2];
 #pragma unroll
   for (int it = 0; it < 2; it++) {
-    const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
-    const size_t row = (size_t)tr * TILE + lr;
-    const bool valid = row < (size_t)rows && b < nbk;
-    const bf16 *src = valid ? x + row * K + (size_t)b * 32 : x;
+    int id = threadIdx.x + it * 256, lr = id >> 2, b = tc * 4 + (id & 3);
+    size_t row = (size_t)tr * TILE + lr;
+    valid[it] = row < (size_t)rows && b < nbk;
+    if (valid[it]) {
+      const uint4 *src = (const uint4 *)(x + row * K + (size_t)b * 32);
 #pragma unroll
-    for (int c = 0; c < 4; c++) cp_async16(&tile[lr * 16 + swz(lr, j * 4 + c)], (const uint4 *)src + (valid ? c : 0), valid);
-  }
-}
-
-#define DUAL_SMEM (2 * TILE * 16 * 16)  // two 32 KB tiles: the one being quantized and the next one loading
-
-// One tile of the dual producer from the swizzled smem tile. Phase 1: 512 row blocks (128 rows x 4), two
-// per thread, each read back with four 16-byte loads (the pattern phase 2's swizzle was made for).
-template <int ROW, int COL, bool SR>
-static __device__ __forceinline__ void dual_tile(const uint4 *tile, int tr, int tc, int rows, int K,
-                                                 MxScale mode, PhiloxStream s, const MxOut &row_out, int hadamard,
-                                                 const MxOut &col_out) {
-  const int nbk = K / 32;
-  if (ROW != OUT_NONE) {
-#pragma unroll
-    for (int it = 0; it < 2; it++) {
-      const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
-      const size_t row = (size_t)tr * TILE + lr;
-      const bool valid = row < (size_t)rows && b < nbk;
-      uint32_t w[16];
-#pragma unroll
-      for (int c = 0; c < 4; c++) {
-        const uint4 u = tile[lr * 16 + swz(lr, j * 4 + c)];
-        w[4 * c] = u.x, w[4 * c + 1] = u.y, w[4 * c + 2] = u.z, w[4 * c + 3] = u.w;
-      }
-      row_block<ROW, SR>(w, valid, row, b, rows, K, mode, s, row_out);
+      for (int c = 0; c < 4; c++) raw[it][c] = src[c];
     }
   }
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+    size_t row = (size_t)tr * TILE + lr;
+    uint32_t w[16];
+    if (valid[it]) {
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const uint4 u = raw[it][c];
+        if (COL != OUT_NONE) tile[lr * 16 + swz(lr, j * 4 + c)] = u;
+        w[4 * c] = u.x, w[4 * c + 1] = u.y, w[4 * c + 2] = u.z, w[4 * c + 3] = u.w;
+      }
+    }
+    if (ROW != OUT_NONE) row_block<ROW, SR>(w, valid[it], row, b, rows, K, mode, s, row_out);
+  }
   if (COL == OUT_NONE) return;
+  __syncthreads();
   // Phase 2: warp w, lane = 4 p + rb: columns lc, lc + 1 with lc = 2 (8 w + p), rows rb*32 .. +31.
   // The four lanes of one column pair hold its four 32-blocks, so their stores are contiguous (64
   // bytes packed, 128 bytes FP8, per column) and the FP8 group exponent is two shuffles.
@@ -265,30 +254,6 @@ static __device__ __forceinline__ void dual_tile(const uint4 *tile, int tr, int 
         if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
       }
     }
-  }
-}
-
-// Persistent CTAs over the 128x128 tiles (tile t -> row tile t / tiles_k, column tile t % tiles_k),
-// double-buffered: the next tile's copies are in flight (cp.async, no registers held) while this one
-// is quantized, so the loads' latency hides behind the producer's arithmetic instead of stalling it.
-// (256, 3): three CTAs per SM (80 registers, 64 KB of shared memory each).
-template <int ROW, int COL, bool SR>
-__global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s,
-                                                         MxOut row_out, int hadamard, MxOut col_out) {
-  extern __shared__ uint4 dual_smem[];
-  const int tiles_k = (K + TILE - 1) / TILE, ntiles = tiles_k * ((rows + TILE - 1) / TILE);
-  int t = blockIdx.x, buf = 0;
-  if (t < ntiles) load_tile_async(dual_smem, x, rows, K, t / tiles_k, t % tiles_k);
-  cp_async_commit();
-  for (; t < ntiles; t += gridDim.x, buf ^= 1) {
-    if (t + (int)gridDim.x < ntiles)
-      load_tile_async(dual_smem + (buf ^ 1) * TILE * 16, x, rows, K, (t + gridDim.x) / tiles_k, (t + gridDim.x) % tiles_k);
-    cp_async_commit();
-    cp_async_wait<1>();  // this thread's copies of tile t have landed
-    __syncthreads();     // and everyone's
-    dual_tile<ROW, COL, SR>(dual_smem + buf * TILE * 16, t / tiles_k, t % tiles_k, rows, K, mode, s, row_out,
-                            hadamard, col_out);
-    __syncthreads();  // tile t's buffer is reloaded by the next iteration's prefetch
   }
 }
 
@@ -460,27 +425,9 @@ void mx_quantize_dual_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   check_out(who, "row", row);
   check_out(who, "col", col);
   if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
-  const int ntiles = ((K + TILE - 1) / TILE) * ((rows + TILE - 1) / TILE);
+  dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
   int rk = out_kind(row), ck = out_kind(col), sr = row_rnd == MX_SR;
-  // Persistent: at most 3 CTAs per SM (the occupancy the kernel is built for), each looping over tiles.
-  static int max_ctas;
-  if (!max_ctas) {
-    int dev, sms;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    max_ctas = 3 * sms;
-  }
-  const int grid = ntiles < max_ctas ? ntiles : max_ctas;
-#define DUAL(R, C, S)                                                                                           \
-  do {                                                                                                          \
-    static bool attr;                                                                                           \
-    if (!attr) {                                                                                                \
-      CUDA_CHECK(cudaFuncSetAttribute(mx_dual_kernel<R, C, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                      DUAL_SMEM));                                                              \
-      attr = true;                                                                                              \
-    }                                                                                                           \
-    mx_dual_kernel<R, C, S><<<grid, 256, DUAL_SMEM, cuda_stream()>>>(x, rows, K, mode, s, row, hadamard, col); \
-  } while (0)
+#define DUAL(R, C, S) mx_dual_kernel<R, C, S><<<grid, 256, 0, cuda_stream()>>>(x, rows, K, mode, s, row, hadamard, col)
 #define DUAL_SR(R, C) \
   if (sr) DUAL(R, C, true); \
   else DUAL(R, C, false)
