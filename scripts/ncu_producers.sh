@@ -19,3 +19,12 @@ for c in $cases; do
   echo "== $name (launch $skip)"
   grep -E "Duration|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Executed Ipc Active|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Executed Instructions  |Stall|stall|pipe|Pipe|ERR" "$DEST/ncu_$name.txt" | head -40
 done
+# Why warps wait (per issued instruction), for the first case: NCU_STALLS=1.
+if [ -n "${NCU_STALLS:-}" ]; then
+  c=${cases%% *}; skip=${c%%:*}
+  "$NCU" --kernel-name regex:'mx_dual_kernel' --launch-skip "$skip" --launch-count 1 \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    build/gpu_tests/gpu_test_fp4_mx --bench-only >"$DEST/ncu_stalls.txt" 2>&1
+  echo "== stalls (launch $skip)"
+  grep -E "stalled" "$DEST/ncu_stalls.txt" | awk '$NF+0 > 0.05' | sort -k3 -g -r | head -14
+fi
