@@ -84,6 +84,7 @@ template <bool SR, bool BF16>
 static __device__ __forceinline__ void store_fp8_block(uint8_t *q, const float *v, const uint32_t *w, float c,
                                                        uint8_t sb, int Et, MxScale mode, const uint32_t *rnd) {
   const MxEmbedLut L = mx_embed_lut(sb, Et);
+  const float ch = c * 0.5f;  // exact (mx_acc4_bf16)
   if (c == 0.0f && sb != 0xFF) {  // never in practice: one uniform branch, out of the main path
     float t[32];
     uint32_t pk[4], out[8];
@@ -107,7 +108,8 @@ static __device__ __forceinline__ void store_fp8_block(uint8_t *q, const float *
       float x[4];
       if (BF16) x[0] = bf16_lo(w[2 * k]), x[1] = bf16_hi(w[2 * k]), x[2] = bf16_lo(w[2 * k + 1]), x[3] = bf16_hi(w[2 * k + 1]);
       else x[0] = v[4 * k], x[1] = v[4 * k + 1], x[2] = v[4 * k + 2], x[3] = v[4 * k + 3];
-      const uint32_t codes = mx_acc_codes4<SR>(mx_acc4<SR>(x, c, SR ? rnd[k] : 0u));
+      const uint32_t codes = mx_acc_codes4<SR>(BF16 ? mx_acc4_bf16<SR>(x, c, ch, SR ? rnd[k] : 0u)
+                                                    : mx_acc4<SR>(x, c, SR ? rnd[k] : 0u));
       const uint32_t sgn = BF16 ? fp4_sign_bytes4_bf16(w[2 * k], w[2 * k + 1]) : fp4_sign_bytes4(x);
       out[kk] = mx_embed_word4(L, codes, sgn);
     }

@@ -115,12 +115,14 @@ static inline FP4_HD float fp4_absmax(float m, float x) {
 // fp4_rne_acc adds code * w to acc (w = 16^j puts it in nibble j; acc holds 2^23 + earlier nibbles, so
 // every intermediate is an integer below 2^24: exact). Checked equal to e2m1_rne_mag on every y in
 // [0, +Inf] (all 2^31 bit patterns): QUANT_DEV_EXHAUSTIVE=1 build/tests/test_quant_dev.
-static inline FP4_HD float fp4_rne_acc(float y, float w, float acc) {
-  const float t0 = FP4_ADD(y, 4194304.0f), t1 = FP4_ADD(y, 8388608.0f), t2 = FP4_ADD(y, 16777216.0f);
+static inline FP4_HD float fp4_rne_acc3(float t0, float t1, float t2, float w, float acc) {
   const float s0 = fp4_fma_sat(t0, 0.5f, -2097152.0f);
   const float s1 = fp4_fma_sat(t1, 0.5f, -4194305.0f);
   const float s2 = fp4_fma_sat(t2, 0.5f, -8388610.0f);
   return fp4_fma(s0, 4.0f * w, fp4_fma(s1, 2.0f * w, fp4_fma(s2, w, acc)));
+}
+static inline FP4_HD float fp4_rne_acc(float y, float w, float acc) {
+  return fp4_rne_acc3(FP4_ADD(y, 4194304.0f), FP4_ADD(y, 8388608.0f), FP4_ADD(y, 16777216.0f), w, acc);
 }
 static inline FP4_HD uint32_t fp4_rne_code(float y) { return fp4_f2u(fp4_rne_acc(y, 1.0f, 8388608.0f)) - 0x4B000000u; }
 
@@ -179,10 +181,12 @@ static inline FP4_HD uint32_t fp4_pack_acc(float lo, float hi, uint32_t sgn) {
 static inline FP4_HD float fp4_sr_dither(uint32_t w, int j) {
   return fp4_u2f(fp4_prmt(0xC3000080u, w, 0x3100u | ((uint32_t)(4 + j) << 4)));
 }
-static inline FP4_HD float fp4_sr_acc(float y, float p, float acc) {
-  const float s0 = fp4_fma_sat(y, 0.5f, 0.0f), s1 = fp4_fma_sat(y, 0.5f, -1.0f), s2 = fp4_fma_sat(y, 0.5f, -2.0f);
+static inline FP4_HD float fp4_sr_acc3(float s0, float s1, float s2, float p, float acc) {
   const float t = fp4_add_ru(fp4_fma_ru(s1, 2.0f, fp4_fma_ru(s0, 4.0f, p)), s2);
   return fp4_add_ru(t, acc);
+}
+static inline FP4_HD float fp4_sr_acc(float y, float p, float acc) {
+  return fp4_sr_acc3(fp4_fma_sat(y, 0.5f, 0.0f), fp4_fma_sat(y, 0.5f, -1.0f), fp4_fma_sat(y, 0.5f, -2.0f), p, acc);
 }
 // The SR codes of 4 elements (scaled magnitudes y[0..3], random bytes 0..3 of w) as M + 16-bit nibbles.
 static inline FP4_HD float fp4_sr_nibbles4(const float *y, uint32_t w) {
@@ -295,6 +299,36 @@ FP4_UNROLL
   float a = 8388608.0f;
 FP4_UNROLL
   for (int j = 0; j < 4; j++) a = fp4_rne_acc(y[j], (float)(1 << (4 * j)), a);
+  return a;
+}
+
+// mx_acc4 for BF16 values x (any float whose significand fits in 8 bits), with the prescale folded into
+// the rounding's first operations (one multiply less per element): y = fl(|x| c) is exact (at most 8 + 2
+// significant bits, c = 2^k or 1.5 * 2^k) unless it is subnormal, so RNE's magic adds fl(y + 2^k) are
+// fma(|x|, c, 2^k), and SR's sat(y/2 - k) are sat(fma(|x|, c/2, -k)) (ch = c/2 exact: a power of two or
+// 1.5 * 2^k >= 1.5 * 2^-126). Where y is subnormal, RNE's sums are swamped either way and SR's halves may
+// differ in the last bit of a subnormal, which moves no SR result (checked on every BF16 magnitude, scale
+// and random byte: tests/test_quant_dev.cpp).
+template <bool SR>
+static inline FP4_HD float mx_acc4_bf16(const float *x, float c, float ch, uint32_t rnd) {
+  if (SR) {
+    float a = FP4_SR_ACC0;
+FP4_UNROLL
+    for (int j = 3; j >= 0; j--) {
+      const float ax = fabsf(x[j]);
+      if (j < 3) a = fp4_fma(a, 16.0f, FP4_SR_HORNER);
+      a = fp4_sr_acc3(fp4_fma_sat(ax, ch, 0.0f), fp4_fma_sat(ax, ch, -1.0f), fp4_fma_sat(ax, ch, -2.0f),
+                      fp4_sr_dither(rnd, j), a);
+    }
+    return a;
+  }
+  float a = 8388608.0f;
+FP4_UNROLL
+  for (int j = 0; j < 4; j++) {
+    const float ax = fabsf(x[j]);
+    a = fp4_rne_acc3(fp4_fma(ax, c, 4194304.0f), fp4_fma(ax, c, 8388608.0f), fp4_fma(ax, c, 16777216.0f),
+                     (float)(1 << (4 * j)), a);
+  }
   return a;
 }
 

@@ -99,6 +99,46 @@ int main(void) {
     check(bad == 0, "mx_block32_scale_of == reference scale on every non-negative float and NaN, both modes", bad,
           2L << 31);
   }
+  // The prescale folded into the rounding for BF16 inputs (mx_acc4_bf16), for every BF16 magnitude (NaN
+  // excluded: its block takes the NaN path), every block exponent and both scale modes: RNE's three
+  // magic adds are equal; SR's three saturated halves are equal except where y is subnormal (a last-bit
+  // difference), and there the SR step's results are, for all 256 random bytes, at the first nibble and
+  // after 0xFFF.
+  {
+    long bad = 0, total = 0, subn = 0;
+    const float after = fp4_fma(FP4_SR_M + 0xFFF, 16.0f, FP4_SR_HORNER);
+    for (int mode = 0; mode < 2; mode++)
+      for (int e = -127; e <= 127; e++) {
+        const float c = mx_block_mul(e, (MxScale)mode), ch = c * 0.5f;
+        if (c == 0.0f) continue;  // the reference rule's blocks
+        for (uint32_t h = 0; h <= 0x7F80u; h++) {
+          const float x = bf16_of(h), y = FP4_MUL(x, c);
+          const float mk[3] = {4194304.0f, 8388608.0f, 16777216.0f}, sk[3] = {0.0f, -1.0f, -2.0f};
+          float s_ref[3], s_fold[3];
+          int diff = 0, sdiff = 0;
+          for (int i = 0; i < 3; i++) {
+            diff |= fp4_f2u(FP4_ADD(y, mk[i])) != fp4_f2u(fp4_fma(x, c, mk[i]));
+            s_ref[i] = fp4_fma_sat(y, 0.5f, sk[i]), s_fold[i] = fp4_fma_sat(x, ch, sk[i]);
+            sdiff |= fp4_f2u(s_ref[i]) != fp4_f2u(s_fold[i]);
+          }
+          if (sdiff) {
+            subn++;
+            diff |= !(y < 1.17549435e-38f);  // only subnormal y may differ here
+            for (uint32_t r = 0; r < 256; r++) {
+              const float p = fp4_sr_dither(r, 0);
+              diff |= fp4_f2u(fp4_sr_acc3(s_ref[0], s_ref[1], s_ref[2], p, FP4_SR_ACC0)) !=
+                      fp4_f2u(fp4_sr_acc3(s_fold[0], s_fold[1], s_fold[2], p, FP4_SR_ACC0));
+              diff |= fp4_f2u(fp4_sr_acc3(s_ref[0], s_ref[1], s_ref[2], p, after)) !=
+                      fp4_f2u(fp4_sr_acc3(s_fold[0], s_fold[1], s_fold[2], p, after));
+            }
+          }
+          bad += diff, total++;
+        }
+      }
+    check(bad == 0 && subn > 0, "prescale folded into RNE/SR: every BF16 magnitude x every scale x both modes", bad,
+          total);
+  }
+
   // Scalar rule: every BF16 magnitude up to 6 * 2^k, k = -2, 0, 2, through a one-value block so that the
   // whole device path (amax, scale, prescale, rounding, packing) runs. The block's other 31 values
   // are 6 * 2^k, which fixes the scale, so the probe lands anywhere on the grid.
@@ -136,7 +176,7 @@ int main(void) {
   check(bad == 0, "MX SR, BF16 magnitudes x all 256 random bytes", bad, total);
 
   // Whole blocks.
-  long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0, bad_fp8 = 0, n_fp8 = 0;
+  long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0, bad_fp8 = 0, n_fp8 = 0, n_bf16 = 0;
   for (long it = 0; it < 400000; it++) {
     float v[32];
     const int kind = (int)(it % 5);
@@ -168,6 +208,19 @@ int main(void) {
             diff |= (uint8_t)(word >> (8 * j)) != mx_embed_value(mx_code_of(a, i), sa, Et);
           }
         }
+        // BF16 blocks (kinds 1-3 hold BF16 values unless a random kind-0/4 value was mixed in): the
+        // folded accumulators of the row producers.
+        bool is16 = sc != 0xFF;
+        for (int i = 0; i < 32; i++) is16 = is16 && (fp4_f2u(v[i]) & 0xFFFFu) == 0;
+        float c = 0.0f;
+        mx_block32_scale(v, (MxScale)mode, &c);
+        if (is16 && c != 0.0f) {
+          for (int k = 0; k < 8; k++) {
+            const float f = sr ? mx_acc4_bf16<true>(v + 4 * k, c, c * 0.5f, rnd[k]) : mx_acc4_bf16<false>(v + 4 * k, c, c * 0.5f, 0);
+            diff |= fp4_f2u(f) != fp4_f2u(acc[k]);
+          }
+          n_bf16++;
+        }
         bad_fp8 += diff, n_fp8++;
       }
     float s_enc = nv_encode_scale(fabsf(value(3)) + 1e-3f);
@@ -186,6 +239,7 @@ int main(void) {
   check(bad_mx == 0, "MX blocks (5 kinds, both scale modes, RNE and SR)", bad_mx, n_mx);
   check(bad_fp8 == 0, "MX blocks -> FP8 embedding from code accumulators and sign bytes (half through BF16 words)",
         bad_fp8, n_fp8);
+  check(n_bf16 > 10000, "BF16 blocks among them, whose folded accumulators were checked too", 0, n_bf16);
   check(bad_nv == 0, "NVFP4 blocks (5 kinds, random tensor scales, RNE and SR)", bad_nv, n_nv);
   const char *ex = getenv("QUANT_DEV_EXHAUSTIVE");
   if (ex && atoi(ex)) exhaustive();
