@@ -203,20 +203,32 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows
       for (int c = 0; c < 4; c++) raw[it][c] = src[c];
     }
   }
+  if (COL != OUT_NONE) {  // the tile for phase 2
 #pragma unroll
-  for (int it = 0; it < 2; it++) {
-    int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
-    size_t row = (size_t)tr * TILE + lr;
-    uint32_t w[16];
-    if (valid[it]) {
+    for (int it = 0; it < 2; it++) {
+      const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3;
+      if (valid[it])
 #pragma unroll
-      for (int c = 0; c < 4; c++) {
-        const uint4 u = raw[it][c];
-        if (COL != OUT_NONE) tile[lr * 16 + swz(lr, j * 4 + c)] = u;
-        w[4 * c] = u.x, w[4 * c + 1] = u.y, w[4 * c + 2] = u.z, w[4 * c + 3] = u.w;
-      }
+        for (int c = 0; c < 4; c++) tile[lr * 16 + swz(lr, j * 4 + c)] = raw[it][c];
     }
-    if (ROW != OUT_NONE) row_block<ROW, SR>(w, valid[it], row, b, rows, K, mode, s, row_out);
+  }
+  if (ROW != OUT_NONE) {
+    // Rolled over the two blocks (half the code: the instruction cache was a stall reason); the second
+    // block's registers move into the first's between the iterations (no dynamic register indexing).
+    uint4 cur[4] = {raw[0][0], raw[0][1], raw[0][2], raw[0][3]};
+    bool cur_valid = valid[0];
+#pragma unroll 1
+    for (int it = 0; it < 2; it++) {
+      const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+      const size_t row = (size_t)tr * TILE + lr;
+      uint32_t w[16];
+#pragma unroll
+      for (int c = 0; c < 4; c++) w[4 * c] = cur[c].x, w[4 * c + 1] = cur[c].y, w[4 * c + 2] = cur[c].z, w[4 * c + 3] = cur[c].w;
+      row_block<ROW, SR>(w, cur_valid, row, b, rows, K, mode, s, row_out);
+#pragma unroll
+      for (int c = 0; c < 4; c++) cur[c] = raw[1][c];
+      cur_valid = valid[1];
+    }
   }
   if (COL == OUT_NONE) return;
   __syncthreads();
@@ -234,11 +246,12 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(const bf16 *x, int rows
   uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
 #pragma unroll
   for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
-#pragma unroll
+#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
   for (int h = 0; h < 2; h++) {
+    const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
     float v[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) v[i] = h ? bf16_hi(w32[i]) : bf16_lo(w32[i]);
+    for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
     if (hadamard) fp4_h32(v);
     if (COL == OUT_PACKED) {
       if (ok) {
