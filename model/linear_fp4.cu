@@ -11,6 +11,7 @@
 #include "fp4/nvfp4.h"
 #include "model/linear_fp4.h"
 #include "model/ops_cuda.h"
+#include "model/quant_fused.h"
 
 // ---- recipe state -------------------------------------------------------------------------------
 
@@ -319,9 +320,10 @@ static void quantize_cols(const bf16 *x, int rows, int K, int sr, PhiloxStream s
 // the scratch instead of quantizing x again. The last quantization is remembered per use (forward
 // row copy, Wgrad column copy) and matched on the follower's leader, layer, pointer and shape.
 typedef struct {
-  const bf16 *x;
+  const void *x;
   int N, in, layer;
   LinearKind kind;  // the kind of the linear that last quantized x (or reused it)
+  int fused;        // made by a fused producer for `kind` itself (linear_fp4_fused_*): nothing to quantize
 } XQuant;
 enum { XQ_ROW, XQ_COL, XQ_N };
 static XQuant g_xq[XQ_N];
@@ -338,7 +340,7 @@ static int shares_x_with(LinearKind follower, LinearKind prev) {
 static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
   XQuant *r = &g_xq[use];
   int hit = g_share_x && r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
-  *r = (XQuant){x, N, in, id.layer, id.kind};
+  *r = (XQuant){x, N, in, id.layer, id.kind, 0};
   return hit;
 }
 
@@ -429,6 +431,58 @@ static void forget_x(void) {
   forget_saved();
 }
 
+// ---- format-aware fusion (model/quant_fused.h) ------------------------------------------------------
+
+static int g_fusion = 1;
+static long g_fused_calls;
+void linear_fp4_set_fusion(int on) { g_fusion = on != 0; }
+long linear_fp4_fused_calls(void) { return g_fused_calls; }
+
+int linear_fp4_fusable(LinearId leader) {
+  const int had = g_recipe.hadamard;
+  return g_fusion && g_share_x && g_recipe.format == FMT_MXFP4 && (had == 0 || had == 32) && keeps_x(leader.kind) &&
+         leader.kind != LIN_O && linear_fp4_saves_input(leader);
+}
+
+// Where the fused producer writes: leader's Fprop copy (the x scratch its forward and followers read)
+// and its saved Wgrad copy; then records x as quantized for leader itself.
+static void fused_outputs(LinearId leader, int N, int in, QOp *xq, SavedX **sv) {
+  if (N <= 0 || in <= 0 || N % 32 || in % 32)
+    die("linear_fp4: layer %d %s: fused input of N=%d x in=%d: need positive multiples of 32", leader.layer,
+        linear_kind_name(leader.kind), N, in);
+  *xq = scratch_op(S_X_ROW, fp8_path(), 0, N, in);
+  *sv = saved_slot(leader, N, in, 1);
+}
+static void fused_done(LinearId leader, const void *x_token, int N, int in, SavedX *sv) {
+  sv->valid = 1, g_fused_calls++;
+  g_xq[XQ_ROW] = (XQuant){x_token, N, in, leader.layer, leader.kind, 1};
+}
+
+int linear_fp4_fused_rmsnorm(LinearId leader, const void *x_token, const bf16 *res, const float *rstd, const float *w,
+                             int N, int D) {
+  if (!linear_fp4_fusable(leader)) return 0;
+  QOp xq;
+  SavedX *sv;
+  fused_outputs(leader, N, D, &xq, &sv);
+  int mk = cuda_prof_begin();
+  mx_quantize_dual_rmsnorm_cuda(res, rstd, w, N, D, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, mx_out(sv->col));
+  book_mem(mk, "quant x fwd+wgrad", "(rmsnorm fused)", 2.0 * N * D + 4.0 * N + 4.0 * D + 2 * qbytes(fp8_path(), N, D));
+  fused_done(leader, x_token, N, D, sv);
+  return 1;
+}
+
+int linear_fp4_fused_swiglu(LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up, int N, int F) {
+  if (!linear_fp4_fusable(leader)) return 0;
+  QOp xq;
+  SavedX *sv;
+  fused_outputs(leader, N, F, &xq, &sv);
+  int mk = cuda_prof_begin();
+  mx_quantize_dual_swiglu_cuda(gate, up, N, F, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, mx_out(sv->col));
+  book_mem(mk, "quant x fwd+wgrad", "(swiglu fused)", 4.0 * N * F + 2 * qbytes(fp8_path(), N, F));
+  fused_done(leader, x_token, N, F, sv);
+  return 1;
+}
+
 // ---- the linear entries -------------------------------------------------------------------------
 
 void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16, uint64_t wversion,
@@ -437,14 +491,17 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
   const QWeight *qw = weight_of(id, w, w16, wversion, in, out_dim);
   const int fp8 = fp8_path();
   QOp xq = scratch_op(S_X_ROW, fp8, 0, N, in);
-  const int shared = reuse_x(XQ_ROW, id, x, N, in);
+  const XQuant *f = &g_xq[XQ_ROW];  // a fused producer made x's copies for this very linear
+  const int fused = f->fused && f->x == x && f->N == N && f->in == in && f->layer == id.layer && f->kind == id.kind;
+  const int shared = reuse_x(XQ_ROW, id, x, N, in) || fused;
   // The group leader keeps x's Wgrad copy for the backward (saved quantized, see SavedX).
   SavedX *sv = g_save_inputs && keeps_x(id.kind) ? saved_slot(id, N, in, 1) : NULL;
   int mk = cuda_prof_begin();
   if (g_recipe.format == FMT_MXFP4) {
     PhiloxStream none = {};
     const int had = g_recipe.hadamard;
-    if (sv && !shared && (had == 0 || had == 32)) {  // one read of x: Fprop rows and Wgrad columns
+    if (fused) {  // both copies made (linear_fp4_fused_*)
+    } else if (sv && !shared && (had == 0 || had == 32)) {  // one read of x: Fprop rows and Wgrad columns
       mx_quantize_dual_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq), had == 32, mx_out(sv->col));
       book_mem(mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(fp8, N, in));
     } else {

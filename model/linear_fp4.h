@@ -70,6 +70,17 @@ void linear_fp4_set_save_inputs(int on);
 int linear_fp4_saves_input(LinearId id);
 size_t linear_fp4_saved_bytes(void);
 
+// Format-aware fusion (model/quant_fused.h), MXFP4 recipes whose Wgrad copies the dual producer makes
+// (H32 or none) with saved inputs on: fusable(leader) says whether the op that makes linear leader's
+// input x (an RMSNorm for q and gate, SwiGLU for down) may run inside the producer of x's FP4 copies.
+// The fused_* calls then make leader's Fprop copy and its saved Wgrad copy straight from the op's
+// inputs, and leader's forward (and its followers', which share x) finds x quantized under x_token, the
+// pointer of the BF16 buffer that is never written. They return 0 and do nothing when not fusable (the
+// caller makes x in BF16 as usual). set_fusion(0) turns it off (the tests compare both ways).
+int linear_fp4_fusable(LinearId leader);
+void linear_fp4_set_fusion(int on);
+long linear_fp4_fused_calls(void);  // fused producers run so far (for tests)
+
 #ifdef __cplusplus
 }
 #endif
@@ -85,4 +96,9 @@ void linear_fp4_forward(LinearId id, __nv_bfloat16 *out, const __nv_bfloat16 *x,
 void linear_fp4_backward(LinearId id, __nv_bfloat16 *dx, float *dw, const __nv_bfloat16 *dout,
                          const __nv_bfloat16 *x, const float *w, const __nv_bfloat16 *w16, uint64_t wversion, int N,
                          int in, int out_dim, int dx_accumulate, int dw_overwrite);
+// rstd: rmsnorm_forward_cuda's (made first, with out = NULL); w: the norm weight (fp32).
+int linear_fp4_fused_rmsnorm(LinearId leader, const void *x_token, const __nv_bfloat16 *res, const float *rstd,
+                             const float *w, int N, int D);
+int linear_fp4_fused_swiglu(LinearId leader, const void *x_token, const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
+                            int N, int F);
 #endif

@@ -429,7 +429,10 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
   const Ops *op = m->ops;
   const int B = m->B, T = m->T, N = m->N, D = m->c.dim, H = m->c.n_heads, KV = m->c.n_kv_heads;
   const int hd = m->hd, Q = m->qdim, K = m->kvdim;
-  op->rmsnorm_fwd(s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+  if (op->rmsnorm_fwd_into)  // the backend may compute attn_in inside the producer of q/k/v's FP4 input
+    op->rmsnorm_fwd_into(lin(l, LIN_Q), s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+  else
+    op->rmsnorm_fwd(s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_Q), s->q, s->attn_in, w->wq, N, D, Q);
   op->matmul_fwd(op->ctx, lin(l, LIN_K), s->k, s->attn_in, w->wk, N, D, K);
   op->matmul_fwd(op->ctx, lin(l, LIN_V), s->v, s->attn_in, w->wv, N, D, K);
@@ -445,10 +448,14 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
 static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerActs *s) {
   const Ops *op = m->ops;
   const int N = m->N, D = m->c.dim, F = m->c.ffn_dim;
-  op->rmsnorm_fwd(s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+  if (op->rmsnorm_fwd_into)  // likewise ffn_in for gate/up, and swi for down (format-aware fusion)
+    op->rmsnorm_fwd_into(lin(l, LIN_GATE), s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+  else
+    op->rmsnorm_fwd(s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s->gate, s->ffn_in, w->w_gate, N, D, F);
   op->matmul_fwd(op->ctx, lin(l, LIN_UP), s->up, s->ffn_in, w->w_up, N, D, F);
-  op->swiglu_fwd(s->swi, s->gate, s->up, (size_t)N * F);
+  if (op->swiglu_fwd_into) op->swiglu_fwd_into(lin(l, LIN_DOWN), s->swi, s->gate, s->up, N, F);
+  else op->swiglu_fwd(s->swi, s->gate, s->up, (size_t)N * F);
 }
 
 // Embedding, the blocks and the final norm: fills every saved activation up to a->final.

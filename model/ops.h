@@ -127,6 +127,15 @@ typedef struct Ops {
 
   // out = silu(gate) * up, elementwise over n values.
   void (*swiglu_fwd)(void *out, const void *gate, const void *up, size_t n);
+
+  // Format-aware fusion (NULL where not supported): rmsnorm_fwd / swiglu_fwd (N x F values) whose output
+  // feeds linear `leader` and the linears sharing its input. Where leader keeps its input quantized
+  // (linear_saves_input) and the recipe has a fused form, the backend computes the output inside the
+  // producer of leader's FP4 copies and leaves `out` unwritten; otherwise these are rmsnorm_fwd /
+  // swiglu_fwd. Either way rstd is written.
+  void (*rmsnorm_fwd_into)(LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
+                           float eps);
+  void (*swiglu_fwd_into)(LinearId leader, void *out, const void *gate, const void *up, int N, int F);
   void (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
 
   // out = a + b (out may alias a).

@@ -686,6 +686,22 @@ static void cu_swiglu_fwd(void *out, const void *gate, const void *up, size_t n)
   cuda_prof_end(mk, "swiglu fwd", PROF_MEM, 6.0 * n, 0, NULL);
 }
 
+static void cu_rmsnorm_fwd_into(LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
+                                float eps) {
+  if (linear_fp4_fusable(leader)) {
+    int mk = cuda_prof_begin();
+    rmsnorm_forward_cuda(NULL, rstd, cb(x), w, N, D, eps);  // rstd only: the producer makes the output
+    cuda_prof_end(mk, "rmsnorm fwd (rstd only)", PROF_MEM, 2.0 * N * D + 4.0 * N, 0, NULL);
+    if (linear_fp4_fused_rmsnorm(leader, out, cb(x), rstd, w, N, D)) return;
+  }
+  cu_rmsnorm_fwd(out, rstd, x, w, N, D, eps);
+}
+
+static void cu_swiglu_fwd_into(LinearId leader, void *out, const void *gate, const void *up, int N, int F) {
+  if (linear_fp4_fused_swiglu(leader, out, cb(gate), cb(up), N, F)) return;
+  cu_swiglu_fwd(out, gate, up, (size_t)N * F);
+}
+
 static void cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
   int mk = cuda_prof_begin();
   swiglu_backward_cuda(mb(dgate), mb(dup), cb(dout), cb(gate), cb(up), n);
@@ -751,6 +767,8 @@ static void fill_table(Ops *o) {
   o->attention_fwd = cu_attention_fwd;
   o->attention_bwd = cu_attention_bwd;
   o->swiglu_fwd = cu_swiglu_fwd;
+  o->rmsnorm_fwd_into = cu_rmsnorm_fwd_into;
+  o->swiglu_fwd_into = cu_swiglu_fwd_into;
   o->swiglu_bwd = cu_swiglu_bwd;
   o->residual_fwd = cu_residual_fwd;
   o->head_ce = cu_head_ce;

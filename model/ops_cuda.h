@@ -149,7 +149,8 @@ void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, in
 void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V);
 int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D);
 
-// model/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768.
+// model/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768. out NULL: rstd only
+// (the fused FP4 producers of quant_fused.cu make the output inside the quantizer).
 void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
 // Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
 // dw_overwrite: dw = ... instead of dw += ... (Ops.set_grad_overwrite).
@@ -181,6 +182,12 @@ double grad_sumsq_cuda(const float *g, size_t n);  // synchronizes to return
 void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
 
 // ---- device helpers: 16-byte vectors of 8 BF16 or 4 fp32, fp32 math -----------------------------
+// The elementwise outputs of RMSNorm and SwiGLU, shared by their kernels and by the fused FP4 producers
+// (model/quant_fused.cu), which compute the same BF16 values inside the quantizer: one definition, the
+// same bits either way.
+__device__ __forceinline__ float rmsnorm_value(float x, float r, float w) { return w * (x * r); }  // HF's order
+__device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }  // torch's silu
+
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // VEC consecutive elements <-> floats. VEC is 8 (one 16-byte access for BF16, two for fp32) or 1.

@@ -43,6 +43,7 @@ __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const bf16 *x, co
   ss = block_sum(ss);
   const float r = 1.0f / sqrtf(ss / D + eps);
   if (threadIdx.x == 0) rstd[row] = r;
+  if (!out) return;  // rstd only (a fused producer makes the output)
 #pragma unroll
   for (int k = 0; k < MAXV; k++) {
     int v = threadIdx.x + k * blockDim.x;
@@ -50,7 +51,7 @@ __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const bf16 *x, co
       float wv[8], o[8];
       load_vec<8>(wv, w + 8 * v);
 #pragma unroll
-      for (int j = 0; j < 8; j++) o[j] = wv[j] * (xv[k][j] * r);  // HF's order: weight * (x * rstd)
+      for (int j = 0; j < 8; j++) o[j] = rmsnorm_value(xv[k][j], r, wv[j]);
       store_vec<8>(out + row * D + 8 * v, o);
     }
   }
@@ -60,7 +61,7 @@ void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w,
   int threads, maxv;
   row_shape(D, 4, "rmsnorm", &threads, &maxv);
   if (N <= 0) die("rmsnorm (cuda): N = %d must be positive", N);
-  if (!aligned16(out) || !aligned16(x) || !aligned16(w))
+  if ((out && !aligned16(out)) || !aligned16(x) || !aligned16(w))
     die("rmsnorm (cuda): out %p, x %p, w %p must be 16-byte aligned", (void *)out, (const void *)x, (const void *)w);
   cudaStream_t s = cuda_stream();
   if (maxv == 1) rmsnorm_forward_kernel<1><<<N, threads, 0, s>>>(out, rstd, x, w, D, eps);

@@ -10,7 +10,7 @@ __device__ __forceinline__ void swiglu_fwd_at(bf16 *out, const bf16 *gate, const
   load_vec<VEC>(g, gate + i);
   load_vec<VEC>(u, up + i);
 #pragma unroll
-  for (int k = 0; k < VEC; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];  // torch's silu: x / (1 + exp(-x))
+  for (int k = 0; k < VEC; k++) g[k] = swiglu_value(g[k], u[k]);
   store_vec<VEC>(out + i, g);
 }
 

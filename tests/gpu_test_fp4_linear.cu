@@ -363,6 +363,34 @@ static void test_model(void) {
     free(on.grads), free(off.grads);
   }
 
+  // Format-aware fusion: with saving on, the attention and FFN norms and SwiGLU run inside the
+  // producers of q's, gate's and down's FP4 inputs (model/quant_fused.h; their BF16 outputs are never
+  // written). Off, the ops write BF16 and the linears quantize it. No bit may change: H32 and no
+  // Hadamard, FP8 and exact-reference GEMMs.
+  {
+    Recipe noh = mx, ref = mx;
+    noh.hadamard = 0, ref.gemm = GEMM_REFERENCE;
+    const Recipe *fr[3] = {&mx, &noh, &ref};
+    const char *fname[3] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM"};
+    linear_fp4_set_save_inputs(1);
+    for (int k = 0; k < 3; k++) {
+      long before = linear_fp4_fused_calls();
+      Pass on = model_pass(m, fr[k], in, tg);
+      long fused = linear_fp4_fused_calls() - before;
+      linear_fp4_set_fusion(0);
+      Pass off = model_pass(m, fr[k], in, tg);
+      linear_fp4_set_fusion(1);
+      CHECK(fused == 3L * c.n_layers, "%s: %ld fused producers ran, expected 3 per block (%d)", fname[k], fused,
+            3 * c.n_layers);
+      CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
+            "%s: fused RMSNorm/SwiGLU producers changed the loss (%.9g vs %.9g) or gradients", fname[k], on.loss,
+            off.loss);
+      printf("  %s: RMSNorm and SwiGLU fused into the producers (%ld per pass) bit-identical to unfused (loss %.6f)\n",
+             fname[k], fused, on.loss);
+      free(on.grads), free(off.grads);
+    }
+  }
+
   const int steps = 10;
   float lb[10], lf[10];
   train(m, NULL, in, tg, steps, lb);
