@@ -70,11 +70,14 @@ static __device__ __forceinline__ void store_packed(uint8_t *q, const uint32_t *
 
 // The 32 E4M3 bytes of a block (packed codes pk) with scale byte b in a group of exponent Et: the
 // block's 8-entry table (fp8_embed.h) and two byte permutes per 4 codes.
-static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk, uint8_t b, int Et) {
+static __device__ __forceinline__ void fp8_words(uint32_t *w, const uint32_t *pk, uint8_t b, int Et) {
   const MxEmbedLut L = mx_embed_lut(b, Et);
-  uint32_t w[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) w[i] = mx_embed_lookup4(L, pk[i >> 1] >> (16 * (i & 1)));
+}
+static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk, uint8_t b, int Et) {
+  uint32_t w[8];
+  fp8_words(w, pk, b, Et);
   *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
   *(uint4 *)(q + 16) = make_uint4(w[4], w[5], w[6], w[7]);
 }

@@ -19,7 +19,8 @@ __global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, in
   }
 }
 
-// ---- weights: 128x128 tiles of 32x32 subtiles; W rows from registers, W^T from a code tile in smem
+// ---- weights: 128x128 tiles of 32x32 subtiles; W rows from registers, W^T through a byte tile in smem
+// (FP8: W's E4M3 bytes themselves, transposed; packed: the codes, re-packed along columns)
 #define CODE_PITCH 144  // bytes per code-tile row: 128 codes + 16 bytes against bank conflicts
 
 template <typename T, int WOUT, int WTOUT>
@@ -98,10 +99,22 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     if (WOUT == OUT_PACKED) {
       store_packed(wq.q + row * (K / 2) + (size_t)b * 16, pk);
       wq.e8m0[row * nbk + b] = sb;
-    } else if (WOUT == OUT_FP8) {
+    } else if (WOUT == OUT_FP8 && WTOUT != OUT_FP8) {
       store_fp8(wq.q + row * K + (size_t)b * 32, pk, sb, Et);
     }
-    if (WTOUT != OUT_NONE) {  // one code per byte, for the column reads below
+    if (WTOUT == OUT_FP8) {
+      // W^T's E4M3 bytes are W's, transposed: the same code, 32x32 scale byte and tile exponent. So the
+      // tile keeps W's bytes and the column phase below only moves them.
+      uint32_t f8[8];
+      fp8_words(f8, pk, sb, Et);
+      if (WOUT == OUT_FP8) {
+        *(uint4 *)(wq.q + row * K + (size_t)b * 32) = make_uint4(f8[0], f8[1], f8[2], f8[3]);
+        *(uint4 *)(wq.q + row * K + (size_t)b * 32 + 16) = make_uint4(f8[4], f8[5], f8[6], f8[7]);
+      }
+      uint4 *dst = (uint4 *)(codes + lr * CODE_PITCH + j * 32);
+      dst[0] = make_uint4(f8[0], f8[1], f8[2], f8[3]);
+      dst[1] = make_uint4(f8[4], f8[5], f8[6], f8[7]);
+    } else if (WTOUT == OUT_PACKED) {  // one code per byte, for the column reads below
       uint32_t c8[8];
 #pragma unroll
       for (int i = 0; i < 8; i++) {  // nibbles 4i..4i+3 -> bytes, by two spreading steps
@@ -119,6 +132,24 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
   const int warp = threadIdx.x >> 5, rb = warp >> 1, lc = ((warp & 1) * 32 + (threadIdx.x & 31)) * 2;
   const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
   if (r0 >= (size_t)N || col >= (size_t)K) return;
+  if (WTOUT == OUT_FP8) {  // columns lc, lc + 1 of the byte tile, 32 rows: 4 rows' byte pairs -> 2 words
+    uint32_t f8[2][8];
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+      uint32_t a[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++) a[k] = *(const uint16_t *)(codes + (rb * 32 + i + k) * CODE_PITCH + lc);
+      f8[0][i / 4] = __byte_perm(__byte_perm(a[0], a[1], 0x0040u), __byte_perm(a[2], a[3], 0x0040u), 0x5410u);
+      f8[1][i / 4] = __byte_perm(__byte_perm(a[0], a[1], 0x0051u), __byte_perm(a[2], a[3], 0x0051u), 0x5410u);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      uint8_t *q = wtq.q + (col + h) * N + r0;
+      *(uint4 *)q = make_uint4(f8[h][0], f8[h][1], f8[h][2], f8[h][3]);
+      *(uint4 *)(q + 16) = make_uint4(f8[h][4], f8[h][5], f8[h][6], f8[h][7]);
+    }
+    return;
+  }
   uint32_t pk[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
   for (int i = 0; i < 32; i++) {
@@ -129,12 +160,8 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
   const uint8_t sb = s_b[rb][lc >> 5];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    if (WTOUT == OUT_PACKED) {
-      store_packed(wtq.q + (col + h) * (N / 2) + r0 / 2, pk[h]);
-      wtq.e8m0[(col + h) * (N / 32) + r0 / 32] = sb;
-    } else {
-      store_fp8(wtq.q + (col + h) * N + r0, pk[h], sb, Et);
-    }
+    store_packed(wtq.q + (col + h) * (N / 2) + r0 / 2, pk[h]);
+    wtq.e8m0[(col + h) * (N / 32) + r0 / 32] = sb;
   }
 }
 
