@@ -33,7 +33,11 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
   const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
   if (threadIdx.x < 16) s_amax[threadIdx.x >> 2][threadIdx.x & 3] = 0;
   __syncthreads();
+  // FAST: the engine's case (BF16 shadow, FP8 outputs): the blocks stay BF16 words until quantized (half
+  // the registers), the amax comes from the pairs, the codes from mx_acc4_bf16 straight into E4M3.
+  constexpr bool FAST = sizeof(T) == 2 && WOUT != OUT_PACKED && WTOUT != OUT_PACKED;
   float v[2][32];
+  uint32_t raw[2][16];
   bool valid[2];
 #pragma unroll
   for (int it = 0; it < 2; it++) {
@@ -41,10 +45,15 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     size_t row = (size_t)tr * TILE + lr;
     valid[it] = row < (size_t)N && b < nbk;
     if (valid[it]) {
-      load32(v[it], w + row * K + (size_t)b * 32);
       uint32_t am = 0;
+      if constexpr (FAST) {
+        load_words32(raw[it], (const bf16 *)w + row * K + (size_t)b * 32);
+        am = fp4_f2u(mx_bf16_amax(raw[it]));  // NaN: above MX_NAN_BITS, as the bits' max
+      } else {
+        load32(v[it], w + row * K + (size_t)b * 32);
 #pragma unroll
-      for (int i = 0; i < 32; i++) am = max(am, mx_abs_bits(v[it][i]));
+        for (int i = 0; i < 32; i++) am = max(am, mx_abs_bits(v[it][i]));
+      }
       atomicMax(&s_amax[lr >> 5][j], am);  // max is order-independent: deterministic
     }
   }
@@ -83,6 +92,36 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
     size_t row = (size_t)tr * TILE + lr;
     uint8_t sb = s_b[lr >> 5][j];
     int e = sb == 0xFF ? 0 : (int)sb - 127;
+    if constexpr (FAST) {
+      const float c = mx_block_mul(e, mode);
+      uint32_t f8[8];
+      if (sb != 0xFF && c == 0.0f) {  // MX_SCALE_UP with e < -125: the reference step, then the table
+        float t[32];
+        uint32_t pk[4] = {0, 0, 0, 0};
+        unpack32(t, raw[it]);
+        for (int i = 0; i < 32; i++)
+          pk[i >> 3] += (e2m1_sign(t[i]) | e2m1_rne_mag(fp4_f2u(mx_prescale(fabsf(t[i]), e, mode)))) << (4 * (i & 7));
+        fp8_words(f8, pk, sb, Et);
+      } else {  // (a NaN tile: the table gives 0x7F whatever the codes)
+        const MxEmbedLut L = mx_embed_lut(sb, Et);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const uint32_t w0 = raw[it][2 * k], w1 = raw[it][2 * k + 1];
+          const float x[4] = {bf16_lo(w0), bf16_hi(w0), bf16_lo(w1), bf16_hi(w1)};
+          f8[k] = mx_embed_word4(L, mx_acc_codes4<false>(mx_acc4_bf16<false>(x, c, 0.0f, 0u)), fp4_sign_bytes4_bf16(w0, w1));
+        }
+      }
+      if (WOUT == OUT_FP8) {
+        *(uint4 *)(wq.q + row * K + (size_t)b * 32) = make_uint4(f8[0], f8[1], f8[2], f8[3]);
+        *(uint4 *)(wq.q + row * K + (size_t)b * 32 + 16) = make_uint4(f8[4], f8[5], f8[6], f8[7]);
+      }
+      if (WTOUT == OUT_FP8) {  // W^T's bytes: see below
+        uint4 *dst = (uint4 *)(codes + lr * CODE_PITCH + j * 32);
+        dst[0] = make_uint4(f8[0], f8[1], f8[2], f8[3]);
+        dst[1] = make_uint4(f8[4], f8[5], f8[6], f8[7]);
+      }
+      continue;
+    }
     uint32_t pk[4] = {0, 0, 0, 0};
     if (sb != 0xFF) {
       // mx_quantize_weight's element rule with the tile's exponent: fl(|w| * c) is mx_prescale (see
