@@ -31,18 +31,8 @@ enum { OUT_NONE = 0, OUT_PACKED = 1, OUT_FP8 = 2 };
 static __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 static __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-// 32 BF16 values (16-byte aligned) -> floats.
-static __device__ __forceinline__ void load32(float *v, const bf16 *p) {
-  const uint4 *q = (const uint4 *)p;
-#pragma unroll
-  for (int c = 0; c < 4; c++) {
-    uint4 u = q[c];
-    uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[8 * c + 2 * i] = bf16_lo(w[i]), v[8 * c + 2 * i + 1] = bf16_hi(w[i]);
-  }
-}
-// 32 BF16 values as 16 words of pairs (element 2i in the low half of word i), and those words -> floats.
+// 32 BF16 values (16-byte aligned) as 16 words of pairs (element 2i in the low half of word i), those
+// words -> floats, and both at once.
 static __device__ __forceinline__ void load_words32(uint32_t *w, const bf16 *p) {
   const uint4 *q = (const uint4 *)p;
 #pragma unroll
@@ -54,6 +44,11 @@ static __device__ __forceinline__ void load_words32(uint32_t *w, const bf16 *p) 
 static __device__ __forceinline__ void unpack32(float *v, const uint32_t *w) {
 #pragma unroll
   for (int i = 0; i < 16; i++) v[2 * i] = bf16_lo(w[i]), v[2 * i + 1] = bf16_hi(w[i]);
+}
+static __device__ __forceinline__ void load32(float *v, const bf16 *p) {
+  uint32_t w[16];
+  load_words32(w, p);
+  unpack32(v, w);
 }
 static __device__ __forceinline__ void load32(float *v, const float *p) {
   const float4 *q = (const float4 *)p;

@@ -441,7 +441,7 @@ long linear_fp4_fused_calls(void) { return g_fused_calls; }
 int linear_fp4_fusable(LinearId leader) {
   const int had = g_recipe.hadamard;
   return g_fusion && g_share_x && g_recipe.format == FMT_MXFP4 && (had == 0 || had == 32) && keeps_x(leader.kind) &&
-         leader.kind != LIN_O && linear_fp4_saves_input(leader);
+         linear_fp4_saves_input(leader);
 }
 
 // Where the fused producer writes: leader's Fprop copy (the x scratch its forward and followers read)

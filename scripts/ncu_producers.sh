@@ -18,6 +18,9 @@ for c in $cases; do
     --section MemoryWorkloadAnalysis build/gpu_tests/gpu_test_fp4_mx --bench-only >"$DEST/ncu_$name.txt" 2>&1
   echo "== $name (launch $skip)"
   grep -E "Duration|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Executed Ipc Active|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Executed Instructions  |Stall|stall|pipe|Pipe|ERR" "$DEST/ncu_$name.txt" | head -40
+  # thread-instructions per element: executed warp instructions x 32 / (8192 x 4096 elements)
+  awk '/Executed Instructions  / {gsub(",", "", $NF); printf "    thread-instructions per element %.1f\n", $NF * 32 / (8192 * 4096)}' \
+    "$DEST/ncu_$name.txt"
 done
 # Why warps wait (per issued instruction), for the first case: NCU_STALLS=1.
 if [ -n "${NCU_STALLS:-}" ]; then

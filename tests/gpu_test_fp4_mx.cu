@@ -251,25 +251,6 @@ static void test_hadamard(int rows, int cols) {
 
 // ---- benchmark ------------------------------------------------------------------------------------
 typedef void (*BenchFn)(void *);
-static double time_ms(BenchFn fn, void *arg) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; i++) fn(arg);
-  float ms[15];
-  for (int i = 0; i < 15; i++) {
-    CUDA_CHECK(cudaEventRecord(a, cuda_stream()));
-    fn(arg);
-    CUDA_CHECK(cudaEventRecord(b, cuda_stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  for (int i = 0; i < 15; i++)  // median
-    for (int j = i + 1; j < 15; j++)
-      if (ms[j] < ms[i]) { float t = ms[i]; ms[i] = ms[j]; ms[j] = t; }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms[7];
-}
 
 typedef struct {
   const bf16 *x;
@@ -327,7 +308,7 @@ static void bench(void) {
         MxOut none = {NULL, NULL, NULL, 0, 1.0f};
         g.a = cases[c].fa == 0 ? none : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
         g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f) : packed_out(K, T);
-        double ms = time_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
+        double ms = time_median_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
         printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", cases[c].name, T, K, ms * 1e3, gbs, gbs / 4280 * 100);
         if (g.a.q) free_out(g.a);
         if (g.b.q) free_out(g.b);
@@ -350,7 +331,7 @@ static void bench(void) {
       g.a = fp8 ? fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f) : packed_out(N, K);
       g.b = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
       double bytes = (in16 ? 2.0 : 4.0) * n + (fp8 ? 2.0 * n : 2 * (n / 2.0 + n / 32.0));
-      double ms = time_ms(b_weight, &g), gbs = bytes / (ms * 1e-3) / 1e9;
+      double ms = time_median_ms(b_weight, &g), gbs = bytes / (ms * 1e-3) / 1e9;
       printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", v == 0 ? "W fp32 -> W, W^T packed (0.87)" : v == 1 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)" : "W bf16 -> W, W^T FP8 BLK128x128 (0.87)", N, K,
              ms * 1e3, gbs, gbs / 4280 * 100);
       free_out(g.a), free_out(g.b);

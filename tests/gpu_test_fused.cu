@@ -132,7 +132,8 @@ typedef struct {
   Outs o;
 } Bench;
 
-static void run_fused(Bench *B) {
+static void run_fused(void *p) {
+  Bench *B = (Bench *)p;
   if (B->swiglu) {
     mx_quantize_dual_swiglu_cuda(B->a, B->b, B->rows, B->K, MX_SCALE_UP, B->o.row, 1, B->o.col);
   } else {
@@ -140,31 +141,12 @@ static void run_fused(Bench *B) {
     mx_quantize_dual_rmsnorm_cuda(B->a, B->rstd, B->w, B->rows, B->K, MX_SCALE_UP, B->o.row, 1, B->o.col);
   }
 }
-static void run_unfused(Bench *B) {
+static void run_unfused(void *p) {
+  Bench *B = (Bench *)p;
   PhiloxStream none = {};
   if (B->swiglu) swiglu_forward_cuda(B->y, B->a, B->b, (size_t)B->rows * B->K);
   else rmsnorm_forward_cuda(B->y, B->rstd, B->a, B->w, B->rows, B->K, 1e-5f);
   mx_quantize_dual_cuda(B->y, B->rows, B->K, MX_SCALE_UP, MX_RNE, none, B->o.row, 1, B->o.col);
-}
-
-static double time_us(void (*fn)(Bench *), Bench *B) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; i++) fn(B);
-  float ms[15];
-  for (int i = 0; i < 15; i++) {
-    CUDA_CHECK(cudaEventRecord(a, cuda_stream()));
-    fn(B);
-    CUDA_CHECK(cudaEventRecord(b, cuda_stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  for (int i = 0; i < 15; i++)
-    for (int j = i + 1; j < 15; j++)
-      if (ms[j] < ms[i]) { float t = ms[i]; ms[i] = ms[j]; ms[j] = t; }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms[7] * 1e3;
 }
 
 static void bench(void) {
@@ -185,7 +167,7 @@ static void bench(void) {
       B.o = make_outs(B.rows, B.K, 1);
       // bytes read + written: the inputs (x twice for RMSNorm: its rstd pass, then the producer), both copies
       double out = 2.0 * (n + n / 32.0), bytes = sw ? 4.0 * n + out : 4.0 * n + 8.0 * B.rows + out;
-      double us = time_us(run_fused, &B), un = time_us(run_unfused, &B), gbs = bytes / (us * 1e-6) / 1e9;
+      double us = 1e3 * time_median_ms(run_fused, &B), un = 1e3 * time_median_ms(run_unfused, &B), gbs = bytes / (us * 1e-6) / 1e9;
       printf("%-46s %6d %6d %9.1f %8.0f %5.1f%% %12.1f\n",
              sw ? "SwiGLU -> down's x copies (fused)" : "RMSNorm (rstd pass + fused producer)", B.rows, B.K, us, gbs,
              gbs / 4280 * 100, un);

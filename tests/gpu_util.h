@@ -43,3 +43,28 @@ static void download_floats(float *h, const void *d, size_t n, int fp32) {
   for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
   free(t);
 }
+
+// Median of 15 timed runs (after 3 warm-up runs) of fn(arg) on cuda_stream(), in milliseconds: the
+// producer benchmarks' timer.
+static double time_median_ms(void (*fn)(void *), void *arg) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; i++) fn(arg);
+  float ms[15];
+  for (int i = 0; i < 15; i++) {
+    CUDA_CHECK(cudaEventRecord(a, cuda_stream()));
+    fn(arg);
+    CUDA_CHECK(cudaEventRecord(b, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  for (int i = 0; i < 15; i++)
+    for (int j = i + 1; j < 15; j++)
+      if (ms[j] < ms[i]) {
+        float t = ms[i];
+        ms[i] = ms[j], ms[j] = t;
+      }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms[7];
+}
