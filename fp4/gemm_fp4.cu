@@ -302,8 +302,7 @@ static size_t fp8_scale_count(int blk, int rows, int K) {
   return blk ? mx_blk128_scale_count(rows, K) : mx_vec128_scale_count(rows, K);
 }
 
-double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128) {
-  int out_fp32 = !a_blk128 && !b_blk128;  // the Wgrad form accumulates into fp32
+double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int out_fp32) {
   check_shape("fp4_gemm_fp8_tflops", out_fp32, M, N, K, 16);
   check_modes("fp4_gemm_fp8_tflops", a_blk128, b_blk128);
   PlanKey key = fp8_key(out_fp32, a_blk128, b_blk128, M, N, K, out_fp32, 256);

@@ -62,9 +62,9 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
 // plan: it is the query to make before relying on an unusual shape, e.g. K % 128 != 0).
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K);
 // Benchmark (allocates, synchronizes): best TFLOP/s (2*M*N*K per call) of the heuristic's top
-// candidates on random operands. Like gemm_ceiling_tflops: the Wgrad form (both VEC128) is timed
-// with an fp32 out and beta = 1, the Fprop/Dgrad form (a BLK128x128 B) with a BF16 out and beta = 0.
-double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128);
+// candidates on random operands. Like gemm_ceiling_tflops: out_fp32 = 1 times the Wgrad form (fp32
+// out, beta = 1: accumulating), 0 the Fprop/Dgrad form (BF16 out, beta = 0).
+double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int out_fp32);
 
 // ---- Exact reference path (BF16 GEMM on dequantized operands).
 // From the FP8 embedding: operand = bf16(e4m3 * scale). Exact when the scales are powers of two

@@ -155,7 +155,7 @@ static void fp4_gemm(const char *use, LinearKind kind, void *out, int out_fp32, 
   if (A.fp8) {
     Fp8Operand a = {A.q, A.sf, A.blk128}, b = {B.q, B.sf, B.blk128};
     fp4_gemm_fp8(out, out_fp32, a, b, M, N, K, alpha, beta);
-    engine = "fp8", s.engine = B.blk128 ? GEMM_ENGINE_FP8_BLK : GEMM_ENGINE_FP8_VEC;
+    engine = "fp8", s.engine = B.blk128 ? GEMM_ENGINE_FP8_BLK : A.blk128 ? GEMM_ENGINE_FP8_ABLK : GEMM_ENGINE_FP8_VEC;
   } else {
     Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
     if (g_recipe.gemm == GEMM_FP4_NATIVE) {

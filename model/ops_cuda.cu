@@ -223,7 +223,8 @@ static double gemm_ceiling(const GemmShape *s) {
     if (!memcmp(&g_ceil[i].s, s, sizeof *s)) return g_ceil[i].tflops;
   double t = s->engine == GEMM_ENGINE_BF16 ? gemm_ceiling_tflops(s->out_fp32, s->a_t, s->b_t, s->M, s->N, s->K)
              : s->engine == GEMM_ENGINE_NONE  ? 0
-                                              : fp4_gemm_fp8_tflops(s->M, s->N, s->K, 0, s->engine == GEMM_ENGINE_FP8_BLK);
+                                              : fp4_gemm_fp8_tflops(s->M, s->N, s->K, s->engine == GEMM_ENGINE_FP8_ABLK,
+                                                                    s->engine == GEMM_ENGINE_FP8_BLK, s->out_fp32);
   if (g_nceil < 128) g_ceil[g_nceil++] = Ceiling{*s, t};
   return t;
 }

@@ -127,8 +127,15 @@ int cuda_grid(size_t work, int threads);
 // end, which records the stop event and books the interval to `name`.
 typedef enum { PROF_MEM, PROF_GEMM, PROF_ATTN } ProfKind;
 // Which ceiling a GEMM entry is measured against: gemm_ceiling_tflops (BF16, the default 0), or
-// fp4_gemm_fp8_tflops with a BLK128x128 B (FP4 Fprop/Dgrad) or VEC128 B (FP4 Wgrad), or none.
-typedef enum { GEMM_ENGINE_BF16 = 0, GEMM_ENGINE_FP8_BLK, GEMM_ENGINE_FP8_VEC, GEMM_ENGINE_NONE } GemmEngine;
+// fp4_gemm_fp8_tflops with a BLK128x128 B (FP4 Fprop/Dgrad, Wgrad with 2D X tiles), both VEC128, or a
+// BLK128x128 A (Wgrad with 2D dY tiles), or none.
+typedef enum {
+  GEMM_ENGINE_BF16 = 0,
+  GEMM_ENGINE_FP8_BLK,
+  GEMM_ENGINE_FP8_VEC,
+  GEMM_ENGINE_NONE,
+  GEMM_ENGINE_FP8_ABLK
+} GemmEngine;
 typedef struct {
   int out_fp32, a_t, b_t, M, N, K;
   int engine;  // GemmEngine

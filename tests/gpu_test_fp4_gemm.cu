@@ -470,11 +470,25 @@ static void bench(void) {
     struct { const char *use; int M, N, K, blk, f32, at, bt; } u[3] = {
         {"fprop", T, out, in, 1, 0, 0, 1}, {"dgrad", T, in, out, 1, 0, 0, 1}, {"wgrad", out, in, T, 0, 1, 1, 0}};
     for (int i = 0; i < 3; i++) {
-      double f = fp4_gemm_fp8_tflops(u[i].M, u[i].N, u[i].K, 0, u[i].blk);
+      double f = fp4_gemm_fp8_tflops(u[i].M, u[i].N, u[i].K, 0, u[i].blk, u[i].f32);
       double b = gemm_ceiling_tflops(u[i].f32, u[i].at, u[i].bt, u[i].M, u[i].N, u[i].K);
       printf("  %-8s %-6s %6d %6d %6d | %8.0f %8.0f %5.2fx\n", sh[s].name, u[i].use, u[i].M, u[i].N, u[i].K, f, b,
              f / b);
       CHECK(f > 0 && b > 0, "%s %s: rates %.1f / %.1f", sh[s].name, u[i].use, f, b);
+    }
+    // Wgrad with one operand in 128x128 tiles (fp8_embed.h: exact while a tile's 32-blocks stay within
+    // 14 binades): X^T as cuBLASLt's A (BLK x VEC, the probe's pair) or dY^T as its B.
+    for (int which = 0; which < 2; which++) {
+      int ab = which, bb = !which;
+      if (!fp4_gemm_fp8_supported(1, ab, bb, out, in, T)) {
+        printf("  %-8s %-6s %6d %6d %6d | %8s  (no cuBLASLt algorithm for a 2D %s)\n", sh[s].name, "wgrad", out, in,
+               T, "-", ab ? "A" : "B");
+        continue;
+      }
+      double f = fp4_gemm_fp8_tflops(out, in, T, ab, bb, 1);
+      printf("  %-8s %-6s %6d %6d %6d | %8.0f  (2D %s: %s tiles)\n", sh[s].name, "wgrad", out, in, T, f,
+             ab ? "A" : "B", ab ? "dY^T" : "X^T");
+      CHECK(f > 0, "%s wgrad 2D %s: rate %.1f", sh[s].name, ab ? "A" : "B", f);
     }
   }
 }
