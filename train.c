@@ -295,7 +295,7 @@ static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
 #ifdef HAVE_CUDA
   if (ops != &ops_cpu) cc = cuda_device_cc();
 #endif
-  if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm,
+  if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
                      c->bf16_first_blocks, c->bf16_last_blocks, cc, err, sizeof err))
     die("%s", err);
   recipe_describe(&r, desc, sizeof desc);

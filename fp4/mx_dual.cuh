@@ -26,7 +26,9 @@
 
 typedef __nv_bfloat16 bf16;
 
-enum { OUT_NONE = 0, OUT_PACKED = 1, OUT_FP8 = 2 };
+// OUT_FP8_BLK: the FP8 embedding with one exponent per 128x128 tile (BLK128x128 scales), for the
+// column copy that is a Wgrad GEMM's 2D operand (Recipe.wgrad_2d).
+enum { OUT_NONE = 0, OUT_PACKED = 1, OUT_FP8 = 2, OUT_FP8_BLK = 3 };
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 static __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -187,7 +189,9 @@ template <int ROW, int COL, bool SR, class Src>
 __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s,
                                                          MxOut row_out, int hadamard, MxOut col_out) {
   __shared__ uint4 tile[TILE * 16];
+  __shared__ int tile_e;  // OUT_FP8_BLK: the tile's largest block exponent + 127
   const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
+  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;  // ordered before the atomics by the barrier below
   // Phase 1: 512 row blocks (128 rows x 4), two per thread; four lanes cover 256 contiguous bytes.
   // Both blocks' loads are issued before either is quantized.
   uint4 raw[2][4];
@@ -242,35 +246,66 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int 
   uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
 #pragma unroll
   for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
-#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
-  for (int h = 0; h < 2; h++) {
-    const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
-    float v[32];
+  if constexpr (COL == OUT_FP8_BLK) {
+    // One exponent for the whole 128x128 tile (fp8_embed.h, as the weights): both columns' codes
+    // first, the tile's largest block exponent through a warp max and a shared atomic, then the bytes.
+    uint32_t pk[2][4];
+    uint8_t sbh[2];
+    int e = -127;
 #pragma unroll
-    for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
-    if (hadamard) fp4_h32(v);
-    if (COL == OUT_PACKED) {
-      if (ok) {
-        uint32_t pk[4];
-        const uint8_t sb = mx_block32_dev<false>(v, mode, NULL, pk);
-        store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk);
-        col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb;
-      }
-    } else {  // FP8: the group exponent (all lanes shuffle) before the codes
-      float c = 0.0f;
-      const uint8_t sb = ok ? mx_block32_scale(v, mode, &c) : 0;
-      const int Et = group4_max(ok ? mx_embed_exp_of(sb) : -127);
-      if (ok) {
-        store_fp8_block<false, false>(col_out.q + (col + h) * rows + r0, v, NULL, c, sb, Et, mode, NULL);
-        if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
+    for (int h = 0; h < 2; h++) {
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, h ? 0x3244u : 0x1044u));
+      if (hadamard) fp4_h32(v);
+      sbh[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
+      if (ok) e = max(e, mx_embed_exp_of(sbh[h]));
+    }
+    e = __reduce_max_sync(0xffffffffu, e);
+    if (lane == 0) atomicMax(&tile_e, e + 127);
+    __syncthreads();
+    const int Et = tile_e - 127;
+    if (ok)
+#pragma unroll
+      for (int h = 0; h < 2; h++) store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sbh[h], Et);
+    if (threadIdx.x == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
+      const int L = (rows + TILE - 1) / TILE, L4 = mx_blk128_l4(rows);
+      col_out.scale[(size_t)tc * L4 + tr] = mx_embed_scale(Et, col_out.scale_mul);
+      if (tr == L - 1)
+        for (int l = L; l < L4; l++) col_out.scale[(size_t)tc * L4 + l] = 0.0f;
+    }
+  } else {
+#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
+    for (int h = 0; h < 2; h++) {
+      const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
+      if (hadamard) fp4_h32(v);
+      if (COL == OUT_PACKED) {
+        if (ok) {
+          uint32_t pk[4];
+          const uint8_t sb = mx_block32_dev<false>(v, mode, NULL, pk);
+          store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk);
+          col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb;
+        }
+      } else {  // FP8: the group exponent (all lanes shuffle) before the codes
+        float c = 0.0f;
+        const uint8_t sb = ok ? mx_block32_scale(v, mode, &c) : 0;
+        const int Et = group4_max(ok ? mx_embed_exp_of(sb) : -127);
+        if (ok) {
+          store_fp8_block<false, false>(col_out.q + (col + h) * rows + r0, v, NULL, c, sb, Et, mode, NULL);
+          if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
+        }
       }
     }
   }
 }
 
-
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/quant_fused.cu)
 static inline int mx_out_kind(const MxOut &o) { return o.q == NULL ? OUT_NONE : o.fp8 ? OUT_FP8 : OUT_PACKED; }
+// The column copy's kind: the FP8 embedding with BLK128x128 scales when blk128 is set.
+static inline int mx_col_kind(const MxOut &o) { return mx_out_kind(o) == OUT_FP8 && o.blk128 ? OUT_FP8_BLK : mx_out_kind(o); }
 
 // Launches the dual producer over a rows x K source (rows % 32 == 0, K % 32 == 0; checked by the caller).
 // WITH_SR = false: the row copy is RNE only (the sources of forward activations; no SR kernels built).
@@ -279,7 +314,9 @@ static void mx_dual_launch(const Src &src, int rows, int K, MxScale mode, MxRoun
                            int hadamard, MxOut col) {
   if (!WITH_SR && row_rnd == MX_SR) die("mx_dual_launch: this source has no stochastic-rounding row copy");
   dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
-  int rk = mx_out_kind(row), ck = mx_out_kind(col), sr = row_rnd == MX_SR;
+  int rk = mx_out_kind(row), ck = mx_col_kind(col), sr = row_rnd == MX_SR;
+  if (row.q && row.fp8 && row.blk128) die("mx_dual_launch: the row copy has VEC128 scales (blk128 is for the column copy)");
+  if (ck == OUT_FP8_BLK && rk == OUT_PACKED) die("mx_dual_launch: a packed row copy with a BLK128x128 column copy is not built");
 #define DUAL(R, C, S) mx_dual_kernel<R, C, S, Src><<<grid, 256, 0, cuda_stream()>>>(src, rows, K, mode, s, row, hadamard, col)
 #define DUAL_SR(R, C)            \
   if constexpr (WITH_SR) {       \
@@ -288,16 +325,18 @@ static void mx_dual_launch(const Src &src, int rows, int K, MxScale mode, MxRoun
   } else {                       \
     DUAL(R, C, false);           \
   }
-  switch (rk * 3 + ck) {
+  switch (rk * 4 + ck) {
     case 0: return;
     case 1: DUAL(OUT_NONE, OUT_PACKED, false); break;
     case 2: DUAL(OUT_NONE, OUT_FP8, false); break;
-    case 3: DUAL_SR(OUT_PACKED, OUT_NONE); break;
-    case 4: DUAL_SR(OUT_PACKED, OUT_PACKED); break;
-    case 5: DUAL_SR(OUT_PACKED, OUT_FP8); break;
-    case 6: DUAL_SR(OUT_FP8, OUT_NONE); break;
-    case 7: DUAL_SR(OUT_FP8, OUT_PACKED); break;
-    case 8: DUAL_SR(OUT_FP8, OUT_FP8); break;
+    case 3: DUAL(OUT_NONE, OUT_FP8_BLK, false); break;
+    case 4: DUAL_SR(OUT_PACKED, OUT_NONE); break;
+    case 5: DUAL_SR(OUT_PACKED, OUT_PACKED); break;
+    case 6: DUAL_SR(OUT_PACKED, OUT_FP8); break;
+    case 8: DUAL_SR(OUT_FP8, OUT_NONE); break;
+    case 9: DUAL_SR(OUT_FP8, OUT_PACKED); break;
+    case 10: DUAL_SR(OUT_FP8, OUT_FP8); break;
+    case 11: DUAL_SR(OUT_FP8, OUT_FP8_BLK); break;
   }
 #undef DUAL_SR
 #undef DUAL

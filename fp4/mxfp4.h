@@ -122,12 +122,15 @@ void mx_dequantize(const uint8_t *codes, const uint8_t *scales, int rows, int K,
 // An output of a producer: packed MXFP4 (q = [rows, K/2] codes, e8m0 = [rows, K/32]) when fp8 == 0;
 // the Hopper FP8 embedding (q = [rows, K] E4M3, scale = VEC128 for activations/gradients or
 // BLK128x128 for weights, see fp8_embed.h; scale_mul as there) when fp8 == 1. q == NULL: not wanted.
+// blk128: the dual producer's FP8 column copy in BLK128x128 (a Wgrad 2D operand; Recipe.wgrad_2d)
+// instead of VEC128; the weight producers always write BLK128x128 and ignore it.
 typedef struct {
   uint8_t *q;
   uint8_t *e8m0;
   float *scale;
   int fp8;
   float scale_mul;
+  int blk128;
 } MxOut;
 
 // Row copy of x [rows, K], blocks along K (K % 32 == 0).
@@ -137,6 +140,8 @@ void mx_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode
 // mx_quantize_rows) and the column copy (RNE, optional H32 along rows, as mx_quantize_cols); either
 // may be skipped (q == NULL). rows % 32 == 0 and K % 32 == 0. The "one backward producer per dY":
 // row = SR copy for Dgrad, col = H32 copy for Wgrad. With X and rnd = MX_RNE: Fprop copy + Wgrad copy.
+// col.blk128 (FP8 only): the column copy as mx_quantize_cols + mx_embed_blk128 (one exponent per
+// 128x128 tile); the row copy must then be FP8 or not wanted.
 void mx_quantize_dual_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, MxRound row_rnd, PhiloxStream s,
                            MxOut row, int hadamard, MxOut col);
 // Weights W [N, K] (N, K multiples of 32) -> W and W^T (as mx_quantize_weight); either may be skipped.

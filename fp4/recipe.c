@@ -7,8 +7,8 @@
 static int is(const char *a, const char *b) { return !strcmp(a, b); }
 
 int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *hadamard, const char *weight_2d,
-                   const char *scale_rounding, const char *gemm, int bf16_first, int bf16_last, int cc, char *err,
-                   int errlen) {
+                   const char *scale_rounding, const char *gemm, const char *wgrad_2d, int bf16_first, int bf16_last,
+                   int cc, char *err, int errlen) {
   memset(r, 0, sizeof *r);
   if (is(recipe, "bf16")) r->format = FMT_BF16;
   else if (is(recipe, "mxfp4")) r->format = FMT_MXFP4;
@@ -49,6 +49,12 @@ int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *ha
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
     return snprintf(err, errlen, "precision.fp4_gemm: fp4 needs an sm_100 GPU (this one is sm_%d)", cc), -1;
 
+  if (is(wgrad_2d, "auto") || is(wgrad_2d, "dy")) r->wgrad_2d = WGRAD_2D_DY;
+  else if (is(wgrad_2d, "off")) r->wgrad_2d = WGRAD_2D_OFF;
+  else if (is(wgrad_2d, "x")) r->wgrad_2d = WGRAD_2D_X;
+  else return snprintf(err, errlen, "precision.wgrad_2d: unknown value '%s'", wgrad_2d), -1;
+  if (r->gemm != GEMM_FP8_EMBED || r->format != FMT_MXFP4) r->wgrad_2d = WGRAD_2D_OFF;  // an FP8-embedding choice
+
   if (bf16_first < 0 || bf16_last < 0)
     return snprintf(err, errlen, "precision.bf16_first_blocks/bf16_last_blocks must be >= 0"), -1;
   r->bf16_first = bf16_first, r->bf16_last = bf16_last;
@@ -66,9 +72,11 @@ void recipe_describe(const Recipe *r, char *buf, int len) {
     snprintf(buf, len, "bf16");
     return;
   }
-  snprintf(buf, len, "%s: SR %s, %s Wgrad Hadamard, %s weight scales%s, %s GEMMs, BF16 blocks %d first / %d last",
+  snprintf(buf, len, "%s: SR %s, %s Wgrad Hadamard, %s weight scales%s, %s GEMMs%s, BF16 blocks %d first / %d last",
            fmt[r->format], r->sr_wgrad ? "Dgrad+Wgrad" : r->sr_dgrad ? "Dgrad" : "off",
            r->hadamard == 32 ? "H32" : r->hadamard == 16 ? "H16" : "no", r->weight_2d ? "2D" : "1D",
            r->format == FMT_MXFP4 ? (r->scale_round_up ? ", round-up exponents" : ", OCP round-down exponents") : "",
-           gemm[r->gemm], r->bf16_first, r->bf16_last);
+           gemm[r->gemm], r->wgrad_2d == WGRAD_2D_DY ? " (Wgrad dY in 128x128 tiles)"
+                          : r->wgrad_2d == WGRAD_2D_X ? " (Wgrad x in 128x128 tiles)" : "",
+           r->bf16_first, r->bf16_last);
 }

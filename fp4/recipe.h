@@ -8,6 +8,11 @@ extern "C" {
 
 typedef enum { FMT_BF16, FMT_MXFP4, FMT_NVFP4 } FP4Format;
 typedef enum { GEMM_REFERENCE, GEMM_FP8_EMBED, GEMM_FP4_NATIVE } FP4GemmBackend;
+// On the FP8 path cuBLASLt runs a Wgrad with both operands in VEC128 (one exponent per 128 tokens of a
+// row) at ~880 TFLOP/s, with one in BLK128x128 (one per 128x128 tile) at ~1100 (docs/results_fp4.md).
+// The tile embedding is exact while a tile's 32-blocks lie within 14 binades of its largest
+// (fp8_embed.h), as for the weights: dY^T by default, as gradients have no outlier channels.
+typedef enum { WGRAD_2D_OFF = 0, WGRAD_2D_DY = 1, WGRAD_2D_X = 2 } Wgrad2D;
 
 typedef struct {
   FP4Format format;           // of every linear layer not overridden to BF16
@@ -17,6 +22,7 @@ typedef struct {
   int weight_2d;              // 2D weight tiles (32x32 MX, 16x16 NV): W and W^T share codes
   int scale_round_up;         // MXFP4: 2^ceil(log2 amax) (the paper) rather than OCP's floor - 2
   FP4GemmBackend gemm;        // how the quantized GEMMs run
+  int wgrad_2d;               // FP8 path: the Wgrad operand embedded per 128x128 tile (faster GEMM): WGRAD_2D_*
   int bf16_first, bf16_last;  // blocks kept in BF16 at either end
 } Recipe;
 
@@ -24,10 +30,11 @@ typedef struct {
 //   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
 //   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
 // gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90, the
-// reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). Returns 0, or -1 with err.
+// reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on the FP8
+// path) | off | dy | x; other back ends ignore it. Returns 0, or -1 with err.
 int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *hadamard, const char *weight_2d,
-                   const char *scale_rounding, const char *gemm, int bf16_first, int bf16_last, int cc, char *err,
-                   int errlen);
+                   const char *scale_rounding, const char *gemm, const char *wgrad_2d, int bf16_first, int bf16_last,
+                   int cc, char *err, int errlen);
 
 // The format block `layer` of `n_layers` runs in (BF16 when overridden).
 FP4Format recipe_block_format(const Recipe *r, int layer, int n_layers);

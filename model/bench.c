@@ -63,6 +63,7 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
     Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
     if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
+                       cfg->wgrad_2d,
                        cfg->bf16_first_blocks, cfg->bf16_last_blocks, cuda_device_cc(), err, sizeof err))
       die("%s", err);
     cuda_set_recipe(&r, layers, cfg->seed);

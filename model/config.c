@@ -102,6 +102,8 @@ static const Key KEYS[] = {
           "2D weight scales (32x32 MXFP4, 16x16 NVFP4) so W and W^T share codes (default on)"),
     KENUM("precision.scale_rounding", scale_rounding, "auto", "auto|up|down",
           "MXFP4 block exponent: up = the paper's encode-centric 2^ceil(log2 amax), down = OCP's floor - 2"),
+    KENUM("precision.wgrad_2d", wgrad_2d, "auto", "auto|off|dy|x",
+          "fp8 back end: embed one Wgrad operand per 128x128 tile for cuBLASLt's faster mode (auto = dy)"),
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", "auto|reference|fp8|fp4",
           "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding), fp4 (Blackwell native)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
@@ -495,7 +497,7 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   {  // the recipe's own consistency rules (fp4/recipe.c), with the GPU unknown here (cc 0)
     Recipe r;
     char msg[256];
-    if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm,
+    if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
                        c->bf16_first_blocks, c->bf16_last_blocks, 0, msg, sizeof msg)) {
       const char *colon = strchr(msg, ':');  // messages start with their key
       char key[64];

@@ -43,6 +43,7 @@ typedef struct {
   char sr[CFG_NAME];              // stochastic rounding of dY: auto|none|dgrad|dgrad_wgrad
   char hadamard[CFG_NAME];        // Hadamard on the Wgrad operands: auto|none|h16|h32
   char weight_2d[CFG_NAME];       // 2D weight scale tiles: auto|on|off
+  char wgrad_2d[CFG_NAME];        // FP8 path: Wgrad operand in 128x128 tiles: auto|off|dy|x
   char scale_rounding[CFG_NAME];  // MXFP4 block exponent: auto|up (paper, encode-centric)|down (OCP)
   char fp4_gemm[CFG_NAME];        // GEMM back end: auto|reference (dequantize + BF16)|fp8 (Hopper)|fp4 (Blackwell)
   int bf16_first_blocks;          // per-block override: the first N blocks stay in BF16

@@ -29,6 +29,9 @@ static PhiloxStream stream_for(LinearId id, int use) {
 
 static MxScale mx_mode(void) { return g_recipe.scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN; }
 static int fp8_path(void) { return g_recipe.format == FMT_MXFP4 && g_recipe.gemm == GEMM_FP8_EMBED; }
+// Whether the Wgrad column copy of dY (or of x) is embedded per 128x128 tile (Recipe.wgrad_2d).
+static int dy_col_blk(void) { return fp8_path() && g_recipe.wgrad_2d == WGRAD_2D_DY; }
+static int x_col_blk(void) { return fp8_path() && g_recipe.wgrad_2d == WGRAD_2D_X; }
 
 int linear_fp4_active(LinearId id) {
   if (g_recipe.format == FMT_BF16 || id.kind == LIN_HEAD || id.layer < 0) return 0;
@@ -103,6 +106,7 @@ static QOp qop_at(uint8_t *base, int fp8, int blk128, int rows, int K) {
 static MxOut mx_out(const QOp &o) {
   MxOut m = {};
   m.q = o.q, m.e8m0 = o.sb, m.scale = o.sf, m.fp8 = o.fp8, m.scale_mul = 1.0f;  // exact powers of two
+  m.blk128 = o.fp8 && o.blk128;
   return m;
 }
 
@@ -293,7 +297,8 @@ static void mx_cols_generic(const bf16 *x, int rows, int K, int hadamard, int sr
   mx_cols_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(x, rows, K, mx_mode(), hadamard, sr, s,
                                                                           packed.q, packed.sb);
   CUDA_CHECK_LAUNCH();
-  if (dst.fp8) mx_embed_vec128_cuda(packed.q, packed.sb, K, rows, 1.0f, dst.q, dst.sf);
+  if (dst.fp8 && dst.blk128) mx_embed_blk128_cuda(packed.q, packed.sb, K, rows, 1.0f, dst.q, dst.sf);
+  else if (dst.fp8) mx_embed_vec128_cuda(packed.q, packed.sb, K, rows, 1.0f, dst.q, dst.sf);
 }
 
 // Column copy (Wgrad operand) of x [rows, K] -> dst [K, rows], MXFP4 or NVFP4, with the recipe's
@@ -353,7 +358,7 @@ static int reuse_x(int use, LinearId id, const bf16 *x, int N, int in) {
 // the saved BF16 x, so the model need not keep that BF16 x at all (model/llama.h). The copy is RNE,
 // a pure function of x, so the bits are those the backward would have made.
 typedef struct {
-  int layer, N, in, fp8;
+  int layer, N, in, fp8, blk;
   LinearKind group;
   uint8_t *mem;
   QOp col;      // x^T [in, N], the Wgrad operand
@@ -387,14 +392,14 @@ static void free_saved(void) {
 // The saved copy of (layer, group of kind) for an x of [N, in]: found, or made when create.
 static SavedX *saved_slot(LinearId id, int N, int in, int create) {
   const LinearKind g = group_of(id.kind);
-  const int fp8 = fp8_path();
+  const int fp8 = fp8_path(), blk = x_col_blk();
   for (int i = 0; i < g_nsaved; i++) {
     SavedX *e = &g_saved[i];
     if (e->layer != id.layer || e->group != g) continue;
-    if (e->N == N && e->in == in && e->fp8 == fp8) return e;
+    if (e->N == N && e->in == in && e->fp8 == fp8 && e->blk == blk) return e;
     if (!create) return NULL;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // another shape: reallocate
-    g_saved_bytes -= qop_bytes(e->fp8, 0, e->in, e->N) + 256;
+    g_saved_bytes -= qop_bytes(e->fp8, e->blk, e->in, e->N) + 256;
     cuda_free_tracked(e->mem);
     *e = g_saved[--g_nsaved];
     break;
@@ -402,11 +407,11 @@ static SavedX *saved_slot(LinearId id, int N, int in, int create) {
   if (!create) return NULL;
   g_saved = (SavedX *)grow_array(g_saved, g_nsaved, &g_capsaved, sizeof *g_saved);
   SavedX *e = &g_saved[g_nsaved++];
-  size_t bytes = qop_bytes(fp8, 0, in, N) + 256;
+  size_t bytes = qop_bytes(fp8, blk, in, N) + 256;
   memset(e, 0, sizeof *e);
-  e->layer = id.layer, e->group = g, e->N = N, e->in = in, e->fp8 = fp8;
+  e->layer = id.layer, e->group = g, e->N = N, e->in = in, e->fp8 = fp8, e->blk = blk;
   e->mem = (uint8_t *)cuda_malloc_tracked(bytes, "a saved FP4 copy of a linear's input (Wgrad operand)");
-  e->col = qop_at(e->mem, fp8, 0, in, N);
+  e->col = qop_at(e->mem, fp8, blk, in, N);
   e->amax = (float *)(e->mem + bytes - 256);
   g_saved_bytes += bytes;
   return e;
@@ -536,7 +541,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
   const QWeight *qw = dx ? weight_of(id, w, w16, wversion, in, out_dim) : NULL;
   QOp dyr = {}, dyc = {}, xc = {};
   if (dx) dyr = scratch_op(S_DY_ROW, fp8, 0, N, out_dim);
-  if (dw) dyc = scratch_op(S_DY_COL, fp8, 0, out_dim, N);
+  if (dw) dyc = scratch_op(S_DY_COL, fp8, dy_col_blk(), out_dim, N);
   const PhiloxStream s_row = stream_for(id, USE_DY_ROW), s_col = stream_for(id, USE_DY_COL);
   const int sr_row = g_recipe.sr_dgrad, sr_col = g_recipe.sr_wgrad;
 
@@ -588,7 +593,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
       if (!x)
         die("linear_fp4: layer %d %s: no saved FP4 copy of x from this micro-batch's forward and no BF16 x for "
             "the Wgrad", id.layer, linear_kind_name(id.kind));
-      xc = scratch_op(S_X_COL, fp8, 0, in, N);  // only here: with saved copies it is never allocated
+      xc = scratch_op(S_X_COL, fp8, x_col_blk(), in, N);  // only here: with saved copies it is never allocated
       if (!reuse_x(XQ_COL, id, x, N, in)) {
         mk = cuda_prof_begin();
         quantize_cols(x, N, in, 0, stream_for(id, USE_X_COL), xc, dev_scalar(D_AMAX_X_COL));

@@ -5,6 +5,8 @@
 #   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
 # (default: all but crash; gputests skips the CPU tests, which CI runs). BENCH_LAYERS (default 4,8)
 # sets the two depths of the engine's and the peer's benchmark.
+# FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
+# keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off".
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -71,10 +73,17 @@ if has fp4train; then  # the scaled-down recipe comparison on the novels corpus 
 fi
 
 if has benchfp4; then
-  for rc in ${FP4_RECIPES:-mxfp4 nvfp4}; do
-    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=$rc >"$OUT/bench_$rc.log" 2>&1
-    tail -n 6 "$OUT/bench_$rc.log"
-    while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench_$rc.log")
+  # a spec is a recipe, optionally with precision keys: mxfp4:wgrad_2d=off,hadamard=none
+  for spec in ${FP4_RECIPES:-mxfp4 nvfp4}; do
+    rc=${spec%%:*}; tag=${spec//[:=,]/_}; extra=()
+    if [[ $spec == *:* ]]; then
+      IFS=',' read -ra kvs <<<"${spec#*:}"
+      for kv in "${kvs[@]}"; do extra+=(--set "precision.$kv"); done
+    fi
+    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=$rc "${extra[@]}" \
+      >"$OUT/bench_$tag.log" 2>&1
+    tail -n 6 "$OUT/bench_$tag.log"
+    while read -r l; do note "${extra[*]:+[$spec] }$l"; done < <(grep '^BENCH' "$OUT/bench_$tag.log")
   done
 fi
 

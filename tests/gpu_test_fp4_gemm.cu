@@ -51,6 +51,8 @@ static void sync_stream(void) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream()))
 // exact values, its FP8 embedding (VEC128 or BLK128x128, scale_mul 1), and device copies.
 typedef struct {
   int rows, K, blk;
+  int tile_act;  // an activation/gradient in 128x128 tiles: the embedding may round (fp8_embed.h)
+  long inexact;  // embedded values that differ from q * 2^e
   uint8_t *codes, *scales, *fp8;
   float *scale;
   double *val;
@@ -76,7 +78,12 @@ static void operand_finish(Operand *o) {
       float s = o->blk ? o->scale[(size_t)(r / 128) * l4 + k / 128] : o->scale[(size_t)(k / 128) * rows + r];
       if (e4m3_decode(o->fp8[(size_t)r * K + k]) * s != f[(size_t)r * K + k]) inexact++;
     }
-  CHECK(inexact == 0, "operand %dx%d %s: %ld of %zu embedded values differ from q*2^e", rows, K,
+  // Exact always for VEC128 and for the weights' tiles; a tiled activation or gradient whose 32-blocks
+  // spread over more than 14 binades rounds its smallest blocks (counted and printed, then bounded by
+  // the fp8-vs-fp64 tolerance in run_use).
+  o->inexact = inexact;
+  if (o->tile_act && inexact) printf("  (operand %dx%d in 128x128 tiles: %ld of %zu values rounded by the embedding)\n", rows, K, inexact, n);
+  CHECK(inexact == 0 || o->tile_act, "operand %dx%d %s: %ld of %zu embedded values differ from q*2^e", rows, K,
         o->blk ? "BLK128x128" : "VEC128", inexact, n);
   free(f);
   o->d_codes = (uint8_t *)upload(o->codes, n / 2);
@@ -155,8 +162,8 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   float *got_fp8 = (float *)xmalloc(n * 4), *got_ref = (float *)xmalloc(n * 4), *got = (float *)xmalloc(n * 4);
 
   int ok = fp4_gemm_fp8_supported(out_fp32, A->blk, B->blk, M, N, K);
-  printf("  %-22s M=%4d N=%4d K=%4d %s%s beta=%g: ", name, M, N, K, out_fp32 ? "fp32" : "bf16",
-         B->blk ? " B:BLK128x128" : " B:VEC128", beta);
+  printf("  %-22s M=%4d N=%4d K=%4d %s%s%s beta=%g: ", name, M, N, K, out_fp32 ? "fp32" : "bf16",
+         A->blk ? " A:BLK128x128" : "", B->blk ? " B:BLK128x128" : " B:VEC128", beta);
   if (ok) {
     set_out(d_out, prev, n, out_fp32);
     fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
@@ -184,9 +191,13 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   set_out(d_out, prev, n, out_fp32);
   fp4_gemm_reference_packed(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
   download_floats(got, d_out, n, out_fp32);
-  // Both reference forms feed gemm_bf16 the same BF16 operands (the embedding is exact): same bits.
-  CHECK(memcmp(got, got_ref, n * 4) == 0, "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)",
-        name, rel_err(got, got_ref, n));
+  // Both reference forms feed gemm_bf16 the same BF16 operands where the embedding is exact: same bits.
+  if (!A->inexact && !B->inexact)
+    CHECK(memcmp(got, got_ref, n * 4) == 0, "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)",
+          name, rel_err(got, got_ref, n));
+  else
+    CHECK(rel_err(got, got_ref, n) < tol_fp8, "%s: reference from packed vs from the rounded embedding: rel %.3e", name,
+          rel_err(got, got_ref, n));
 
   if (ok) {
     double d = rel_err(got_fp8, got_ref, n);
@@ -237,20 +248,27 @@ static void test_layer(int T, int in, int out, int kind, Rng *rng) {
   PhiloxStream ps = philox_stream(42, 1, 0, 0, 0);
   Operand X = operand_alloc(T, in, 0), Wq = operand_alloc(out, in, 1), Wt = operand_alloc(in, out, 1);
   Operand DY = operand_alloc(T, out, 0), DYt = operand_alloc(out, T, 0), Xt = operand_alloc(in, T, 0);
+  // The Wgrad 2D forms (Recipe.wgrad_2d): dY^T (our A, cuBLASLt's B) or x^T in 128x128 tiles.
+  Operand DYt2 = operand_alloc(out, T, 1), Xt2 = operand_alloc(in, T, 1);
+  DYt2.tile_act = Xt2.tile_act = 1;
   mx_quantize_rows(x, T, in, MX_SCALE_UP, MX_RNE, ps, X.codes, X.scales);
   mx_quantize_weight(w, out, in, MX_SCALE_UP, 1, Wq.codes, Wq.scales, Wt.codes, Wt.scales);
   mx_quantize_rows(dy, T, out, MX_SCALE_UP, MX_SR, ps, DY.codes, DY.scales);  // row-gradient SR
   mx_quantize_cols(dy, T, out, 1, MX_SCALE_UP, DYt.codes, DYt.scales);         // H32, blocks along T
   mx_quantize_cols(x, T, in, 1, MX_SCALE_UP, Xt.codes, Xt.scales);
-  Operand *all[6] = {&X, &Wq, &Wt, &DY, &DYt, &Xt};
-  for (int i = 0; i < 6; i++) operand_finish(all[i]);
+  mx_quantize_cols(dy, T, out, 1, MX_SCALE_UP, DYt2.codes, DYt2.scales);
+  mx_quantize_cols(x, T, in, 1, MX_SCALE_UP, Xt2.codes, Xt2.scales);
+  Operand *all[8] = {&X, &Wq, &Wt, &DY, &DYt, &Xt, &DYt2, &Xt2};
+  for (int i = 0; i < 8; i++) operand_finish(all[i]);
   run_use("fprop Y=X.W^T", &X, &Wq, 1, 0.0f, rng);
   run_use("fprop Y=X.W^T", &X, &Wq, 0, 0.0f, rng);
   run_use("dgrad dX=dY.W", &DY, &Wt, 1, 0.0f, rng);
   run_use("dgrad dX=dY.W", &DY, &Wt, 0, 0.0f, rng);
   run_use("wgrad dW+=dY^T.X", &DYt, &Xt, 1, 1.0f, rng);
   run_use("wgrad dW=dY^T.X", &DYt, &Xt, 1, 0.0f, rng);
-  for (int i = 0; i < 6; i++) operand_free(all[i]);
+  run_use("wgrad dW+=dY^T.X 2D dY", &DYt2, &Xt, 1, 1.0f, rng);
+  run_use("wgrad dW+=dY^T.X 2D X", &DYt, &Xt2, 1, 1.0f, rng);
+  for (int i = 0; i < 8; i++) operand_free(all[i]);
   free(x), free(w), free(dy);
 }
 

@@ -158,12 +158,16 @@ static void test_dual(int kind, int rows, int K) {
   uint8_t *rc = (uint8_t *)xmalloc(n / 2), *rs = (uint8_t *)xmalloc(n / 32), *cc = (uint8_t *)xmalloc(n / 2),
           *cs = (uint8_t *)xmalloc(n / 32);
   PhiloxStream ps = philox_stream(7, 99, 0, 31, 6);
-  for (int variant = 0; variant < 4; variant++) {
-    int rnd = variant & 1, had = variant != 2, fp8 = variant >= 2;
+  // variants 4, 5: the column copy in BLK128x128 (one exponent per 128x128 tile, a Wgrad 2D operand)
+  for (int variant = 0; variant < 6; variant++) {
+    int rnd = variant & 1, had = variant != 2 && variant != 5, fp8 = variant >= 2, blk = variant >= 4;
     mx_quantize_rows(x, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, rc, rs);
     mx_quantize_cols(x, rows, K, had, MX_SCALE_UP, cc, cs);
     MxOut ro = fp8 ? fp8_out(rows, K, mx_vec128_scale_count(rows, K), 1.0f / 6) : packed_out(rows, K);
-    MxOut co = fp8 ? fp8_out(K, rows, mx_vec128_scale_count(K, rows), 1.0f) : packed_out(K, rows);
+    MxOut co = !fp8 ? packed_out(K, rows)
+               : blk ? fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f)
+                     : fp8_out(K, rows, mx_vec128_scale_count(K, rows), 1.0f);
+    co.blk128 = blk;
     mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, ro, had, co);
     CUDA_CHECK(cudaDeviceSynchronize());
     char what[128];
@@ -171,8 +175,8 @@ static void test_dual(int kind, int rows, int K) {
              fp8 ? "fp8" : "packed");
     CHECK(check_out(what, ro, rc, rs, rows, K, 0), "%s", what);
     snprintf(what, sizeof what, "dual %s %dx%d %s H32=%d %s: col", in_name[kind], rows, K, rnd ? "SR" : "RNE", had,
-             fp8 ? "fp8" : "packed");
-    CHECK(check_out(what, co, cc, cs, K, rows, 0), "%s", what);
+             !fp8 ? "packed" : blk ? "fp8 BLK128x128" : "fp8");
+    CHECK(check_out(what, co, cc, cs, K, rows, blk), "%s", what);
     free_out(ro), free_out(co);
   }
   // Column copy alone (the X operand of Wgrad).
@@ -181,6 +185,12 @@ static void test_dual(int kind, int rows, int K) {
   CUDA_CHECK(cudaDeviceSynchronize());
   mx_quantize_cols(x, rows, K, 1, MX_SCALE_UP, cc, cs);
   CHECK(check_out("dual col only", co, cc, cs, K, rows, 0), "dual col only %dx%d", rows, K);
+  free_out(co);
+  co = fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f);
+  co.blk128 = 1;
+  mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, MX_RNE, ps, none, 1, co);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(check_out("dual col only, fp8 BLK128x128", co, cc, cs, K, rows, 1), "dual col only BLK %dx%d", rows, K);
   free_out(co);
   free(x), free(rc), free(rs), free(cc), free(cs);
   cudaFree(dx);
@@ -290,14 +300,15 @@ static void bench(void) {
       struct {
         const char *name;
         BenchFn fn;
-        int fa, fb;  // output kinds: 0 none, 1 packed, 2 fp8
+        int fa, fb;  // output kinds: 0 none, 1 packed, 2 fp8, 3 fp8 BLK128x128 (columns)
         int sr, had;
         double bytes;
-      } cases[9] = {
+      } cases[10] = {
           {"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 0, 0, 2.0 * n + n / 2.0 + n / 32.0},
           {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 0, 0, 2.0 * n + n + n / 32.0},
           {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
           {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 1, 1, 2.0 * n + 2 * (n + n / 32.0)},
+          {"dY: SR rows + H32 cols BLK128x128, FP8", b_dual, 2, 3, 1, 1, 2.0 * n + 2 * n + n / 32.0},
           {"  part: x RNE rows + H32 cols, FP8", b_dual, 2, 2, 0, 1, 2.0 * n + 2 * (n + n / 32.0)},
           {"  part: SR rows only (tile kernel), FP8", b_dual, 2, 0, 1, 0, 2.0 * n + n + n / 32.0},
           {"  part: H32 cols only, FP8", b_dual, 0, 2, 0, 1, 2.0 * n + n + n / 32.0},
@@ -307,7 +318,9 @@ static void bench(void) {
         g.sr = cases[c].sr, g.had = cases[c].had;
         MxOut none = {NULL, NULL, NULL, 0, 1.0f};
         g.a = cases[c].fa == 0 ? none : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
-        g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f) : packed_out(K, T);
+        g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f)
+              : cases[c].fb == 3 ? fp8_out(K, T, mx_blk128_scale_count(K, T), 1.0f) : packed_out(K, T);
+        g.b.blk128 = cases[c].fb == 3;
         double ms = time_median_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
         printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", cases[c].name, T, K, ms * 1e3, gbs, gbs / 4280 * 100);
         if (g.a.q) free_out(g.a);

@@ -48,13 +48,16 @@ typedef struct {
   size_t row_bytes, col_bytes, row_sbytes, col_sbytes;
 } Outs;
 
-static Outs make_outs(int rows, int K, int fp8) {
+// fp8: 0 packed, 1 FP8 (VEC128 columns), 2 FP8 with the column copy in BLK128x128 (a Wgrad 2D operand).
+static Outs make_outs(int rows, int K, int kind) {
   Outs o;
+  const int fp8 = kind != 0, blk = kind == 2;
   memset(&o, 0, sizeof o);
   o.row_bytes = fp8 ? (size_t)rows * K : (size_t)rows * K / 2;
   o.col_bytes = o.row_bytes;
   o.row_sbytes = fp8 ? mx_vec128_scale_count(rows, K) * 4 : (size_t)rows * K / 32;
-  o.col_sbytes = fp8 ? mx_vec128_scale_count(K, rows) * 4 : (size_t)rows * K / 32;
+  o.col_sbytes = blk ? mx_blk128_scale_count(K, rows) * 4 : fp8 ? mx_vec128_scale_count(K, rows) * 4 : (size_t)rows * K / 32;
+  o.col.blk128 = blk;
   o.row.q = (uint8_t *)dalloc(o.row_bytes), o.col.q = (uint8_t *)dalloc(o.col_bytes);
   o.row.fp8 = o.col.fp8 = fp8, o.row.scale_mul = o.col.scale_mul = 1.0f;
   if (fp8) o.row.scale = (float *)dalloc(o.row_sbytes), o.col.scale = (float *)dalloc(o.col_sbytes);
@@ -95,14 +98,14 @@ static void test_rmsnorm(int rows, int D) {
   rmsnorm_forward_cuda(y, rstd, x, w, rows, D, 1e-5f);
   rmsnorm_forward_cuda(NULL, rstd2, x, w, rows, D, 1e-5f);
   CHECK(same_bytes(rstd, rstd2, rows * 4), "rmsnorm %d x %d: rstd-only pass differs from the full one", rows, D);
-  for (int fp8 = 0; fp8 < 2; fp8++)
+  for (int fp8 = 0; fp8 < 3; fp8++)
     for (int had = 0; had < 2; had++) {
       Outs ref = make_outs(rows, D, fp8), got = make_outs(rows, D, fp8);
       PhiloxStream none = {};
       mx_quantize_dual_cuda(y, rows, D, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_rmsnorm_cuda(x, rstd2, w, rows, D, MX_SCALE_UP, got.row, had, got.col);
       CHECK(same_outs(&ref, &got), "rmsnorm %d x %d (%s, %s): fused bytes differ from rmsnorm + dual producer", rows,
-            D, fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
+            D, fp8 == 2 ? "fp8, BLK128x128 columns" : fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(x), cudaFree(y), cudaFree(w), cudaFree(rstd), cudaFree(rstd2), free(hw);
@@ -111,14 +114,14 @@ static void test_rmsnorm(int rows, int D) {
 static void test_swiglu(int rows, int F) {
   bf16 *g = make_bf16(rows, F, 2.0f), *u = make_bf16(rows, F, 1.0f), *y = (bf16 *)dalloc((size_t)rows * F * 2);
   swiglu_forward_cuda(y, g, u, (size_t)rows * F);
-  for (int fp8 = 0; fp8 < 2; fp8++)
+  for (int fp8 = 0; fp8 < 3; fp8++)
     for (int had = 0; had < 2; had++) {
       Outs ref = make_outs(rows, F, fp8), got = make_outs(rows, F, fp8);
       PhiloxStream none = {};
       mx_quantize_dual_cuda(y, rows, F, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_swiglu_cuda(g, u, rows, F, MX_SCALE_UP, got.row, had, got.col);
       CHECK(same_outs(&ref, &got), "swiglu %d x %d (%s, %s): fused bytes differ from swiglu + dual producer", rows, F,
-            fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
+            fp8 == 2 ? "fp8, BLK128x128 columns" : fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(g), cudaFree(u), cudaFree(y);

@@ -6,7 +6,7 @@
 
 static int resolve(Recipe *r, const char *recipe, const char *sr, const char *had, const char *w2d, const char *sc,
                    const char *gemm, int first, int last, int cc, char *err) {
-  return recipe_resolve(r, recipe, sr, had, w2d, sc, gemm, first, last, cc, err, 256);
+  return recipe_resolve(r, recipe, sr, had, w2d, sc, gemm, "auto", first, last, cc, err, 256);
 }
 
 int main(void) {
@@ -32,6 +32,21 @@ int main(void) {
         "every switch turns off");
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
+
+  TEST_SECTION("the Wgrad operand in 128x128 tiles (FP8 path only)");
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_DY,
+        "auto on the FP8 path tiles dY^T (got %d)", r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_OFF,
+        "the reference back end has no embedding (got %d)", r.wgrad_2d);
+  CHECK(!recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0, 90, err, 256) &&
+            r.wgrad_2d == WGRAD_2D_X,
+        "x tiles x^T: %s", err);
+  CHECK(!recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0, 90, err, 256) &&
+            r.wgrad_2d == WGRAD_2D_OFF,
+        "off: both VEC128: %s", err);
+  CHECK(recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0, 90, err, 256) &&
+            strstr(err, "precision.wgrad_2d"),
+        "an unknown value names the key: %s", err);
 
   TEST_SECTION("per-block overrides");
   CHECK(!resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "auto", 1, 4, 90, err), "%s", err);
