@@ -42,6 +42,7 @@ static Recipe mx_recipe(FP4GemmBackend gemm) {
   memset(&r, 0, sizeof r);
   r.format = FMT_MXFP4, r.sr_dgrad = 1, r.sr_wgrad = 0, r.hadamard = 32, r.weight_2d = 1, r.scale_round_up = 1;
   r.gemm = gemm;
+  r.wgrad_2d = gemm == GEMM_FP8_EMBED ? WGRAD_2D_DY : WGRAD_2D_OFF;  // recipe_resolve's default
   return r;
 }
 
@@ -115,6 +116,18 @@ static void test_paths(int N, int in, int out) {
   CHECK(e[0] < 1e-3, "N=%d in=%d out=%d: Fprop fp8 vs reference %.3g", N, in, out, e[0]);
   CHECK(e[1] < 1e-3, "N=%d in=%d out=%d: Dgrad fp8 vs reference %.3g", N, in, out, e[1]);
   CHECK(e[2] < 1e-5, "N=%d in=%d out=%d: Wgrad fp8 vs reference %.3g", N, in, out, e[2]);
+  // The other Wgrad embeddings (x^T in 128x128 tiles, both VEC128): the same products, other kernels.
+  for (int v = 0; v < 2; v++) {
+    Recipe o = fp8;
+    o.wgrad_2d = v ? WGRAD_2D_OFF : WGRAD_2D_X;
+    LinResult d = lin_run(&L, &o, 3, 1);
+    double ew = rel_err(d.dw, b.dw, nw);
+    printf("  %*s  wgrad with %s: fp8 vs ref %.3g\n", 22, "", v ? "both operands VEC128" : "x^T in 128x128 tiles", ew);
+    CHECK(ew < 1e-5, "N=%d in=%d out=%d: Wgrad (%s) fp8 vs reference %.3g", N, in, out, v ? "VEC128" : "x^T tiles", ew);
+    CHECK(!memcmp(d.y, a.y, ny * sizeof(float)) && !memcmp(d.dx, a.dx, nx * sizeof(float)),
+          "the Wgrad embedding changed Fprop or Dgrad");
+    result_free(&d);
+  }
   const char *names[3] = {"Fprop", "Dgrad", "Wgrad"};
   for (int i = 0; i < 3; i++) {
     CHECK(f[i] > 0.05 && f[i] < 0.3, "N=%d in=%d out=%d: %s fp8 vs BF16 %.4f outside [0.05, 0.3]", N, in, out,
@@ -368,12 +381,13 @@ static void test_model(void) {
   // written). Off, the ops write BF16 and the linears quantize it. No bit may change: H32 and no
   // Hadamard, FP8 and exact-reference GEMMs.
   {
-    Recipe noh = mx, ref = mx;
-    noh.hadamard = 0, ref.gemm = GEMM_REFERENCE;
-    const Recipe *fr[3] = {&mx, &noh, &ref};
-    const char *fname[3] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM"};
+    Recipe noh = mx, ref = mx, xt = mx;
+    noh.hadamard = 0, ref.gemm = GEMM_REFERENCE, ref.wgrad_2d = WGRAD_2D_OFF, xt.wgrad_2d = WGRAD_2D_X;
+    const Recipe *fr[4] = {&mx, &noh, &ref, &xt};
+    const char *fname[4] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM",
+                            "mxfp4 H32 fp8, x^T in 128x128 tiles"};
     linear_fp4_set_save_inputs(1);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
       long before = linear_fp4_fused_calls();
       Pass on = model_pass(m, fr[k], in, tg);
       long fused = linear_fp4_fused_calls() - before;
