@@ -22,7 +22,7 @@
 #include "model/gemm.h"
 #include "model/lt_tune.h"
 
-enum { CANDIDATES = 16 };  // heuristic algorithms timed per shape (lt_pick_fastest takes up to 16)
+enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
 static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
 static const double TUNE_TARGET_MS = 2.0, BENCH_TARGET_MS = 10.0;
 

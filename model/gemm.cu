@@ -15,7 +15,7 @@
 #include "model/gemm.h"
 #include "model/lt_tune.h"
 
-enum { CANDIDATES = 16 };  // heuristic algorithms timed per shape (lt_pick_fastest takes up to 16)
+enum { CANDIDATES = 8 };  // heuristic algorithms timed per shape
 
 // Timing effort. Each candidate gets one warm-up call, then `rounds` passes of enough back-to-back
 // calls to last about `target_ms`; a candidate keeps its best pass. Passes interleave the
