@@ -22,6 +22,7 @@ common=(--set model.preset=small --set batch.seq_len=1024 --set batch.micro_batc
 runs=("bf16|--set precision.recipe=bf16"
       "mxfp4 (row SR + H32)|--set precision.recipe=mxfp4"
       "mxfp4, no Hadamard|--set precision.recipe=mxfp4 --set precision.hadamard=none"
+      "mxfp4, Wgrad operands both VEC128|--set precision.recipe=mxfp4 --set precision.wgrad_2d=off"
       "nvfp4, last 2 blocks BF16|--set precision.recipe=nvfp4 --set precision.bf16_last_blocks=2")
 printf '| recipe | final train loss (mean of last 50 steps) | val loss | excess vs BF16 | tok/s |\n|---|---|---|---|---|\n' >"$out/table.md"
 base=""
