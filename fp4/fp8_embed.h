@@ -2,7 +2,8 @@
 // run MXFP4 numerics (BRIEF §4; layouts verified by shared/probes/mx_embed_probe.cu).
 //
 // For every 128-element group along K (VEC128: one row x 128 K, for activations and gradients) or
-// 128x128 tile (BLK128x128: 128 rows x 128 K, for weights), E_t = the largest block exponent e in it:
+// 128x128 tile (BLK128x128: 128 rows x 128 K, for weights, and for one Wgrad operand when
+// Recipe.wgrad_2d asks), E_t = the largest block exponent e in it:
 //   E4M3 value = q * 2^(e - E_t + 6)      (q the E2M1 value, e its 32-block's exponent)
 //   float scale = scale_mul * 2^(E_t - 6)
 // so E4M3 * scale = q * 2^e * scale_mul. Use scale_mul = 1 and put mx_unit()^2 (1/36 for the paper's

@@ -6,7 +6,9 @@
 // column-major K x N, transa = T), cuBLAS "B" is our A (column-major K x M, transb = N), and the
 // problem is m = N, n = M, k = K: the TN form FP8 and FP4 need. The probe
 // (shared/probes/mx_embed_probe.cu) ran exactly this with cuBLAS-A = weights in BLK128x128 and
-// cuBLAS-B = activations in VEC128; BLK128x128 on both sides is not supported, VEC128 on both is.
+// cuBLAS-B = activations in VEC128; BLK128x128 on both sides is not supported, VEC128 on both is, and
+// so is cuBLAS-B in BLK128x128 with cuBLAS-A in VEC128 (the Wgrad with dY^T tiles, checked by
+// gpu_test_fp4_gemm against the exact reference).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -250,8 +252,8 @@ static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, 
 
 static void check_modes(const char *who, int a_blk, int b_blk) {
   if (a_blk && b_blk)
-    die("%s: A and B both BLK128x128: cuBLASLt has no 2D x 2D block-scaled FP8 mode (use VEC128 for A, the "
-        "activation/gradient operand)", who);
+    die("%s: A and B both BLK128x128: cuBLASLt has no 2D x 2D block-scaled FP8 mode (one operand must be "
+        "VEC128)", who);
 }
 
 void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta) {

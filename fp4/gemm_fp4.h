@@ -5,14 +5,16 @@
 // The three uses in a linear layer (X [T,in] activations, W [out,in] weights, dY [T,out]):
 //   Fprop  Y[T,out]   = X . W^T      A = X [T,in]      (VEC128)  B = W [out,in]   (BLK128x128)
 //   Dgrad  dX[T,in]   = dY . W       A = dY [T,out]    (VEC128)  B = W^T [in,out] (BLK128x128, W's codes)
-//   Wgrad  dW[out,in] = dY^T . X     A = dY^T [out,T]  (VEC128)  B = X^T [in,T]   (VEC128), blocks along T
+//   Wgrad  dW[out,in] = dY^T . X     A = dY^T [out,T]  (VEC128)  B = X^T [in,T]   (VEC128), blocks along T;
+//          with Recipe.wgrad_2d one of the two in BLK128x128 instead (cuBLASLt runs VEC128 x VEC128 at
+//          ~880 TFLOP/s, a BLK128x128 operand at ~1050-1250; docs/results_fp4.md)
 // i.e. Fprop: (Y, X, W, M=T, N=out, K=in); Dgrad: (dX, dY, W^T, M=T, N=in, K=out); Wgrad: (dW, dY^T,
 // X^T, M=out, N=in, K=T, out_fp32, beta = 1 to accumulate).
 //
 // Back ends:
 //   fp4_gemm_fp8        Hopper: MXFP4 embedded in FP8 E4M3 with cuBLASLt block scales (fp8_embed.h),
-//                       on the FP8 tensor cores. A must be VEC128; B VEC128 or BLK128x128 (cuBLASLt
-//                       has no 2D x 2D mode, and the 2D operand is the one it calls "A", our B).
+//                       on the FP8 tensor cores. Either operand may be BLK128x128, not both (cuBLASLt
+//                       has no 2D x 2D mode; our B is the operand it calls "A").
 //   fp4_gemm_reference_*  any GPU: BF16 operands that equal the FP4 values up to a per-tensor factor
 //                       (q * 2^e for MXFP4, q * e4m3(bs) for NVFP4), then gemm_bf16. Exact products,
 //                       fp32 accumulation: the yardstick the fast paths are tested against.
