@@ -602,6 +602,15 @@ int main(int argc, char **argv) {
       break;
     }
   }
+#ifdef HAVE_CUDA
+  if (!on_host(&run)) {  // the exactness of the tiled Wgrad operands (precision.wgrad_2d), this rank's
+    unsigned long long rounded, blocks;
+    cuda_fp4_tile_stats(&rounded, &blocks);
+    if (blocks)
+      printf("FP8 Wgrad tiles (rank %d): %llu of %llu 32-blocks nonzero and outside the exact embedding range (%.3g%%)\n",
+             run.rank, rounded, blocks, 100.0 * (double)rounded / (double)blocks);
+  }
+#endif
   // Nobody tears down its communicator (or closes its sockets, which peers take for a death) while
   // another rank may still be in a collective.
   comm_barrier(run.comm);

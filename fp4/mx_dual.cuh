@@ -268,6 +268,15 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int 
     if (ok)
 #pragma unroll
       for (int h = 0; h < 2; h++) store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sbh[h], Et);
+    if (col_out.rounded) {  // nonzero blocks outside the exact range: one warp sum, one atomic
+      int n = 0;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        n += ok && sbh[h] != 0xFF && mx_embed_exp_of(sbh[h]) < Et - 14 &&
+             ((pk[h][0] | pk[h][1] | pk[h][2] | pk[h][3]) & 0x77777777u) != 0;
+      n = __reduce_add_sync(0xffffffffu, n);
+      if (lane == 0 && n) atomicAdd(col_out.rounded, (unsigned long long)n);
+    }
     if (threadIdx.x == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
       const int L = (rows + TILE - 1) / TILE, L4 = mx_blk128_l4(rows);
       col_out.scale[(size_t)tc * L4 + tr] = mx_embed_scale(Et, col_out.scale_mul);

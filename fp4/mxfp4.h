@@ -123,7 +123,9 @@ void mx_dequantize(const uint8_t *codes, const uint8_t *scales, int rows, int K,
 // the Hopper FP8 embedding (q = [rows, K] E4M3, scale = VEC128 for activations/gradients or
 // BLK128x128 for weights, see fp8_embed.h; scale_mul as there) when fp8 == 1. q == NULL: not wanted.
 // blk128: the dual producer's FP8 column copy in BLK128x128 (a Wgrad 2D operand; Recipe.wgrad_2d)
-// instead of VEC128; the weight producers always write BLK128x128 and ignore it.
+// instead of VEC128; the weight producers always write BLK128x128 and ignore it. rounded (may be
+// NULL; with blk128): a device counter the dual producer adds to for every nonzero 32-block more than
+// 14 binades below its tile's largest, i.e. outside the embedding's exact range (fp8_embed.h).
 typedef struct {
   uint8_t *q;
   uint8_t *e8m0;
@@ -131,6 +133,7 @@ typedef struct {
   int fp8;
   float scale_mul;
   int blk128;
+  unsigned long long *rounded;
 } MxOut;
 
 // Row copy of x [rows, K], blocks along K (K % 32 == 0).

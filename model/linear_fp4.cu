@@ -110,6 +110,30 @@ static MxOut mx_out(const QOp &o) {
   return m;
 }
 
+// A column copy o of a rows x K source ([K, rows]) for the dual producer; a tiled one is counted
+// (linear_fp4_tile_stats).
+static unsigned long long *g_rounded;  // device
+static unsigned long long g_tile_blocks;
+static MxOut col_out(const QOp &o, int rows, int K) {
+  MxOut m = mx_out(o);
+  if (m.blk128) {
+    if (!g_rounded) {
+      g_rounded = (unsigned long long *)cuda_malloc_tracked(256, "FP8 tile embedding counter");
+      CUDA_CHECK(cudaMemsetAsync(g_rounded, 0, 8, cuda_stream()));
+    }
+    m.rounded = g_rounded, g_tile_blocks += (unsigned long long)(rows / 32) * K;
+  }
+  return m;
+}
+
+void linear_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks) {
+  *rounded = 0, *blocks = g_tile_blocks;
+  if (g_rounded) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    CUDA_CHECK(cudaMemcpy(rounded, g_rounded, 8, cudaMemcpyDeviceToHost));
+  }
+}
+
 // Grow-only scratch per operand role (activations and gradients are requantized every call).
 enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_N };
 static CudaScratch g_scratch[S_N];
@@ -307,7 +331,7 @@ static void quantize_cols(const bf16 *x, int rows, int K, int sr, PhiloxStream s
   const int had = g_recipe.hadamard;
   if (g_recipe.format == FMT_MXFP4) {
     if ((had == 0 || had == 32) && !sr)
-      mx_quantize_dual_cuda(x, rows, K, mx_mode(), MX_RNE, s, mx_out(QOp{}), had == 32, mx_out(dst));
+      mx_quantize_dual_cuda(x, rows, K, mx_mode(), MX_RNE, s, mx_out(QOp{}), had == 32, col_out(dst, rows, K));
     else
       mx_cols_generic(x, rows, K, had, sr, s, dst);
   } else {
@@ -470,7 +494,7 @@ int linear_fp4_fused_rmsnorm(LinearId leader, const void *x_token, const bf16 *r
   SavedX *sv;
   fused_outputs(leader, N, D, &xq, &sv);
   int mk = cuda_prof_begin();
-  mx_quantize_dual_rmsnorm_cuda(res, rstd, w, N, D, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, mx_out(sv->col));
+  mx_quantize_dual_rmsnorm_cuda(res, rstd, w, N, D, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, col_out(sv->col, N, D));
   book_mem(mk, "quant x fwd+wgrad", "(rmsnorm fused)", 2.0 * N * D + 4.0 * N + 4.0 * D + 2 * qbytes(fp8_path(), N, D));
   fused_done(leader, x_token, N, D, sv);
   return 1;
@@ -482,7 +506,7 @@ int linear_fp4_fused_swiglu(LinearId leader, const void *x_token, const bf16 *ga
   SavedX *sv;
   fused_outputs(leader, N, F, &xq, &sv);
   int mk = cuda_prof_begin();
-  mx_quantize_dual_swiglu_cuda(gate, up, N, F, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, mx_out(sv->col));
+  mx_quantize_dual_swiglu_cuda(gate, up, N, F, mx_mode(), mx_out(xq), g_recipe.hadamard == 32, col_out(sv->col, N, F));
   book_mem(mk, "quant x fwd+wgrad", "(swiglu fused)", 4.0 * N * F + 2 * qbytes(fp8_path(), N, F));
   fused_done(leader, x_token, N, F, sv);
   return 1;
@@ -507,7 +531,7 @@ void linear_fp4_forward(LinearId id, bf16 *out, const bf16 *x, const float *w, c
     const int had = g_recipe.hadamard;
     if (fused) {  // both copies made (linear_fp4_fused_*)
     } else if (sv && !shared && (had == 0 || had == 32)) {  // one read of x: Fprop rows and Wgrad columns
-      mx_quantize_dual_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq), had == 32, mx_out(sv->col));
+      mx_quantize_dual_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq), had == 32, col_out(sv->col, N, in));
       book_mem(mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(fp8, N, in));
     } else {
       if (!shared) mx_quantize_rows_cuda(x, N, in, mx_mode(), MX_RNE, none, mx_out(xq));
@@ -551,7 +575,7 @@ void linear_fp4_backward(LinearId id, bf16 *dx, float *dw, const bf16 *dout, con
     int fused = (had == 0 || had == 32) && !sr_col;  // the dual producer's column copy is RNE, H32 or none
     if (dx && dw && fused) {
       mx_quantize_dual_cuda(dout, N, out_dim, mx_mode(), sr_row ? MX_SR : MX_RNE, s_row, mx_out(dyr), had == 32,
-                            mx_out(dyc));
+                            col_out(dyc, N, out_dim));
       book_mem(mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fp8, N, out_dim));
     } else {
       if (dx) mx_quantize_rows_cuda(dout, N, out_dim, mx_mode(), sr_row ? MX_SR : MX_RNE, s_row, mx_out(dyr));

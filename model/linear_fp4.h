@@ -69,6 +69,10 @@ void linear_fp4_set_share_x(int on);
 void linear_fp4_set_save_inputs(int on);
 int linear_fp4_saves_input(LinearId id);
 size_t linear_fp4_saved_bytes(void);
+// The Wgrad operand copies in 128x128 tiles (Recipe.wgrad_2d) made so far by the dual producer: their
+// 32-blocks, and the nonzero ones outside the FP8 embedding's exact range (more than 14 binades below
+// the tile's largest: rounded by at most 2^-17 of the tile maximum). Synchronizes to read the count.
+void linear_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks);
 
 // Format-aware fusion (model/quant_fused.h), MXFP4 recipes whose Wgrad copies the dual producer makes
 // (H32 or none) with saved inputs on: fusable(leader) says whether the op that makes linear leader's

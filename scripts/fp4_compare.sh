@@ -23,9 +23,10 @@ runs=("bf16|--set precision.recipe=bf16"
       "mxfp4 (row SR + H32)|--set precision.recipe=mxfp4"
       "mxfp4, no Hadamard|--set precision.recipe=mxfp4 --set precision.hadamard=none"
       "mxfp4, Wgrad operands both VEC128|--set precision.recipe=mxfp4 --set precision.wgrad_2d=off"
+      "mxfp4, Wgrad x in 128x128 tiles|--set precision.recipe=mxfp4 --set precision.wgrad_2d=x"
       "nvfp4, last 2 blocks BF16|--set precision.recipe=nvfp4 --set precision.bf16_last_blocks=2")
 printf '| recipe | final train loss (mean of last 50 steps) | val loss | excess vs BF16 | tok/s |\n|---|---|---|---|---|\n' >"$out/table.md"
-base=""
+base=""; notes=()
 for r in "${runs[@]}"; do
   name=${r%%|*}; args=${r#*|}; tag=$(echo "$name" | tr -c 'a-z0-9' '_')
   # shellcheck disable=SC2086
@@ -43,5 +44,8 @@ PY
   [ -z "$base" ] && base=$loss
   excess=$(python3 -c "print(f'{100*($loss-$base)/$base:+.2f}%')")
   echo "| $name | $loss | $val | $excess | $tps |" >>"$out/table.md"
+  tiles=$(grep -h "^FP8 Wgrad tiles" "$out/$tag.log" | head -n 1)
+  [ -n "$tiles" ] && notes+=("- $name: $tiles")
 done
+[ ${#notes[@]} -gt 0 ] && { echo; printf '%s\n' "${notes[@]}"; } >>"$out/table.md"
 cat "$out/table.md"

@@ -69,7 +69,7 @@ fi
 if has fp4train; then  # the scaled-down recipe comparison on the novels corpus (pre-tokenized in .deps/novels)
   OUT=$OUT SHARDS=.deps/novels timeout 560 bash scripts/fp4_compare.sh "${FP4_STEPS:-300}" >"$OUT/fp4_compare.log" 2>&1
   tail -n 8 "$OUT/fp4_compare.log"
-  while read -r l; do note "FP4TRAIN $l"; done < <(grep '^| ' "$OUT/fp4_compare.log" | tail -n +3)
+  while read -r l; do note "FP4TRAIN $l"; done < <(grep -E '^(\| |- )' "$OUT/fp4_compare.log" | tail -n +3)
 fi
 
 if has benchfp4; then

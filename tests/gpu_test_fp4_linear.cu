@@ -405,6 +405,12 @@ static void test_model(void) {
     }
   }
 
+  {  // the tiled Wgrad copies (dY^T by default, x^T above) were made and counted
+    unsigned long long rounded, blocks;
+    linear_fp4_tile_stats(&rounded, &blocks);
+    printf("  FP8 Wgrad tiles so far: %llu of %llu 32-blocks outside the exact embedding range\n", rounded, blocks);
+    CHECK(blocks > 0 && rounded <= blocks, "tile stats: %llu rounded of %llu blocks", rounded, blocks);
+  }
   const int steps = 10;
   float lb[10], lf[10];
   train(m, NULL, in, tg, steps, lb);

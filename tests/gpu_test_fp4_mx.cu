@@ -126,6 +126,27 @@ static int check_out(const char *what, MxOut o, const uint8_t *codes, const uint
   return ok;
 }
 
+// Nonzero 32-blocks of a column copy (codes [K, rows/2], scales [K, rows/32]) more than 14 binades
+// below their 128x128 tile's largest: what the BLK128x128 producer's rounded counter must report.
+static unsigned long long count_rounded(const uint8_t *codes, const uint8_t *scales, int K, int rows) {
+  const int nb = rows / 32;
+  unsigned long long n = 0;
+  for (int t0 = 0; t0 < K; t0 += 128)
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+      int Et = -127;
+      for (int k = t0; k < K && k < t0 + 128; k++)
+        for (int b = b0; b < nb && b < b0 + 4; b++) Et = Et > mx_embed_exp_of(scales[(size_t)k * nb + b]) ? Et : mx_embed_exp_of(scales[(size_t)k * nb + b]);
+      for (int k = t0; k < K && k < t0 + 128; k++)
+        for (int b = b0; b < nb && b < b0 + 4; b++) {
+          uint8_t sb = scales[(size_t)k * nb + b];
+          int nz = 0;
+          for (int i = 0; i < 16; i++) nz |= codes[(size_t)k * (rows / 2) + b * 16 + i] & 0x77;
+          n += sb != 0xFF && mx_embed_exp_of(sb) < Et - 14 && nz;
+        }
+    }
+  return n;
+}
+
 // ---- bit-exactness --------------------------------------------------------------------------------
 static void test_rows(int kind, int rows, int K) {
   float *x = make_input(kind, rows, K);
@@ -168,8 +189,23 @@ static void test_dual(int kind, int rows, int K) {
                : blk ? fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f)
                      : fp8_out(K, rows, mx_vec128_scale_count(K, rows), 1.0f);
     co.blk128 = blk;
+    unsigned long long *d_rounded = NULL, rounded = 0;
+    if (blk) {
+      d_rounded = (unsigned long long *)dalloc(8);
+      CUDA_CHECK(cudaMemset(d_rounded, 0, 8));
+      co.rounded = d_rounded;
+    }
     mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, ro, had, co);
     CUDA_CHECK(cudaDeviceSynchronize());
+    if (blk) {
+      CUDA_CHECK(cudaMemcpy(&rounded, d_rounded, 8, cudaMemcpyDeviceToHost));
+      unsigned long long want = count_rounded(cc, cs, K, rows);
+      CHECK(rounded == want, "dual %s %dx%d H32=%d BLK128x128: %llu blocks counted outside the exact range, CPU %llu",
+            in_name[kind], rows, K, had, rounded, want);
+      if (want) printf("  dual %s %dx%d H32=%d BLK128x128: %llu blocks outside the exact range (counted alike)\n",
+                       in_name[kind], rows, K, had, want);
+      cudaFree(d_rounded);
+    }
     char what[128];
     snprintf(what, sizeof what, "dual %s %dx%d %s H32=%d %s: row", in_name[kind], rows, K, rnd ? "SR" : "RNE", had,
              fp8 ? "fp8" : "packed");
