@@ -11,7 +11,8 @@ typedef enum { GEMM_REFERENCE, GEMM_FP8_EMBED, GEMM_FP4_NATIVE } FP4GemmBackend;
 // On the FP8 path cuBLASLt runs a Wgrad with both operands in VEC128 (one exponent per 128 tokens of a
 // row) at ~880 TFLOP/s, with one in BLK128x128 (one per 128x128 tile) at ~1100 (docs/results_fp4.md).
 // The tile embedding is exact while a tile's 32-blocks lie within 14 binades of its largest
-// (fp8_embed.h), as for the weights: dY^T by default, as gradients have no outlier channels.
+// (fp8_embed.h), as for the weights: dY^T by default, as trained models grow outlier channels in the
+// activations that gradients do not have (linear_fp4_tile_stats counts the blocks outside the range).
 typedef enum { WGRAD_2D_OFF = 0, WGRAD_2D_DY = 1, WGRAD_2D_X = 2 } Wgrad2D;
 
 typedef struct {
