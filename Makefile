@@ -1,17 +1,41 @@
-# Builds ./train and the tests. `make` works with or without a GPU; CUDA sources are compiled
-# whenever nvcc is found (CI has nvcc and no GPU). `make test` runs the CPU test suite.
+# Builds ./train and the tests. `make` works with or without a GPU; the CUDA backend is compiled
+# whenever nvcc, cuDNN and cuDNN's frontend headers are there (CI has nvcc and no GPU). `make test`
+# runs the CPU test suite. What the build or the tests lack is installed or fetched the first time
+# (scripts/deps.sh); when that cannot be done, make stops before compiling and says what to install.
 CC      ?= gcc
+CXX     ?= g++
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDNN_FE ?= .deps/cudnn_fe/include
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
 LDLIBS  += -lyaml -lzstd -lpcre2-8 -lm -fopenmp
 BUILD   := build
+# All cores unless -j is given.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
-# DEPS=.deps/root: headers and static libraries unpacked from Debian packages (scripts/fetch_deps.sh),
-# for machines without libyaml-dev / libpcre2-dev / libzstd-dev (the GPU machine).
-ifneq ($(strip $(DEPS)),)
-CFLAGS  += -I$(DEPS)/usr/include
-LDLIBS  := -L$(DEPS)/usr/lib/x86_64-linux-gnu -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
+# build/deps.mk (scripts/deps.sh build): DEPS_ROOT, CUDA_BUILD, CUDA_WHY. DEPS=prefix takes the C
+# libraries from an unpacked prefix (scripts/deps.sh fetch writes .deps/root; the GPU machine has no
+# internet); without it the system's are used, or .deps/root when the system lacks them.
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)"
+DEPS_OUT := $(shell $(DEPS_ENV) bash scripts/deps.sh build)
+ifneq ($(.SHELLSTATUS),0)
+$(error missing build dependencies (see above))
+endif
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+DEPS_OUT := $(shell $(DEPS_ENV) bash scripts/deps.sh test)
+ifneq ($(.SHELLSTATUS),0)
+$(error missing test dependencies (see above))
+endif
+endif
+include $(BUILD)/deps.mk
+endif
+
+# Unpacked C libraries: their headers, and their static libraries (no runtime copies needed).
+ifneq ($(strip $(DEPS_ROOT)),)
+CFLAGS  += -I$(DEPS_ROOT)/usr/include
+LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
 endif
 
 LIB_C   := common.c $(wildcard model/*.c) $(wildcard data/*.c) $(wildcard fp4/*.c)
@@ -20,15 +44,12 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)) \
            $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
-# model/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/fetch_deps.sh).
+# model/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
 CU_SRC  := $(wildcard model/*.cu) $(wildcard fp4/*.cu)
 CPP_SRC := $(wildcard model/*.cpp)
 GPU_TESTS :=
-ifneq ($(strip $(NVCC)),)
+ifeq ($(CUDA_BUILD),1)
 ifneq ($(strip $(CU_SRC)),)
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDNN_FE ?= .deps/cudnn_fe/include
-CXX     ?= g++
 NVFLAGS ?= -O3 -std=c++17 -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA \
            -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
 CXXFLAGS_CUDNN := -O2 -std=c++17 -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
@@ -36,10 +57,9 @@ CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++
 GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/gpu_tests/%,$(wildcard tests/gpu_test_*.cu))
-ifeq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
-$(error cuDNN frontend headers not found in $(CUDNN_FE): run scripts/fetch_deps.sh (or set CUDNN_FE=path/include))
 endif
-endif
+else ifneq ($(strip $(NVCC)),)
+$(info note: the CUDA backend is not built, ./train runs on the CPU only: $(CUDA_WHY))
 endif
 
 .PHONY: all test clean gpu-tests
@@ -53,11 +73,11 @@ $(BUILD)/libengine.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -65,7 +85,7 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/fp4/%.cu.o: NVFLAGS += -fmad=false
 $(BUILD)/gpu_tests/gpu_test_fp4%: NVFLAGS += -fmad=false
 
-$(BUILD)/%.cpp.o: %.cpp
+$(BUILD)/%.cpp.o: %.cpp $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
 
@@ -86,7 +106,7 @@ $(BUILD)/tests/%: tests/%.cpp $(BUILD)/libengine.a
 	$(CXX) -O2 -std=c++17 -ffp-contract=off -fopenmp -Wall -Wextra -I. -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
 
 test: all
-	bash scripts/run_tests.sh
+	DEPS_ROOT="$(DEPS_ROOT)" bash scripts/run_tests.sh
 
 clean:
 	rm -rf $(BUILD) train

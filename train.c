@@ -174,16 +174,16 @@ static void compare_dump(Run *r, const char *dir) {
 
 // The GPU of a rank: LOCAL_RANK, or LOCAL_RANK modulo the visible devices when the launcher
 // already gave each task its own (Slurm's --gpus-per-task shows every task its GPU as device 0).
-static int rank_device(int local_rank) {
 #ifdef HAVE_CUDA
+static int rank_device(int local_rank) {
   int count = comm_cuda_device_count();
   if (count > 0 && local_rank >= count) {
     printf("LOCAL_RANK %d sees %d GPU%s: using device %d\n", local_rank, count, count == 1 ? "" : "s", local_rank % count);
     return local_rank % count;
   }
-#endif
   return local_rank;
 }
+#endif
 
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
 // The device is selected here, before anything (NCCL included) allocates on it.

@@ -3,7 +3,9 @@
 // rank order, so the bits never depend on which peer was faster.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <stdint.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -161,11 +163,33 @@ typedef struct {
   int32_t magic, rank, world;
 } Hello;
 
+// This machine's name for the other ranks: its host name when that resolves here (a machine whose
+// /etc/hosts and DNS do not know it would publish a name nobody can reach), else the first IPv4
+// address of an interface that is up and not loopback, else 127.0.0.1 (one machine).
+static void own_address(char *host, size_t len) {
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+  if (!gethostname(host, len)) {
+    host[len - 1] = 0;
+    if (!getaddrinfo(host, NULL, &hints, &res)) {
+      freeaddrinfo(res);
+      return;
+    }
+  }
+  snprintf(host, len, "127.0.0.1");
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs)) return;
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+      inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, host, (socklen_t)len);
+      break;
+    }
+  freeifaddrs(ifs);
+}
+
 // file:PATH: rank 0's "host port", written to a temp file and renamed so readers never see half.
 static void publish_address(const char *path, int port) {
   char host[256], tmp[4096];
-  if (gethostname(host, sizeof host)) snprintf(host, sizeof host, "127.0.0.1");
-  host[sizeof host - 1] = 0;
+  own_address(host, sizeof host);
   const char *addr = getenv("MASTER_ADDR");  // an explicit address wins over the host name
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "w");
@@ -234,9 +258,13 @@ static void rendezvous_peer(Comm *c, const CommEnv *e, const char *file) {
     snprintf(host, sizeof host, "%s", e->master_addr);
     if (!file || read_address(file, host, sizeof host, &port) == 0) fd = connect_once(host, port);
     if (fd >= 0) break;
-    if (now_seconds() > deadline)
+    if (now_seconds() > deadline) {
+      if (file && access(file, F_OK) == 0)
+        die("comm: rank %d: could not reach rank 0 at %s:%d (published in %s) within %g s (parallel.timeout_s)", c->rank,
+            host, port, file, c->timeout_s);
       die("comm: rank %d: could not reach rank 0 at %s within %g s (parallel.timeout_s)", c->rank,
           file ? file : e->master_addr, c->timeout_s);
+    }
     nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
   }
   set_nodelay(fd);

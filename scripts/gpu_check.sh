@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one call, for the GPU machine (no internet; see scripts/fetch_deps.sh):
+# Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
@@ -20,8 +20,9 @@ echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 if has build; then
   t0=$SECONDS
-  if make -j"$(nproc)" all DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
-       >"$OUT/build.log" 2>&1; then note "build ok ($((SECONDS - t0))s)"
+  # AUTO_DEPS=0: nothing to install from here; a build without its CUDA backend is a failure here.
+  if AUTO_DEPS=0 make -j"$(nproc)" all DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
+       >"$OUT/build.log" 2>&1 && grep -q '^CUDA_BUILD := 1' build/deps.mk; then note "build ok ($((SECONDS - t0))s)"
   else tail -n 40 "$OUT/build.log"; cp "$OUT/build.log" "$DEST/"; note "build FAILED"; exit 1; fi
 fi
 

@@ -150,7 +150,7 @@ echo "NCCL library: ${TRAIN_NCCL_LIB:-libnccl.so.2 from the loader path}" | tee 
 if has build; then
   t=$SECONDS
   if [ "$SMOKE" = 1 ]; then make -j2 train >"$L/build.log" 2>&1; rc=$?
-  else timeout "$(limit 300)" make -j32 train DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
+  else AUTO_DEPS=0 timeout "$(limit 300)" make -j32 train DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
          >"$L/build.log" 2>&1; rc=$?; fi
   if [ $rc -eq 0 ]; then note "build ok ($((SECONDS - t)) s)"
   else tail -n 30 "$L/build.log"; note "build FAILED (exit $rc, $L/build.log)"; exit 1; fi

@@ -5,7 +5,7 @@
 # crash, no hang (-timeout), no leak, no sanitizer report, and the targets' own asserts hold
 # (tests/fuzz/*.c). Seeds: tests/fuzz/corpus/<target>/, plus binary shard and checkpoint seeds
 # written by tests/fuzz/make_seeds.c. Inputs that fail are kept in build/fuzz/crashes/.
-# Needs clang with libFuzzer (.ci/run installs it); without one it says so and fails.
+# Needs clang with libFuzzer (`make test` installs it when it can); without one it says so and fails.
 cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
@@ -15,7 +15,7 @@ out=build/fuzz
 targets=(config shard checkpoint tokenizer tokenizer_model)
 if [ -z "$CLANG" ] || ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
     "$CLANG" -x c -fsanitize=fuzzer - -o /tmp/fuzz_probe_$$ 2>/dev/null; then
-  echo "FAIL: no clang with libFuzzer (install clang and libclang-rt-dev, as .ci/run does)"
+  echo "FAIL: no clang with libFuzzer (install it: sudo apt-get install clang libclang-rt-dev)"
   echo "0 passed, ${#targets[@]} failed"
   exit 1
 fi
@@ -27,6 +27,12 @@ mkdir -p "$out/obj" "$out/crashes"
 FLAGS=(-g -O1 -std=c11 -D_GNU_SOURCE -I. -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=all)
 LIB=(common.c model/config.c model/llama_config.c fp4/recipe.c model/checkpoint.c data/shard.c data/tokenizer.c)
 LIBS=(-lyaml -lzstd -lpcre2-8 -lm)
+# The C libraries as the build found them (build/deps.mk): the system's, or unpacked under a prefix.
+DEPS_ROOT=${DEPS_ROOT-$(sed -n 's/^DEPS_ROOT := //p' build/deps.mk 2>/dev/null)}
+if [ -n "$DEPS_ROOT" ]; then
+  FLAGS+=(-I"$DEPS_ROOT/usr/include")
+  LIBS=(-L"$DEPS_ROOT/usr/lib/$("$CLANG" -dumpmachine)" -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm)
+fi
 t0=$SECONDS
 printf '%s\n' "${LIB[@]}" | xargs -P 2 -I{} sh -c \
   'o='"$out"'/obj/$(echo {} | tr / _).o; "$0" "$@" -fsanitize=fuzzer-no-link -c {} -o "$o"' "$CLANG" "${FLAGS[@]}" ||

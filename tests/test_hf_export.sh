@@ -10,12 +10,14 @@
 cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+# numpy: python3's own, or the copy `make test` puts in .deps/py when python3 has none.
+[ -d .deps/py ] && export PYTHONPATH="$PWD/.deps/py${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c "import numpy" 2>/dev/null; then
-  echo "FAIL: python3 with numpy is needed (python3 -m pip install numpy)"
+  echo "FAIL: python3 with numpy is needed (make test installs it; or python3 -m pip install numpy)"
   echo "0 passed, 1 failed"; exit 1
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py() { PYTHONPATH=scripts python3 -c "$1" "${@:2}"; }  # a Python check: exit status 0 means it holds
+py() { PYTHONPATH="scripts${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$1" "${@:2}"; }  # a Python check: exit status 0 means it holds
 
 # A tiny run with Llama-3.1 RoPE scaling on, 2 steps, checkpointed; then the engine dumps that
 # checkpoint's parameters and tensor table (resume runs before --compare-dump).

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# What the build and the tests need from outside the repository, found or got the first time it is
+# needed. The Makefile runs it on every invocation (quick when everything is there):
+#   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2), g++, and for the CUDA
+#                   backend cuDNN and its header-only C++ frontend; writes what it found to
+#                   build/deps.mk, which the Makefile includes
+#   deps.sh test    what `make test` needs beyond the build: numpy (tests/test_hf_export.sh) and
+#                   clang with libFuzzer (tests/test_fuzz.sh)
+#   deps.sh fetch   for a machine without internet (the GPU machine): unpacks the C libraries into
+#                   .deps/root and the frontend into .deps/cudnn_fe here; carry .deps/ there
+# For each missing piece, in order: on the system already; in .deps/ already; installed with
+# apt-get (as root or with passwordless sudo) or pip; unpacked into .deps/ without root. When none
+# works it stops, naming what is missing and the command that installs it. A CUDA backend that
+# cannot be built is not an error: the build goes on with the CPU backend and says why.
+# Environment (the Makefile passes it): CC, CXX, NVCC, CUDA_HOME, CUDNN_FE, DEPS (a prefix holding
+# usr/include and usr/lib/<triplet>, set by hand: then the C libraries are taken from there).
+# AUTO_DEPS=0: find only, install nothing.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+mkdir -p build
+LOG=build/deps.log
+CC=${CC:-cc} CXX=${CXX:-g++}
+CUDNN_FE_VERSION=1.32.0
+say() { echo "deps: $*" >&2; }
+
+# -dev package: header, static library
+C_LIBS=("libyaml-dev yaml.h libyaml.a" "libzstd-dev zstd.h libzstd.a" "libpcre2-dev pcre2.h libpcre2-8.a")
+triplet=$("$CC" -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+
+has_header() {  # header [cc flags...]: does the C compiler find it?
+  local h=$1; shift
+  printf '#include <%s>\n' "$h" | "$CC" -DPCRE2_CODE_UNIT_WIDTH=8 "$@" -x c -E - >/dev/null 2>&1
+}
+# The C libraries missing from prefix $1 ("" = the system), as package names.
+missing_c_libs() {
+  local root=$1 e pkg h a
+  for e in "${C_LIBS[@]}"; do
+    read -r pkg h a <<<"$e"
+    if [ -z "$root" ]; then has_header "$h" || echo "$pkg"
+    elif [ ! -f "$root/usr/include/$h" ] || [ ! -f "$root/usr/lib/$triplet/$a" ]; then echo "$pkg"; fi
+  done
+}
+
+# apt-get install as root or with passwordless sudo; fails when neither is possible.
+apt_install() {
+  [ "${AUTO_DEPS:-1}" = 0 ] && return 1
+  command -v apt-get >/dev/null || return 1
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null || return 1; sudo=(sudo -n); fi
+  say "installing $* with apt-get (log: $LOG)"
+  { "${sudo[@]}" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@"; } >>"$LOG" 2>&1
+}
+# Downloads Debian packages and unpacks them into prefix $1 (no root needed).
+apt_unpack() {
+  local root=$1; shift
+  [ "${AUTO_DEPS:-1}" = 0 ] && return 1
+  command -v apt-get >/dev/null && command -v dpkg >/dev/null || return 1
+  say "unpacking $* into $root (log: $LOG)"
+  rm -rf .deps/debs && mkdir -p .deps/debs "$root" &&
+    (cd .deps/debs && apt-get download "$@") >>"$LOG" 2>&1 &&
+    for f in .deps/debs/*.deb; do dpkg -x "$f" "$root" || return 1; done
+  local rc=$?; rm -rf .deps/debs; return $rc
+}
+# Unpacks cuDNN's header-only frontend (PyPI wheel nvidia-cudnn-frontend) into .deps/cudnn_fe/include.
+fetch_cudnn_fe() {
+  [ "${AUTO_DEPS:-1}" = 0 ] && return 1
+  command -v python3 >/dev/null || return 1
+  say "fetching the cuDNN frontend headers (nvidia-cudnn-frontend==$CUDNN_FE_VERSION) with pip (log: $LOG)"
+  rm -rf .deps/whl && mkdir -p .deps/whl &&
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d .deps/whl \
+      "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" >>"$LOG" 2>&1 &&
+    python3 - .deps/whl .deps/cudnn_fe <<'EOF' >>"$LOG" 2>&1
+import glob, shutil, sys, zipfile
+whl, dest = glob.glob(sys.argv[1] + "/nvidia_cudnn_frontend-*.whl")[0], sys.argv[2]
+shutil.rmtree(dest, ignore_errors=True)
+with zipfile.ZipFile(whl) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith("include/")])
+EOF
+  local rc=$?; rm -rf .deps/whl; [ $rc = 0 ] && [ -f .deps/cudnn_fe/include/cudnn_frontend.h ]
+}
+
+# build/deps.mk: DEPS_ROOT (prefix of unpacked C libraries, empty for the system's), CUDA_BUILD
+# (1 or 0) and CUDA_WHY (why not).
+deps_build() {
+  local root=${DEPS:-} miss
+  if [ -n "$root" ]; then
+    miss=$(missing_c_libs "$root")
+    [ -n "$miss" ] && { say "error: DEPS=$root lacks" $miss "(run: bash scripts/deps.sh fetch)"; return 1; }
+  else
+    miss=$(missing_c_libs "")
+    if [ -n "$miss" ] && [ -z "$(missing_c_libs .deps/root)" ]; then root=.deps/root; miss=; fi
+    if [ -n "$miss" ]; then
+      # shellcheck disable=SC2086
+      if apt_install $miss && [ -z "$(missing_c_libs "")" ]; then miss=
+      elif apt_unpack .deps/root libyaml-dev libzstd-dev libpcre2-dev &&
+           [ -z "$(missing_c_libs .deps/root)" ]; then root=.deps/root; miss=
+      fi
+    fi
+    if [ -n "$miss" ]; then
+      if [ "${AUTO_DEPS:-1}" = 0 ]; then say "error: missing" $miss "(headers for the C libraries; AUTO_DEPS=0 installs nothing)."
+      else say "error: missing" $miss "(headers for the C libraries), and they could not be installed" \
+               "(that needs root or passwordless sudo, and a reachable apt repository; see $LOG)."; fi
+      say "install them with:  sudo apt-get install" $miss
+      say "or, without root:   bash scripts/deps.sh fetch   (on a machine with internet; then copy .deps/ here)"
+      return 1
+    fi
+  fi
+  if ! command -v "$CXX" >/dev/null && ! { apt_install g++ && command -v "$CXX" >/dev/null; }; then
+    say "error: no C++ compiler ($CXX; the host tests and the CUDA backend need one). Install it with:  sudo apt-get install g++"
+    return 1
+  fi
+  local cuda=0 why=
+  if [ -z "${NVCC:-}" ]; then why="no nvcc found (put the CUDA toolkit's bin/ on PATH or set NVCC=)"
+  else
+    local inc=(-I"${CUDA_HOME:-/usr/local/cuda}/include") lib=(-L"${CUDA_HOME:-/usr/local/cuda}/lib64")
+    if ! printf '#include <cudnn.h>\n#include <cublasLt.h>\n' | "$CXX" "${inc[@]}" -x c++ -E - >/dev/null 2>&1; then
+      why="cudnn.h or cublasLt.h not found under ${CUDA_HOME:-/usr/local/cuda}/include or the system paths (install cuDNN 9 for your CUDA)"
+    elif ! echo 'int main(){return 0;}' | "$CXX" -x c++ - "${lib[@]}" -lcudnn -lcublasLt -o build/.deps_probe >/dev/null 2>&1; then
+      why="libcudnn or libcublasLt not found to link (install cuDNN 9 for your CUDA)"
+    elif [ ! -f "${CUDNN_FE:-.deps/cudnn_fe/include}/cudnn_frontend.h" ] &&
+         ! { [ "${CUDNN_FE:-.deps/cudnn_fe/include}" = .deps/cudnn_fe/include ] && fetch_cudnn_fe; }; then
+      why="cuDNN frontend headers not in ${CUDNN_FE:-.deps/cudnn_fe/include} and pip could not download them (offline?): run  bash scripts/deps.sh fetch  where there is internet, or set CUDNN_FE=path/include"
+    else cuda=1; fi
+    rm -f build/.deps_probe
+  fi
+  # Rewritten only when it changes: every object depends on it, so a change rebuilds them all.
+  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\n' "$root" "$cuda" "$why" >build/deps.mk.new
+  if cmp -s build/deps.mk.new build/deps.mk; then rm -f build/deps.mk.new; else mv build/deps.mk.new build/deps.mk; fi
+}
+
+deps_test() {
+  local ok=1
+  if ! command -v python3 >/dev/null; then
+    say "error: the tests need python3. Install it with:  sudo apt-get install python3 python3-pip"; return 1
+  fi
+  # numpy, into .deps/py unless python3 has it: the engine's Python tools read checkpoints with it.
+  if ! PYTHONPATH=.deps/py${PYTHONPATH:+:$PYTHONPATH} python3 -c "import numpy" 2>/dev/null; then
+    say "installing numpy into .deps/py with pip (log: $LOG)"
+    if [ "${AUTO_DEPS:-1}" = 0 ] || ! python3 -m pip install -q --target .deps/py numpy >>"$LOG" 2>&1 ||
+       ! PYTHONPATH=.deps/py python3 -c "import numpy" 2>/dev/null; then
+      say "error: numpy is missing (tests/test_hf_export.sh) and pip could not install it (see $LOG)."
+      say "install it with:  python3 -m pip install numpy"; ok=0
+    fi
+  fi
+  # clang with libFuzzer and the sanitizers' runtime.
+  local probe='int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }'
+  fuzz_ok() { local c; c=${CLANG:-$(command -v clang || command -v clang-14)} && [ -n "$c" ] &&
+    echo "$probe" | "$c" -x c -fsanitize=fuzzer,address,undefined - -o build/.fuzz_probe >/dev/null 2>&1; }
+  if ! fuzz_ok && ! { apt_install clang libclang-rt-dev && fuzz_ok; }; then
+    say "error: no clang with libFuzzer (tests/test_fuzz.sh), and it could not be installed."
+    say "install it with:  sudo apt-get install clang libclang-rt-dev"; ok=0
+  fi
+  rm -f build/.fuzz_probe
+  [ $ok = 1 ]
+}
+
+deps_fetch() {
+  local pkgs=() e pkg h a
+  for e in "${C_LIBS[@]}"; do read -r pkg h a <<<"$e"; pkgs+=("$pkg"); done
+  AUTO_DEPS=1
+  apt_unpack .deps/root "${pkgs[@]}" || { say "error: apt-get download failed (see $LOG)"; return 1; }
+  fetch_cudnn_fe || { say "error: pip download of nvidia-cudnn-frontend failed (see $LOG)"; return 1; }
+  say "fetched into .deps/: $(du -sh .deps | cut -f1); build with them: make DEPS=.deps/root"
+}
+
+case "${1:-}" in
+  build) deps_build ;;
+  test)  deps_test ;;
+  fetch) deps_fetch ;;
+  *) echo "usage: scripts/deps.sh build|test|fetch" >&2; exit 2 ;;
+esac
