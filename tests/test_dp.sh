@@ -6,8 +6,7 @@
 # The gradient reduction overlapping the backward (parallel.overlap_reduce, parallel.bucket_mb)
 # gives the same bits as the reduction after it, in fp32 and with parallel.grad_reduce=bf16.
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # global batch 16 = micro 4 x accum 2 x 2 ranks = micro 4 x accum 4 x 1 rank; one thread per rank
 base=(--set batch.micro_batch=4 --set batch.global_batch=16 --set schedule.total_steps=30 --set schedule.warmup_steps=5
@@ -81,16 +80,18 @@ long=(configs/tiny.yaml "${base[@]}" --set schedule.total_steps=100000 --set par
 port=$((30000 + RANDOM % 20000))
 start_pair() {
   for r in 0 1; do MASTER_PORT=$port RANK=$r WORLD_SIZE=2 ./train "${long[@]}" >"$tmp/$1$r.out" 2>&1 & eval "pid$r=\$!"; done
-  for _ in $(seq 100); do grep -q "step .*loss" "$tmp/${1}0.out" && break; sleep 0.1; done
+  wait_for "$tmp/${1}0.out" "step .*loss"
 }
 start_pair kill
 { kill -KILL "$pid1"; t0=$SECONDS; wait "$pid0"; rc=$?; wait "$pid1"; } 2>/dev/null  # quiet bash's "Killed"
 check "killing rank 1 stops rank 0 with an error naming rank 1" '[ $rc -ne 0 ] && grep -q "rank 0: rank 1 closed the connection\|rank 0: lost the connection to rank 1" "$tmp/kill0.out"'
-check "... within the timeout ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 5 ]'
+# The bounds below are the 3 s timeout plus room for a loaded machine: what they catch is a rank
+# that waits for the default timeout (600 s) or forever.
+check "... within the timeout ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 10 ]'
 port=$((port + 1)); start_pair hang
 { kill -STOP "$pid1"; t0=$SECONDS; wait "$pid0"; rc=$?; kill -KILL "$pid1"; wait "$pid1"; } 2>/dev/null
 check "a hung rank 1 stops rank 0 after parallel.timeout_s, naming rank 1" '[ $rc -ne 0 ] && grep -q "rank 0: no progress from rank 1 for 3 s" "$tmp/hang0.out"'
-check "... within the timeout plus a step ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 6 ]'
+check "... within the timeout plus a step ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 12 ]'
 out=$(RANK=1 WORLD_SIZE=2 MASTER_PORT=$((port + 1)) ./train "${long[@]}" --set parallel.timeout_s=1 2>&1); rc=$?
 check "a rank whose rank 0 never comes up stops after parallel.timeout_s" '[ $rc -ne 0 ] && echo "$out" | grep -q "rank 1: could not reach rank 0 at 127.0.0.1 within 1 s"'
 out=$(RANK=0 WORLD_SIZE=2 MASTER_PORT=$((port + 2)) ./train "${long[@]}" --set parallel.timeout_s=1 2>&1); rc=$?
@@ -147,8 +148,8 @@ check "an injected NaN gradient skips step 5 on both ranks and the run goes on" 
 
 # 10. launch_local.sh with KEEP_GOING=1 leaves the survivors to notice a SIGKILLed rank themselves.
 KEEP_GOING=1 LOG_DIR="$tmp/kg" scripts/launch_local.sh 2 "${long[@]}" >/dev/null 2>&1 & lpid=$!
-for _ in $(seq 100); do grep -q "step .*loss" "$tmp/kg/rank_0.log" 2>/dev/null && break; sleep 0.1; done
+wait_for "$tmp/kg/rank_0.log" "step .*loss"; wait_until '[ -s "$tmp/kg/rank_1.pid" ]'
 { kill -KILL "$(cat "$tmp/kg/rank_1.pid")"; t0=$SECONDS; wait "$lpid"; rc=$?; } 2>/dev/null
 check "KEEP_GOING: the launcher reports both exits, rank 0 names the dead rank 1 ($((SECONDS - t0)) s)" \
-  '[ $rc -ne 0 ] && [ "$(cat "$tmp/kg/rank_1.status")" = 137 ] && [ "$(cat "$tmp/kg/rank_0.status")" != 0 ] && grep -q "rank 1" "$tmp/kg/rank_0.log" && [ $((SECONDS - t0)) -le 5 ]'
+  '[ $rc -ne 0 ] && [ "$(cat "$tmp/kg/rank_1.status")" = 137 ] && [ "$(cat "$tmp/kg/rank_0.status")" != 0 ] && grep -q "rank 1" "$tmp/kg/rank_0.log" && [ $((SECONDS - t0)) -le 10 ]'
 echo "$pass passed, $fail failed"

@@ -2,8 +2,7 @@
 # scripts/estimate_run.py: reads ./train --bench lines and turns throughput into time and GPU-hours;
 # scripts/profile_summary.py: the per-layer sums of a bench log's profile table (docs/ quotes them).
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'BENCH cuda mxfp4 optimizer every step:        12000 tok/s/GPU  MFU  70.3%%\nBENCH cuda mxfp4 optimizer amortized /512 :    13000 tok/s/GPU  MFU  76.1%%\n' >"$tmp/b.log"
 out=$(python3 scripts/estimate_run.py "$tmp/b.log" --gpus 32 --tokens 160e9 2>&1)

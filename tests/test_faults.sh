@@ -6,16 +6,11 @@
 # the path, and the previous checkpoint intact), and checkpoints of another model, batch or recipe
 # (refused, naming the key). Uses the test hook TRAIN_INJECT_NAN_AT (see train.c).
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 tmp=$(mktemp -d); trap 'umount "$tmp/full" 2>/dev/null; rm -rf "$tmp"' EXIT
 C=(configs/tiny.yaml --set parallel.backend=cpu --set parallel.threads=2 --set logging.interval=1
    --set schedule.warmup_steps=2 --set eval.interval=0)
 
-# Waits (up to 20 s) until file $1 has a line matching $2.
-wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-# The step of the last "step N/M | loss" line of a train output.
-last_step() { grep -o '^step *[0-9]*/' "$1" | tail -n 1 | tr -dc 0-9; }
 
 # ---- signals: SIGUSR1 saves and continues; SIGINT then saves and exits 0
 ./train "${C[@]}" --set schedule.total_steps=100000 --set checkpoint.dir="$tmp/sig" >"$tmp/sig.out" 2>&1 &
@@ -26,7 +21,7 @@ wait_for "$tmp/sig.out" 'received SIGUSR1'
 wait_for "$tmp/sig.out" 'saved checkpoint'
 saved=$(grep -m1 -o 'ckpt_[0-9]*\.bin' "$tmp/sig.out" | tr -dc 0-9 | sed 's/^0*//')
 check "SIGUSR1 saves a checkpoint" '[ -n "$saved" ] && [ -f "$tmp/sig/$(printf "ckpt_%08d.bin" "$saved")" ]'
-for _ in $(seq 200); do [ "$(last_step "$tmp/sig.out")" -gt "${saved:-0}" ] && break; sleep 0.1; done
+wait_until '[ "$(last_step "$tmp/sig.out")" -gt "${saved:-0}" ] || ! kill -0 $pid 2>/dev/null'
 check "SIGUSR1 does not stop the run" 'kill -0 $pid 2>/dev/null && [ "$(last_step "$tmp/sig.out")" -gt "$saved" ]'
 kill -INT $pid; wait $pid; rc=$?
 check "SIGINT exits cleanly" '[ $rc -eq 0 ] && grep -q "received signal 2: saving and exiting" "$tmp/sig.out"'

@@ -7,8 +7,7 @@
 # written by tests/fuzz/make_seeds.c. Inputs that fail are kept in build/fuzz/crashes/.
 # Needs clang with libFuzzer (`make test` installs it when it can); without one it says so and fails.
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 secs=${FUZZ_SECONDS:-15}
 CLANG=${CLANG:-$(command -v clang || command -v clang-14)}
 out=build/fuzz

@@ -8,8 +8,7 @@
 # models and unsupported HF configs are refused, naming what is wrong.
 # (scripts/hf_compare.py does the torch/transformers side: from_pretrained and logits.)
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 # numpy: python3's own, or the copy `make test` puts in .deps/py when python3 has none.
 [ -d .deps/py ] && export PYTHONPATH="$PWD/.deps/py${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c "import numpy" 2>/dev/null; then

@@ -6,8 +6,7 @@
 # so the four runs must give identical losses: the check that they saw the same tokens in the same
 # order. Also: the plot script without matplotlib, and errors caught before any training.
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 first_file() { for f in "$@"; do [ -n "$f" ] && [ -e "$f" ] && { echo "$f"; return; }; done; }
 tok=$(first_file "${TOKENIZER_MODEL:-}" ../shared/data/tokenizer/tokenizer.model .deps/tokenizer.model)

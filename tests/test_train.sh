@@ -3,8 +3,7 @@
 # bit-identical losses to an uninterrupted run; SIGTERM saves a checkpoint; bad CLI input and a
 # mismatched checkpoint are refused with clear errors.
 cd "$(dirname "$0")/.." || exit 1
-pass=0 fail=0
-check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 common=(--set schedule.total_steps=12 --set schedule.warmup_steps=3 --set parallel.threads=2 --set logging.interval=1)
 
@@ -32,8 +31,9 @@ out=$(./train "$tmp/bad.yaml" 2>&1)
 check "inconsistent heads are refused naming file and key" 'echo "$out" | grep -q "bad.yaml" && echo "$out" | grep -q "n_heads"'
 
 # SIGTERM: the run saves a checkpoint at the next step boundary and exits 0.
-./train configs/tiny.yaml --set schedule.total_steps=100000 --set parallel.threads=2 --set checkpoint.dir="$tmp/sig" &
-pid=$!; sleep 3; kill -TERM $pid; wait $pid; rc=$?
+./train configs/tiny.yaml --set schedule.total_steps=100000 --set parallel.threads=2 --set checkpoint.dir="$tmp/sig" \
+  --set logging.interval=1 >"$tmp/sig.out" 2>&1 &
+pid=$!; wait_for "$tmp/sig.out" '^step *2/'; kill -TERM $pid; wait $pid; rc=$?
 check "SIGTERM exits cleanly" '[ $rc -eq 0 ]'
 check "SIGTERM leaves a checkpoint" 'ls "$tmp/sig"/ckpt_*.bin >/dev/null 2>&1'
 out=$(./train configs/llama3_8b.yaml --dry-run 2>&1)
