@@ -38,15 +38,15 @@ CFLAGS  += -I$(DEPS_ROOT)/usr/include
 LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
 endif
 
-LIB_C   := common.c $(wildcard model/*.c) $(wildcard data/*.c) $(wildcard fp4/*.c)
+LIB_C   := common.c $(wildcard model/*.c model/cpu/*.c run/*.c dist/*.c data/*.c fp4/*.c)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
-TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)) \
-           $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
+TESTS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c)) \
+           $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
-# model/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
-CU_SRC  := $(wildcard model/*.cu) $(wildcard fp4/*.cu)
-CPP_SRC := $(wildcard model/*.cpp)
+# model/cuda/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
+CU_SRC  := $(wildcard model/cuda/*.cu dist/*.cu fp4/*.cu)
+CPP_SRC := $(wildcard model/cuda/*.cpp)
 GPU_TESTS :=
 ifeq ($(CUDA_BUILD),1)
 ifneq ($(strip $(CU_SRC)),)
@@ -56,7 +56,7 @@ CXXFLAGS_CUDNN := -O2 -std=c++17 -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++
-GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/gpu_tests/%,$(wildcard tests/gpu_test_*.cu))
+GPU_TESTS := $(patsubst tests/gpu/%.cu,$(BUILD)/gpu_tests/%,$(wildcard tests/gpu/gpu_test_*.cu))
 endif
 else ifneq ($(strip $(NVCC)),)
 $(info note: the CUDA backend is not built, ./train runs on the CPU only: $(CUDA_WHY))
@@ -66,7 +66,7 @@ endif
 all: train $(TESTS) $(GPU_TESTS)
 gpu-tests: $(GPU_TESTS)
 
-train: $(BUILD)/train.o $(BUILD)/run_ckpt.o $(BUILD)/libengine.a
+train: $(BUILD)/train.o $(BUILD)/libengine.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libengine.a: $(LIB_OBJ) $(CU_OBJ)
@@ -90,18 +90,18 @@ $(BUILD)/%.cpp.o: %.cpp $(BUILD)/deps.mk
 	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
 
 # GPU tests: built everywhere nvcc is, run only on a GPU machine (scripts/gpu_check.sh).
-$(BUILD)/gpu_tests/%: tests/%.cu $(BUILD)/libengine.a
+$(BUILD)/gpu_tests/%: tests/gpu/%.cu $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@.o
 	$(CXX) -o $@ $@.o $(BUILD)/libengine.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libengine.a
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
 
 # C++ host tests (the GPU producers' templated rules, compiled for the CPU): no FMA contraction, as
 # for the FP4 kernels, so the host forms round exactly as written.
-$(BUILD)/tests/%: tests/%.cpp $(BUILD)/libengine.a
+$(BUILD)/tests/%: tests/unit/%.cpp $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -std=c++17 -ffp-contract=off -fopenmp -Wall -Wextra -I. -o $@ $< $(BUILD)/libengine.a $(LDLIBS)
 

@@ -1,6 +1,6 @@
 // train.c: the command line, the training loop, logging and evaluation. It computes nothing itself:
-// the model (model/llama.c), optimizer (model/zero.c, model/adamw.c), data (data/loader.c) and
-// checkpoints (run_ckpt.c over the container in model/checkpoint.c) do the work.
+// the model (model/llama.c), optimizer (dist/zero.c, model/cpu/adamw.c), data (data/loader.c) and
+// checkpoints (run/resume.c over the container in run/checkpoint.c) do the work.
 //
 //   ./train CONFIG.yaml [--set key=value ...] [--resume] [--max-steps N] [--print-config]
 //   ./train tokenize ...            (data preparation, see data/prepare.c)
@@ -11,7 +11,7 @@
 // suite only): TRAIN_INJECT_NAN_AT=step[,count[,grad]] makes the loss NaN for `count` (default 1)
 // steps from `step` (1-based, as printed), or with ",grad" one gradient element instead, so that
 // both non-finite checks can be exercised; TRAIN_CKPT_SLOW_MS stretches checkpoint writes so a
-// crash test can kill a save half-way (model/checkpoint.h).
+// crash test can kill a save half-way (run/checkpoint.h).
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -24,23 +24,23 @@
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/adamw.h"
-#include "model/bench.h"
-#include "model/mc_eval.h"
+#include "run/bench.h"
+#include "run/mc_eval.h"
 #include "data/evals.h"
 #include "data/tokenizer.h"
 #include "fp4/recipe.h"
 #ifdef HAVE_CUDA
-#include "model/attention_cudnn.h"
-#include "model/ops_cuda.h"
+#include "model/cuda/attention_cudnn.h"
+#include "model/cuda/ops_cuda.h"
 #endif
-#include "model/checkpoint.h"
-#include "model/comm.h"
-#include "model/config.h"
+#include "run/checkpoint.h"
+#include "dist/comm.h"
+#include "run/config.h"
 #include "model/llama.h"
 #include "model/ops.h"
-#include "model/schedule.h"
-#include "model/zero.h"
-#include "run.h"
+#include "run/schedule.h"
+#include "dist/zero.h"
+#include "run/run.h"
 
 static volatile sig_atomic_t stop_signal;   // SIGTERM/SIGINT: save at the next step boundary and exit
 static volatile sig_atomic_t save_request;  // SIGUSR1: save at the next step boundary, keep going
@@ -70,7 +70,7 @@ static void usage(FILE *f) {
 }
 
 // Clips by the global gradient norm and applies AdamW (norms not decayed), ZeRO-1 style over the
-// ranks (model/zero.h). Returns -1 without touching the weights when the gradient is not finite.
+// ranks (dist/zero.h). Returns -1 without touching the weights when the gradient is not finite.
 static int optimizer_step(Run *r, float lr, float *norm_out) {
   const TrainConfig *c = &r->cfg;
   ZeroHyper h = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
@@ -422,7 +422,7 @@ int main(int argc, char **argv) {
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
-  // Data parallelism: the environment says which rank this process is (model/comm.h); the config
+  // Data parallelism: the environment says which rank this process is (dist/comm.h); the config
   // says how many ranks the global batch was planned for. They must agree.
   CommEnv env;
   if (comm_env(&env, err, sizeof err)) die("%s", err);

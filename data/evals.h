@@ -1,7 +1,7 @@
 // data/evals.h: multiple-choice downstream tasks (HellaSwag, ARC-Challenge, WinoGrande): loading the
 // task files, formatting prompts exactly as EleutherAI's lm-evaluation-harness does, and turning
 // them into token-level requests (context tokens, continuation tokens) laid into the model's rows.
-// No model code here: model/mc_eval.h scores the requests.
+// No model code here: run/mc_eval.h scores the requests.
 //
 // A document has n_choices requests; request j is (context_j, continuation_j) and its score is
 // sum log p(continuation_j | context_j). The harness's formats (target delimiter " "):

@@ -36,7 +36,7 @@
 #include "fp4/fp4_common.h"
 
 // ---- E2M1 encoding as integer work on the float's bits (the producers run it per element, so it is
-// written for few ALU instructions; tests/test_fp4_mx.c proves it equal to the comparison-chain
+// written for few ALU instructions; tests/unit/test_fp4_mx.c proves it equal to the comparison-chain
 // definition above over every float in [2^-10, 8] and 10M random patterns, and FP4_EXHAUSTIVE=1 over
 // all 2^32).
 //

@@ -6,7 +6,7 @@
 // order-independent and so deterministic.
 #include "common.h"
 #include "fp4/fp8_embed.h"
-#include "model/cuda_common.h"
+#include "model/cuda/cuda_common.h"
 
 static __device__ __forceinline__ void embed_block(uint8_t *dst, const uint8_t *src16, uint8_t b, int Et) {
   uint4 u = *(const uint4 *)src16;

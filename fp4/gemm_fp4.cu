@@ -1,7 +1,7 @@
 // fp4/gemm_fp4.cu: the FP4 GEMM back ends (see gemm_fp4.h): Hopper FP8 block-scaled cuBLASLt, the
 // exact BF16 reference, and Blackwell native FP4 (untested on hardware).
 //
-// cuBLASLt is column-major; as in model/gemm.cu we ask it for out^T = B . A^T, which it writes
+// cuBLASLt is column-major; as in model/cuda/gemm.cu we ask it for out^T = B . A^T, which it writes
 // column-major, i.e. exactly our row-major out[M,N]. So cuBLAS "A" is our B (stored [N,K] row-major =
 // column-major K x N, transa = T), cuBLAS "B" is our A (column-major K x M, transb = N), and the
 // problem is m = N, n = M, k = K: the TN form FP8 and FP4 need. The probe
@@ -20,9 +20,9 @@
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
-#include "model/cuda_common.h"
-#include "model/gemm.h"
-#include "model/lt_tune.h"
+#include "model/cuda/cuda_common.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/lt_tune.h"
 
 enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
 static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
@@ -453,7 +453,7 @@ void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operan
 // ---------------------------------------------------------------------------------------------
 // Blackwell native path. UNTESTED ON HARDWARE: written from the cuBLASLt documentation (FP4 operands
 // CUDA_R_4F_E2M1, VEC16_UE4M3 scales in the 128x4 tiled layout, TN only) and compiled for sm_100a;
-// the swizzle and re-basing kernels are tested on Hopper by tests/gpu_test_fp4_gemm.cu.
+// the swizzle and re-basing kernels are tested on Hopper by tests/gpu/gpu_test_fp4_gemm.cu.
 size_t fp4_swizzled_scale_bytes(int rows, int n_cols) {
   return (size_t)(rows + 127) / 128 * 128 * ((size_t)(n_cols + 3) / 4 * 4);
 }

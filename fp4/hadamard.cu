@@ -4,7 +4,7 @@
 // consecutive threads take consecutive columns, so every strided access is coalesced across the warp.
 #include "common.h"
 #include "fp4/hadamard.h"
-#include "model/cuda_common.h"
+#include "model/cuda/cuda_common.h"
 
 template <int n>
 __global__ void hadamard_kernel(float *x, int rows, int cols, int down_columns) {

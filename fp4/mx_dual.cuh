@@ -1,5 +1,5 @@
 // fp4/mx_dual.cuh: the device side of the MXFP4 producers (included by fp4/mxfp4.cu and by the fused
-// producers of model/quant_fused.cu): the per-block row rule, the FP8 embedding straight from the code
+// producers of model/cuda/quant_fused.cu): the per-block row rule, the FP8 embedding straight from the code
 // accumulators, and the dual producer over 128x128 tiles, templated on the source of its BF16 values.
 // Every scalar decision is an FP4_HD rule from e2m1.h / philox.h / hadamard.h / mxfp4.h / fp8_embed.h
 // (per block through quant_dev.cuh, which only packs differently), so the bytes equal the CPU
@@ -22,7 +22,7 @@
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
 #include "fp4/quant_dev.cuh"
-#include "model/cuda_common.h"
+#include "model/cuda/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -171,7 +171,7 @@ static __device__ __forceinline__ void row_block(const uint32_t *w, bool valid, 
 // 4-bank groups: c >> 3 flips bit 0, the row parity and the row block flip bits 1-2.
 static __device__ __forceinline__ int swz(int r, int c) { return c ^ (c >> 3) ^ (((r & 1) ^ ((r >> 5) & 3)) << 1); }
 
-// The source of the tile's BF16 values: MxSrcBf16 reads x; the fused producers (model/quant_fused.cu)
+// The source of the tile's BF16 values: MxSrcBf16 reads x; the fused producers (model/cuda/quant_fused.cu)
 // compute them from what the previous op would have read (RMSNorm's input, SwiGLU's gate and up).
 // load(row, b, u): the 32 values of block b of row as 4 x 16 bytes of BF16 pairs.
 struct MxSrcBf16 {
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int 
   }
 }
 
-// ---- host side of the dual producer, for any source (mxfp4.cu, model/quant_fused.cu)
+// ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)
 static inline int mx_out_kind(const MxOut &o) { return o.q == NULL ? OUT_NONE : o.fp8 ? OUT_FP8 : OUT_PACKED; }
 // The column copy's kind: the FP8 embedding with BLK128x128 scales when blk128 is set.
 static inline int mx_col_kind(const MxOut &o) { return mx_out_kind(o) == OUT_FP8 && o.blk128 ? OUT_FP8_BLK : mx_out_kind(o); }

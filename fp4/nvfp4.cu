@@ -22,7 +22,7 @@
 #include "common.h"
 #include "fp4/hadamard.h"
 #include "fp4/quant_dev.cuh"
-#include "model/cuda_common.h"
+#include "model/cuda/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
 

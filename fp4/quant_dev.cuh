@@ -13,7 +13,7 @@
 //     one byte permute (fp4_sr_acc below), accumulated into the packed word by Horner steps;
 //   - the sign bits of 8 elements gathered by sign-replicating byte permutes (fp4_sign_word: 7 ALU
 //     instructions per word instead of 16), merged with the codes by one select.
-// FP4_HD like the rules they mirror, so a host build holds them to the references: tests/test_quant_dev.cpp
+// FP4_HD like the rules they mirror, so a host build holds them to the references: tests/unit/test_quant_dev.cpp
 // (in CI; exhaustive over every non-negative float with QUANT_DEV_EXHAUSTIVE=1).
 #pragma once
 #include "fp4/fp8_embed.h"
@@ -308,7 +308,7 @@ FP4_UNROLL
 // fma(|x|, c, 2^k), and SR's sat(y/2 - k) are sat(fma(|x|, c/2, -k)) (ch = c/2 exact: a power of two or
 // 1.5 * 2^k >= 1.5 * 2^-126). Where y is subnormal, RNE's sums are swamped either way and SR's halves may
 // differ in the last bit of a subnormal, which moves no SR result (checked on every BF16 magnitude, scale
-// and random byte: tests/test_quant_dev.cpp).
+// and random byte: tests/unit/test_quant_dev.cpp).
 template <bool SR>
 static inline FP4_HD float mx_acc4_bf16(const float *x, float c, float ch, uint32_t rnd) {
   if (SR) {
@@ -379,7 +379,7 @@ static inline FP4_HD uint32_t fp4_sign_bytes4_bf16(uint32_t w0, uint32_t w1) { r
 
 // mx_embed_lookup4 with the codes and the signs apart (mx_acc_codes4, fp4_sign_bytes4): the E4M3 bytes of
 // 4 elements of a block with table L, one permute and one logic op. Equal to mx_embed_value of each
-// element's signed code (tests/test_quant_dev.cpp).
+// element's signed code (tests/unit/test_quant_dev.cpp).
 static inline FP4_HD uint32_t mx_embed_word4(MxEmbedLut L, uint32_t codes, uint32_t signs) {
   return fp4_prmt(L.lo, L.hi, codes) | (signs & L.sign);
 }

@@ -289,7 +289,7 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->ops = ops;
   m->recompute = recompute;
   layout_params(m);
-  // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (model/zero.h).
+  // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (dist/zero.h).
   m->params = ops->alloc_params ? ops->alloc_params(m->n_params * sizeof(float)) : ops->alloc(m->n_params * sizeof(float));
   m->grads = ops->alloc(m->n_params * sizeof(float));
   ops->bind_params(m->params, m->n_params);
@@ -421,7 +421,7 @@ static LinearId lin(int layer, LinearKind kind) { return (LinearId){layer, kind}
 // keep. Rerunning an op on the same inputs gives the same bits (every op is deterministic). That
 // holds for the FP4 recipes too: a linear layer's quantization of x is a pure function of x and
 // the step, and its stochastic-rounding bits are keyed by (step, micro-batch, layer, tensor)
-// (model/linear_fp4.h), not by how many times the layer was called.
+// (model/cuda/linear_fp4.h), not by how many times the layer was called.
 
 // Attention half: res_mid = res_in + wo(attention(rope(q), rope(k), v)), q/k/v from rmsnorm(res_in).
 // Also regenerates the attention's lse.

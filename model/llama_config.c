@@ -1,5 +1,5 @@
 // model/llama_config.c: presets and counting. See llama_config.h.
-#include "llama_config.h"
+#include "model/llama_config.h"
 
 #include <string.h>
 

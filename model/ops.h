@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "llama_config.h"
+#include "model/llama_config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,7 +56,7 @@ typedef struct Ops {
   void (*bind_params)(float *params, size_t n);
   void (*params_changed)(void);
 
-  // ZeRO-1 master-weight sharding (model/zero.c); all NULL where the backend computes with the fp32
+  // ZeRO-1 master-weight sharding (dist/zero.c); all NULL where the backend computes with the fp32
   // values themselves (the CPU). alloc_params allocates the parameter buffer in a form whose memory
   // can later be given back piecewise. After shard_params(off, len, n) only the fp32 parameters in
   // the ranges [off[i], off[i] + len[i]) (floats of the bound buffer: the rank's shard and what the
@@ -157,7 +157,7 @@ typedef struct Ops {
 
 extern const Ops ops_cpu;
 #ifdef HAVE_CUDA
-// The CUDA backend (model/ops_cuda.cu): BF16 activations, fp32 master weights and gradients.
+// The CUDA backend (model/cuda/ops_cuda.cu): BF16 activations, fp32 master weights and gradients.
 // cuda_backend_init picks the device and creates the library handles; it returns NULL (with a
 // reason in err) when no usable GPU is present, so ./train can fall back to the CPU.
 const Ops *cuda_backend_init(int device, char *err, size_t errlen);
@@ -167,16 +167,16 @@ const Ops *cuda_backend_init(int device, char *err, size_t errlen);
 // Every output element is computed by one thread in a fixed order, so results are bit-identical
 // for any thread count. Argument meanings are those of the table above.
 
-// model/embedding.c
+// model/cpu/embedding.c
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int D, int V);
 void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D);
 
-// model/rmsnorm.c
+// model/cpu/rmsnorm.c
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
                       int N, int D);
 
-// model/matmul.c
+// model/cpu/matmul.c
 void matmul_forward(float *out, const float *x, const float *w, int N, int in, int out_dim);
 // The same with W already transposed (wt [in, out_dim], from matmul_transpose_weight, malloc'd),
 // for callers that apply one weight several times (the chunked head).
@@ -185,7 +185,7 @@ void matmul_forward_wt(float *out, const float *x, const float *wt, int N, int i
 void matmul_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, int N, int in,
                      int out_dim, int dx_accumulate);
 
-// model/rope.c
+// model/cpu/rope.c
 // inv_freq[i], i < hd/2: 1/theta^(2i/hd), then HF's "llama3" rescaling when c->rope_scaling.
 void rope_inv_freq(float *inv_freq, int hd, const LlamaConfig *c);
 // cos/sin [T, hd/2] of position * inv_freq (angle in double, stored as float).
@@ -193,20 +193,20 @@ void rope_tables(float *cos, float *sin, int T, int hd, const LlamaConfig *c);
 void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
 void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
 
-// model/attention.c
+// model/cpu/attention.c
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                        int KV, int hd);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, int B, int T, int H, int KV, int hd);
 
-// model/swiglu.c
+// model/cpu/swiglu.c
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 
-// model/residual.c
+// model/cpu/residual.c
 void residual_forward(float *out, const float *a, const float *b, size_t n);
 
-// model/crossentropy.c
+// model/cpu/crossentropy.c
 float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
                         int N, int D, int V, int chunk, int ignore_index, float dloss);
 // head_crossentropy's losses per token (Ops.head_nll): nll [N], no gradients.

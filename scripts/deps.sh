@@ -4,8 +4,8 @@
 #   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2), g++, and for the CUDA
 #                   backend cuDNN and its header-only C++ frontend; writes what it found to
 #                   build/deps.mk, which the Makefile includes
-#   deps.sh test    what `make test` needs beyond the build: numpy (tests/test_hf_export.sh) and
-#                   clang with libFuzzer (tests/test_fuzz.sh)
+#   deps.sh test    what `make test` needs beyond the build: numpy (tests/system/test_hf_export.sh) and
+#                   clang with libFuzzer (tests/system/test_fuzz.sh)
 #   deps.sh fetch   for a machine without internet (the GPU machine): unpacks the C libraries into
 #                   .deps/root and the frontend into .deps/cudnn_fe here; carry .deps/ there
 # For each missing piece, in order: on the system already; in .deps/ already; installed with
@@ -140,7 +140,7 @@ deps_test() {
     say "installing numpy into .deps/py with pip (log: $LOG)"
     if [ "${AUTO_DEPS:-1}" = 0 ] || ! python3 -m pip install -q --target .deps/py numpy >>"$LOG" 2>&1 ||
        ! PYTHONPATH=.deps/py python3 -c "import numpy" 2>/dev/null; then
-      say "error: numpy is missing (tests/test_hf_export.sh) and pip could not install it (see $LOG)."
+      say "error: numpy is missing (tests/system/test_hf_export.sh) and pip could not install it (see $LOG)."
       say "install it with:  python3 -m pip install numpy"; ok=0
     fi
   fi
@@ -149,7 +149,7 @@ deps_test() {
   fuzz_ok() { local c; c=${CLANG:-$(command -v clang || command -v clang-14)} && [ -n "$c" ] &&
     echo "$probe" | "$c" -x c -fsanitize=fuzzer,address,undefined - -o build/.fuzz_probe >/dev/null 2>&1; }
   if ! fuzz_ok && ! { apt_install clang libclang-rt-dev && fuzz_ok; }; then
-    say "error: no clang with libFuzzer (tests/test_fuzz.sh), and it could not be installed."
+    say "error: no clang with libFuzzer (tests/system/test_fuzz.sh), and it could not be installed."
     say "install it with:  sudo apt-get install clang libclang-rt-dev"; ok=0
   fi
   rm -f build/.fuzz_probe

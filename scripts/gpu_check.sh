@@ -90,7 +90,7 @@ fi
 
 if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact losses (mxfp4, so SR is covered)
   CRASH_BACKEND=cuda CRASH_ARGS="--set precision.recipe=mxfp4" CRASH_STEPS=${CRASH_STEPS:-1200} CRASH_KILLS=10 \
-    timeout 300 bash tests/test_crash.sh >"$OUT/crash_gpu.log" 2>&1
+    timeout 300 bash tests/system/test_crash.sh >"$OUT/crash_gpu.log" 2>&1
   tail -n 14 "$OUT/crash_gpu.log"
   note "gpu crash test: $(tail -n 1 "$OUT/crash_gpu.log")"
 fi

@@ -28,7 +28,7 @@
 #               short (640 steps = 21.0M tokens, 1.2 epochs, 4 validation points, GPUS 2),
 #               smoke (CPU backend, a 2-block dim-32 model with the Llama-3 vocabulary, 4 steps of
 #               2 x 32 tokens, 1 document per task: the end-to-end test of this script,
-#               tests/test_replicate.sh)
+#               tests/system/test_replicate.sh)
 #   SCALE       multiplies the budget's steps (e.g. 0.5); STEPS sets them outright
 #   WARMUP      warmup steps (default STEPS/20); LR peak lr (6e-4); cosine to 0.1 x LR
 #   VAL_POINTS  validation passes over the run (eval.interval = the largest divisor of STEPS not above

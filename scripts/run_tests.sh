@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every CPU test program (build/tests/test_*) and test script (tests/test_*.sh) from the repo
+# Runs every CPU test program (build/tests/test_*) and test script (tests/system/test_*.sh) from the repo
 # root, then prints the totals as the last line: "N passed, N failed". A program that crashes or
 # prints no count counts as one failure.
 cd "$(dirname "$0")/.." || exit 1
@@ -25,7 +25,7 @@ run_one() {
 for t in build/tests/test_*; do
   [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done
-for t in tests/test_*.sh; do
+for t in tests/system/test_*.sh; do
   [ -f "$t" ] && run_one "$(basename "$t")" bash "$t"
 done
 echo "$total_pass passed, $total_fail failed"

@@ -1,4 +1,4 @@
-# Shared by the tests/test_*.sh scripts (sourced after cd to the repo root): the check counter, and
+# Shared by the tests/system/test_*.sh scripts (sourced after cd to the repo root): the check counter, and
 # waits for events. A test waits for what it needs to see (a log line, a file, a step), never for a
 # fixed time, so that a loaded machine changes how long it takes, not what it asserts.
 pass=0 fail=0

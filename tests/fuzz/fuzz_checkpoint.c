@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "fuzz_util.h"
-#include "model/checkpoint.h"
+#include "run/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *p = fuzz_write_file("ckpt_00000001.bin", data, size);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
+#include "run/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static TrainConfig def;

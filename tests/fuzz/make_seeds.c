@@ -1,11 +1,11 @@
 // tests/fuzz/make_seeds.c: writes the binary seed corpora of the shard and checkpoint fuzz targets
 // into DIR/shard and DIR/checkpoint, with the engine's own writers, so the seeds always follow the
-// current formats. tests/test_fuzz.sh runs it before fuzzing.   usage: make_seeds DIR
+// current formats. tests/system/test_fuzz.sh runs it before fuzzing.   usage: make_seeds DIR
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "data/shard.h"
-#include "model/checkpoint.h"
+#include "run/checkpoint.h"
 
 static void shard(const char *dir, const char *name, uint32_t vocab, int zstd, uint32_t n) {
   char path[1024];

@@ -1,0 +1,53 @@
+// model/cuda/attention_cudnn.h: causal grouped-query flash attention on the GPU, through cuDNN's graph API
+// (model/cuda/attention_cudnn.cpp). The CUDA backend's attention_fwd / attention_bwd entries call these;
+// the semantics are exactly those of the CPU reference in model/cpu/attention.c.
+//
+// Layouts (all device pointers, row-major, token n = b*T + t):
+//   q, out, dq, dout  [B*T, H*hd]   BF16, i.e. [B, T, H, hd] ("BSHD")
+//   k, v, dk, dv      [B*T, KV*hd]  BF16
+//   lse               [B, H, T]     fp32: natural-log log-sum-exp of each query row's SCALED scores,
+//                                   lse = log sum_j exp(q.k_j / sqrt(hd)), j <= t.
+// Causal (query t sees keys 0..t), softmax scale 1/sqrt(hd). GQA: query head h reads kv head
+// h / (H/KV). Requirements (checked, with a message naming the argument): H % KV == 0, hd a
+// multiple of 8 and at most 256, BF16 pointers 16-byte aligned.
+//
+// Everything is queued on cuda_stream() (model/cuda/cuda_common.h); no call synchronizes the host, except
+// the first call for a new shape, which builds and caches the cuDNN graph (tens to hundreds of ms)
+// and may grow the shared workspace (cudaMalloc). One GPU per process: the cuDNN handle is created
+// lazily on the device current at the first call. Not thread-safe. For the frontend's own
+// diagnostics run with CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=stderr.
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out and lse are overwritten.
+void attention_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
+                         int KV, int hd);
+
+// dq, dk, dv are overwritten (not accumulated). out and lse are the forward's outputs.
+void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
+                         const void *out, const float *lse, int B, int T, int H, int KV, int hd);
+
+// Deterministic backward (bit-identical dq/dk/dv from run to run). Off by default: the fast
+// backward sums dq partials with atomics in an unspecified order. On Hopper, cuDNN's deterministic
+// kernel instead materializes dP in a workspace of about B*H*ceil64(T)^2*2 bytes (4 GiB for one
+// Llama-3 8B layer at T=8192) and is slower. Takes effect at the next attention_cudnn_bwd call
+// (each setting has its own cached graph). The forward is always deterministic.
+void attention_cudnn_set_deterministic(int on);
+
+// The cuDNN library loaded at run time (e.g. 91400 for 9.14), for benchmark reports.
+size_t attention_cudnn_version(void);
+
+// Bytes of the shared device workspace currently held (the largest any cached graph needed so far).
+size_t attention_cudnn_workspace_bytes(void);
+
+// Frees the cached graphs, the workspace and the cuDNN handle (optional, at exit; later calls start
+// afresh).
+void attention_cudnn_free(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,166 @@
+// model/cuda/crossentropy.cu: the BF16 output head fused with the cross-entropy loss on the GPU (twin of
+// crossentropy.c). See ops_cuda.h.
+//
+// Tokens go through in chunks of C: logits [C, V] = x W^T as fp32 (cuBLASLt, BF16 operands), then
+// one CTA per row takes the max and the sum of exponentials in one online pass, writes the row's
+// loss, and (for the backward) writes dlogits = dloss/n_valid * (softmax - onehot) as BF16 for
+// the two gradient GEMMs: dx[C, D] = dlogits W (overwrite), dW += dlogits^T x (fp32).
+//
+// Memory (grow-only scratch, kept between calls): C*V*4 bytes of fp32 logits, plus C*V*2 of BF16
+// dlogits once a backward has run, plus 4 bytes per token. C is 4096 tokens unless 6*C*V would
+// pass 4 GiB: at V = 128256, C = 4096 and the scratch is 2.1 GB + 1.05 GB. Big chunks matter: each
+// chunk's wgrad reads and writes all of the fp32 dW (2.1 GB at 8B shapes), and the GEMMs need
+// thousands of rows to run near their ceiling.
+//
+// The host reads the N targets once (one sync), to count the valid ones (the gradient scale
+// needs the count before the first chunk) and to die on an out-of-range target as the CPU does;
+// the per-token losses are summed on the device in a fixed order and read back once at the end.
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "model/cuda/ops_cuda.h"
+
+enum { CE_THREADS = 512, SUM_THREADS = 1024 };
+static const double CE_SCRATCH_BYTES = 4.0 * 1073741824.0;  // bound on 6 * C * V
+static const int CE_MAX_CHUNK = 4096;
+
+static CudaScratch g_logits, g_dlogits, g_row_loss, g_total;
+static int *g_targets_host;
+static size_t g_targets_cap;
+
+// Merges a (max, sum of exp(x - max)) pair into (m, s); a pair with max -inf is empty. Symmetric
+// in its arguments, so butterfly shuffles leave the same bits in every lane.
+__device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, float s2) {
+  float M = fmaxf(m, m2);
+  if (M == -INFINITY) return;
+  s = (m == -INFINITY ? 0.0f : s * expf(m - M)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - M));
+  m = M;
+}
+
+__device__ __forceinline__ void warp_max_sum(float &m, float &s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    merge_max_sum(m, s, m2, s2);
+  }
+}
+
+// Row r of the chunk: loss and, when dlogits is not NULL, d(loss)/d(logits) scaled by g.
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(const float *logits, bf16 *dlogits, float *row_loss,
+                                                                  const int *targets, int V, int ignore_index,
+                                                                  float g) {
+  __shared__ float sm[32], ss[32];
+  const size_t row = blockIdx.x;
+  const float *lg = logits + row * V;
+  const int tgt = targets[row];
+  float m = -INFINITY, s = 0.0f;
+  for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+    float f[8];
+    load_vec<8>(f, lg + i);
+    float vm = f[0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) vm = fmaxf(vm, f[k]);
+    if (vm > m) {  // rescale the running sum to the new max
+      s *= expf(m - vm);
+      m = vm;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) s += expf(f[k] - m);
+  }
+  warp_max_sum(m, s);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  m = lane < (int)(blockDim.x >> 5) ? sm[lane] : -INFINITY;
+  s = lane < (int)(blockDim.x >> 5) ? ss[lane] : 0.0f;
+  warp_max_sum(m, s);
+  const float lse = m + logf(s);
+  if (threadIdx.x == 0) row_loss[row] = tgt == ignore_index ? 0.0f : lse - lg[tgt];
+  if (!dlogits) return;
+  const float gr = tgt == ignore_index ? 0.0f : g;  // ignored rows get zero gradient
+  bf16 *d = dlogits + row * V;
+  for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+    float f[8];
+    load_vec<8>(f, lg + i);
+#pragma unroll
+    for (int k = 0; k < 8; k++) f[k] = expf(f[k] - lse) * gr - (i + k == tgt ? gr : 0.0f);
+    store_vec<8>(d + i, f);
+  }
+}
+
+// *out = sum of x[0..n) in double: thread t adds a contiguous slice in order, then a fixed tree.
+__global__ void __launch_bounds__(SUM_THREADS) sum_kernel(double *out, const float *x, int n) {
+  __shared__ double part[SUM_THREADS];
+  const int per = (n + SUM_THREADS - 1) / SUM_THREADS, lo = threadIdx.x * per, hi = min(n, lo + per);
+  double s = 0;
+  for (int i = lo; i < hi; i++) s += x[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = SUM_THREADS / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = part[0];
+}
+
+// Tokens per chunk: `forced` if set, else the largest multiple of 8 within CE_MAX_CHUNK and the
+// scratch bound; never more than N.
+static int chunk_tokens(int N, int V, int forced) {
+  int c = forced;
+  if (!c) {
+    double fit = CE_SCRATCH_BYTES / (6.0 * V);
+    c = fit > CE_MAX_CHUNK ? CE_MAX_CHUNK : (int)fit / 8 * 8;
+    if (c < 8) c = 8;
+  }
+  return c < N ? c : N;
+}
+
+float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
+                             int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
+                             float *nll_host) {
+  if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
+    die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
+  if (g_targets_cap < (size_t)N) {
+    free(g_targets_host);
+    g_targets_host = (int *)xmalloc((size_t)N * sizeof(int));
+    g_targets_cap = N;
+  }
+  int *tg = g_targets_host, count = 0;
+  cuda_download(tg, targets, (size_t)N * sizeof(int));
+  for (int n = 0; n < N; n++) {
+    if (tg[n] == ignore_index) continue;
+    if (tg[n] < 0 || tg[n] >= V)
+      die("cross-entropy: target id %d at position %d is outside [0, %d) and is not ignore_index %d", tg[n], n, V,
+          ignore_index);
+    count++;
+  }
+  // The loss is a mean over counted targets, so each one's d(loss) is dloss / count.
+  const float g = count ? dloss / count : 0.0f;
+
+  const int C = chunk_tokens(N, V, forced_chunk);
+  float *logits = (float *)cuda_scratch(&g_logits, (size_t)C * V * sizeof(float), "head_ce fp32 logits");
+  bf16 *dlogits = dx ? (bf16 *)cuda_scratch(&g_dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
+  float *row_loss = (float *)cuda_scratch(&g_row_loss, (size_t)N * sizeof(float), "head_ce per-token losses");
+  double *total = (double *)cuda_scratch(&g_total, sizeof(double), "head_ce loss sum");
+  cudaStream_t s = cuda_stream();
+  for (int n0 = 0; n0 < N; n0 += C) {
+    const int nc = N - n0 < C ? N - n0 : C;
+    const bf16 *xc = x + (size_t)n0 * D;
+    cuda_gemm("gemm fwd head", logits, 1, xc, 0, w16, 1, nc, V, D, 1.0f, 0.0f);
+    int mk = cuda_prof_begin();
+    crossentropy_kernel<<<nc, CE_THREADS, 0, s>>>(logits, dlogits, row_loss + n0, targets + n0, V, ignore_index, g);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(mk, "head softmax", PROF_MEM, (double)nc * V * (dlogits ? 10 : 4) + 8.0 * nc, 0, NULL);
+    if (!dx) continue;
+    cuda_gemm("gemm dgrad head", dx + (size_t)n0 * D, 0, dlogits, 0, w16, 0, nc, D, V, 1.0f, 0.0f);
+    const float beta = dw_overwrite && n0 == 0 ? 0.0f : 1.0f;  // the first chunk writes, the rest add
+    if (dw) cuda_gemm("gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, beta);
+  }
+  sum_kernel<<<1, SUM_THREADS, 0, s>>>(total, row_loss, N);
+  CUDA_CHECK_LAUNCH();
+  double sum = 0;
+  cuda_download(&sum, total, sizeof sum);
+  if (nll_host) cuda_download(nll_host, row_loss, (size_t)N * sizeof(float));
+  return count ? (float)(sum / count) : 0.0f;
+}

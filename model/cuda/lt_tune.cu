@@ -1,0 +1,93 @@
+// model/cuda/lt_tune.cu: see lt_tune.h.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/cuda/cuda_common.h"
+#include "model/cuda/lt_tune.h"
+
+static LtContext g_ctx;
+
+const LtContext *lt_context(void) {
+  if (g_ctx.handle) return &g_ctx;
+  const char *e = getenv("GEMM_AUTOTUNE");
+  if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
+    die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top candidates)", e);
+  g_ctx.autotune = !(e && strcmp(e, "0") == 0);
+  g_ctx.ws_bytes = 64u << 20;
+  CUBLAS_CHECK(cublasLtCreate(&g_ctx.handle));
+  CUDA_CHECK(cudaMalloc(&g_ctx.ws, g_ctx.ws_bytes));
+  return &g_ctx;
+}
+
+void lt_context_release(void) {
+  if (!g_ctx.handle) return;
+  CUDA_CHECK(cudaFree(g_ctx.ws));
+  CUBLAS_CHECK(cublasLtDestroy(g_ctx.handle));
+  memset(&g_ctx, 0, sizeof g_ctx);
+}
+
+int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                  cublasLtMatrixLayout_t lout, int align, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
+                  int max, cublasStatus_t *status) {
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                    sizeof ws_bytes));
+  // The default assumes 256-byte aligned buffers; slices of larger buffers may be less aligned.
+  uint32_t a = (uint32_t)align;
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &a, sizeof a));
+  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                                    sizeof reductions));
+  int n = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lout, lout, pref, max, res, &n);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (status) *status = st;
+  int valid = 0;  // keep the results whose state is SUCCESS, in the heuristic's order
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) res[valid++] = res[i];
+  return valid;
+}
+
+// Mean milliseconds per call over `reps` back-to-back calls, or -1 if the algorithm refuses to run.
+static double time_calls(LtLaunch launch, void *ctx, const cublasLtMatmulAlgo_t *algo, int reps) {
+  static cudaEvent_t ev[2];
+  if (!ev[0]) {
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+  }
+  CUDA_CHECK(cudaEventRecord(ev[0], cuda_stream()));
+  for (int r = 0; r < reps; r++)
+    if (launch(ctx, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+  CUDA_CHECK(cudaEventRecord(ev[1], cuda_stream()));
+  CUDA_CHECK(cudaEventSynchronize(ev[1]));
+  CUDA_CHECK_LAUNCH();
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+  return ms / reps;
+}
+
+int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
+                    double target_ms, double *ms) {
+  int reps[16];
+  if (n > 16) n = 16;
+  for (int i = 0; i < n; i++) {  // warm-up call; its time (first-call costs included) sizes the passes
+    ms[i] = time_calls(launch, ctx, &res[i].algo, 1);
+    double r = ms[i] > 0 ? target_ms / ms[i] : 1;
+    reps[i] = r < 1 ? 1 : r > 200 ? 200 : (int)r;
+  }
+  for (int round = 0; round < rounds; round++)
+    for (int i = 0; i < n; i++) {
+      if (ms[i] < 0) continue;
+      double t = time_calls(launch, ctx, &res[i].algo, reps[i]);
+      if (t > 0 && (round == 0 || t < ms[i])) ms[i] = t;  // round 0 replaces the warm-up's time
+    }
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
+  return best;
+}

@@ -1,0 +1,277 @@
+// model/cuda/ops_cuda.h: the CUDA backend. Its operations table (model/ops.h) keeps activations in BF16,
+// parameters, gradients and optimizer state in fp32, and a BF16 shadow of the parameters for the
+// GEMMs. Every kernel and library call runs on cuda_stream(); the only host syncs are in the ops
+// that must hand a value or a check to the host (download, head_ce's loss, grad_sumsq, and the
+// token checks of embed_fwd / embed_bwd, which read the N token ids back).
+//
+// The first part is plain C (train.c, run/bench.c): init, profiling, memory statistics. The
+// second part, compiled only by nvcc, is the backend's internal interface between ops_cuda.cu and
+// the kernel files (model/cuda/embedding.cu, rmsnorm.cu, rope.cu, swiglu.cu, residual.cu,
+// crossentropy.cu, adamw.cu, each the GPU twin of the .c file of the same name, and transpose.cu).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fp4/recipe.h"
+#include "model/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Picks the device and creates the stream. Returns the table, or NULL with the CUDA error text in
+// err when there is no usable GPU. Prints nothing. (Also declared in ops.h under HAVE_CUDA.)
+const Ops *cuda_backend_init(int device, char *err, size_t errlen);
+
+// Profiling. While enabled, every op of the table records a CUDA event pair around its GPU work
+// and adds the elapsed time, a call, the bytes it moves (reads + writes, from its arguments) and
+// its FLOPs (GEMMs, attention) to an entry named after the op; GEMMs are named per use and layer
+// kind ("gemm fwd q", "gemm dgrad down", "gemm wgrad head"). Timing costs a few microseconds of
+// host time per op; results are collected at sync() and in the report.
+void cuda_profile_enable(int on);
+void cuda_profile_reset(void);
+// One row per entry, by time: calls and milliseconds per step (totals / steps), share of the
+// total, achieved TB/s (memory-bound ops) or TFLOP/s (GEMMs, attention), the ceiling and the
+// fraction of it. Ceilings: 4.28 TB/s copy bandwidth; for GEMMs gemm_ceiling_tflops at each shape
+// the entry ran (measured here, once per shape, so call it outside timed regions); none for
+// attention.
+void cuda_profile_report(FILE *f, int steps);
+
+// Bytes currently held by the table's allocations (alloc, the BF16 shadow and W^T copies, kernel
+// scratch), and the most held at once since the start or the last reset. cuBLASLt's and cuDNN's
+// own workspaces are not included.
+size_t cuda_mem_used(void);
+size_t cuda_mem_peak(void);
+void cuda_mem_reset_peak(void);
+
+// The BF16 copy of parameter w (a device pointer into the bound parameter buffer); dies if w is
+// not inside it. For tests and debugging.
+const void *cuda_param_bf16(const float *w);
+
+// Transposed weights for the dgrad GEMM. cuBLASLt runs "TN" GEMMs (both operands contiguous along
+// K) 15-20% faster on an H200 than the other layouts, and the forward Y = X W^T is one; the dgrad
+// dX = dY W (K = out) is not, W [out, in] being contiguous along in. So matmul_bwd keeps, per
+// weight, a BF16 copy of W^T [in, out] and runs dX = dY (W^T)^T, the forward's layout. The copies
+// are made lazily: params_changed() and adamw() bump a weights version, and a copy older than it is
+// re-transposed from the BF16 shadow ("transpose w" in the profile) at its weight's next dgrad, i.e.
+// once per optimizer step per weight, however many micro-batches accumulate.
+// Memory: one more BF16 copy of every matrix that goes through matmul_bwd (2 bytes per weight:
+// about 14 GB for Llama-3 8B's 7B matrix parameters, not the embedding or the head), allocated at
+// each weight's first dgrad and freed when the parameter buffer is released or rebound.
+// cuda_set_dgrad_transposed(0) frees them and runs the dgrad on W directly (the "NN" layout,
+// profiled as "gemm dgrad <kind> NN"); 1, the default, turns the copies back on.
+void cuda_set_dgrad_transposed(int on);
+// The up-to-date W^T copy [in, out_dim] of the weight w [out_dim, in] (transposing it now if it is
+// stale); dies if w is not inside the bound buffer or was seen before with another shape. For tests.
+const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim);
+
+// The precision recipe of the linear layers (fp4/recipe.h; model/cuda/linear_fp4.h has the design): r is
+// copied; NULL or a bf16 recipe puts every linear on the BF16 path (the default). n_layers is the
+// model's block count (recipe_block_format's BF16 overrides count from both ends), seed the SR seed.
+// The head always stays BF16. Dies on a recipe this backend cannot run; drops quantized weights.
+// The table's set_step(step, micro) then keys the stochastic rounding on the run's position.
+void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed);
+// linear_fp4_tile_stats: the Wgrad operand 32-blocks in 128x128 tiles so far, and those outside the
+// FP8 embedding's exact range (synchronizes).
+void cuda_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks);
+int cuda_device_cc(void);  // compute capability as major*10 + minor of the current device (0 if none)
+
+// Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
+// picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
+void cuda_head_ce_set_chunk(int tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+// ---- internal: shared by the backend's .cu files ------------------------------------------------
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+#include "model/cuda/cuda_common.h"
+
+typedef __nv_bfloat16 bf16;
+
+// Tracked device memory: dies naming `what`, the bytes asked for and the free memory on failure.
+void *cuda_malloc_tracked(size_t bytes, const char *what);
+void cuda_free_tracked(void *p);  // NULL is fine
+
+// A grow-only device buffer for a kernel's scratch: reallocated only when a call needs more.
+typedef struct {
+  void *p;
+  size_t bytes;
+} CudaScratch;
+void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what);
+
+// model/cuda/param_memory.cu: the fp32 parameter buffer (Ops.alloc_params) as a reserved virtual range of
+// fixed-size physical chunks, all mapped by alloc (*mapped = bytes of them). keep unmaps every
+// chunk that holds no byte of the ranges [off[i], off[i] + len[i]) (bytes from the buffer's start)
+// and returns the bytes released; mapped says whether [off, off + len) is all backed (1 for a
+// pointer that is not such a buffer); free returns the bytes still mapped before it.
+void *param_memory_alloc(size_t bytes, size_t *mapped);
+int param_memory_owns(const void *p);
+size_t param_memory_keep(void *p, const size_t *off, const size_t *len, int n);
+int param_memory_mapped(const void *p, size_t off, size_t len);
+size_t param_memory_free(void *p);
+
+// Host <-> device copies on the stream, returning when done (the host buffer is free at once).
+// An upload into the bound parameter buffer also writes the BF16 shadow; once the buffer is
+// sharded (Ops.shard_params) it writes the fp32 values only where they are kept, and a download
+// from it dies unless all of the range is kept.
+void cuda_upload(void *dst, const void *src, size_t bytes);
+void cuda_download(void *dst, const void *src, size_t bytes);
+
+// A grid of `threads`-wide blocks for a grid-stride loop over `work` items: enough blocks to fill
+// every SM (8 blocks of 256 threads each), fewer when there is less work.
+int cuda_grid(size_t work, int threads);
+
+// Profiling hooks (no-ops while disabled): begin records the start event and returns a mark for
+// end, which records the stop event and books the interval to `name`.
+typedef enum { PROF_MEM, PROF_GEMM, PROF_ATTN } ProfKind;
+// Which ceiling a GEMM entry is measured against: gemm_ceiling_tflops (BF16, the default 0), or
+// fp4_gemm_fp8_tflops with a BLK128x128 B (FP4 Fprop/Dgrad, Wgrad with 2D X tiles), both VEC128, or a
+// BLK128x128 A (Wgrad with 2D dY tiles), or none.
+typedef enum {
+  GEMM_ENGINE_BF16 = 0,
+  GEMM_ENGINE_FP8_BLK,
+  GEMM_ENGINE_FP8_VEC,
+  GEMM_ENGINE_NONE,
+  GEMM_ENGINE_FP8_ABLK
+} GemmEngine;
+typedef struct {
+  int out_fp32, a_t, b_t, M, N, K;
+  int engine;  // GemmEngine
+} GemmShape;
+int cuda_prof_begin(void);
+void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, double flops, const GemmShape *shape);
+
+// gemm_bf16 (model/cuda/gemm.h), booked to the profile entry `name`.
+void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
+               int N, int K, float alpha, float beta);
+
+// ---- the kernels' host entry points (typed twins of the CPU references in ops.h) ----
+// model/cuda/embedding.cu. Both read the N token ids back to the host: forward to check them (dies on
+// an id outside [0, V)), backward to group the positions by token, so each table row is summed by
+// one CTA in position order (deterministic, no atomics). Backward returns the distinct-token count.
+void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V);
+// The same from a BF16 table (the parameters' shadow: bf16(table) is what the fp32 form writes).
+void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V);
+int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D);
+
+// model/cuda/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768. out NULL: rstd only
+// (the fused FP4 producers of quant_fused.cu make the output inside the quantizer).
+void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
+// Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
+// dw_overwrite: dw = ... instead of dw += ... (Ops.set_grad_overwrite).
+int rmsnorm_backward_cuda(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
+                          int N, int D, int dw_overwrite);
+
+// model/cuda/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
+void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign);
+
+// model/cuda/swiglu.cu, model/cuda/residual.cu
+void swiglu_forward_cuda(bf16 *out, const bf16 *gate, const bf16 *up, size_t n);
+void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate, const bf16 *up, size_t n);
+void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
+
+// model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
+// chunking and its memory.
+float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
+                             int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
+                             float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
+
+// model/cuda/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
+// 16-byte aligned, no aliasing.
+void transpose_bf16_cuda(bf16 *dst, const bf16 *src, int rows, int cols);
+
+// model/cuda/adamw.cu. adamw_update_cuda also writes bf16(p) into p16 when p16 is not NULL.
+void adamw_update_cuda(float *p, bf16 *p16, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
+double grad_sumsq_cuda(const float *g, size_t n);  // synchronizes to return
+void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
+
+// ---- device helpers: 16-byte vectors of 8 BF16 or 4 fp32, fp32 math -----------------------------
+// The elementwise outputs of RMSNorm and SwiGLU, shared by their kernels and by the fused FP4 producers
+// (model/cuda/quant_fused.cu), which compute the same BF16 values inside the quantizer: one definition, the
+// same bits either way.
+__device__ __forceinline__ float rmsnorm_value(float x, float r, float w) { return w * (x * r); }  // HF's order
+__device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }  // torch's silu
+
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// VEC consecutive elements <-> floats. VEC is 8 (one 16-byte access for BF16, two for fp32) or 1.
+template <int VEC>
+__device__ __forceinline__ void load_vec(float *f, const bf16 *p) {
+  if constexpr (VEC == 8) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float2 t = __bfloat1622float2(h[k]);
+      f[2 * k] = t.x, f[2 * k + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(p[k]);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void store_vec(bf16 *p, const float *f) {
+  if constexpr (VEC == 8) {
+    uint4 u;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *reinterpret_cast<uint4 *>(p) = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = __float2bfloat16_rn(f[k]);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void load_vec(float *f, const float *p) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      float4 t = *reinterpret_cast<const float4 *>(p + k);
+      f[k] = t.x, f[k + 1] = t.y, f[k + 2] = t.z, f[k + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = p[k];
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void store_vec(float *p, const float *f) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) *reinterpret_cast<float4 *>(p + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[k] = f[k];
+  }
+}
+
+// Sums over a warp / a block, the same bits in every thread (butterflies add the same pairs in
+// every lane), in a fixed order: deterministic. block_sum needs blockDim.x a multiple of 32 and
+// every thread of the block to call it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with part[]
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < nwarps ? part[lane] : 0.0f);
+}
+#endif  // __CUDACC__

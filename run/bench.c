@@ -1,0 +1,183 @@
+// run/bench.c: see bench.h. Method (the same as ../shared/peers/torch_llama_peer.py, so the two are
+// comparable): time a training step (forward, backward, global-norm clip, AdamW) at depths a and b,
+// take the per-layer time (t_b - t_a) / (b - a), extrapolate t_L = t_a + (L - a) * per_layer, and
+// report tokens/s and MFU by the paper's formula at L layers. The optimizer is stepped every
+// micro-batch, as the peer does; a second figure amortizes it over gradient accumulation
+// (global_batch / micro_batch micro-batches per optimizer step).
+#include "run/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/adamw.h"
+#include "model/llama.h"
+#include "fp4/recipe.h"
+#ifdef HAVE_CUDA
+#include "model/cuda/attention_cudnn.h"
+#include "model/cuda/linear_fp4.h"
+#include "model/cuda/ops_cuda.h"
+#endif
+
+
+typedef struct {
+  int layers;
+  double step_s;      // forward + backward + optimizer
+  double fwdbwd_s;    // forward + backward only
+  double opt_s;       // optimizer only (grad norm + AdamW over all tensors)
+  double mem_gb;      // peak device memory of this depth
+  double act_gb;      // activations kept for the backward at this depth: the model's arena
+                      // (llama_activation_bytes) plus the backend's saved quantized inputs
+  double act_plain_gb;  // the same with every BF16 input kept, as the BF16 recipe keeps them
+  float loss;
+} Timing;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void optimizer(const Ops *op, Llama *m, float *am, float *av, const TrainConfig *c, int64_t t) {
+  float *g = llama_grads(m), *p = llama_params(m);
+  float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(m)));
+  float scale = clip_scale(norm, c->grad_clip);
+  for (int i = 0; i < llama_num_tensors(m); i++) {
+    const ParamTensor *pt = llama_tensor(m, i);
+    op->adamw(p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1, c->beta2,
+              c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
+  }
+}
+
+static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps, int profile) {
+  LlamaConfig mc = cfg->model;
+  mc.n_layers = layers;
+  const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends; set before
+    Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
+    char err[256];
+    if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
+                       cfg->wgrad_2d,
+                       cfg->bf16_first_blocks, cfg->bf16_last_blocks, cuda_device_cc(), err, sizeof err))
+      die("%s", err);
+    cuda_set_recipe(&r, layers, cfg->seed);
+  }
+#endif
+  Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
+  llama_init(m, cfg->seed);
+  size_t n = llama_param_count(m);
+  float *am = op->alloc(n * sizeof(float)), *av = op->alloc(n * sizeof(float));
+  op->zero(am, n * sizeof(float));
+  op->zero(av, n * sizeof(float));
+  int *inputs = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
+  Rng r;
+  rng_seed(&r, cfg->seed);
+  for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
+  for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
+
+  Timing tm = {.layers = layers, .act_gb = llama_activation_bytes(m) / 1e9,
+               .act_plain_gb = llama_activation_bytes_plain(m) / 1e9};
+  int64_t t = 0;
+  for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
+    llama_zero_grad(m);
+    llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
+    optimizer(op, m, am, av, cfg, ++t);
+  }
+  // Each quantity is the median of `steps` individually synced repetitions, robust to the odd slow
+  // step (clock changes, host hiccups) that a mean over a handful of steps is not.
+  double *ts = xmalloc(steps * sizeof(double));
+  for (int phase = 0; phase < 3; phase++) {
+    for (int s = 0; s < steps; s++) {
+      op->sync();
+      double t0 = now_seconds();
+      if (phase < 2) {
+        op->set_step(t, 0);
+        llama_zero_grad(m);
+        float loss = llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
+        if (phase == 0) tm.loss = loss;
+      }
+      if (phase != 1) optimizer(op, m, am, av, cfg, ++t);
+      op->sync();
+      ts[s] = now_seconds() - t0;
+    }
+    double med = median(ts, steps);
+    if (phase == 0) tm.step_s = med;
+    else if (phase == 1) tm.fwdbwd_s = med;
+    else tm.opt_s = med;
+  }
+  free(ts);
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) {
+    tm.mem_gb = cuda_mem_peak() / 1e9;
+    tm.act_gb += linear_fp4_saved_bytes() / 1e9;  // the FP4 copies the forwards kept (allocated by now)
+    if (profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
+      cuda_profile_reset();
+      cuda_profile_enable(1);
+      llama_zero_grad(m);
+      llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
+      optimizer(op, m, am, av, cfg, ++t);
+      op->sync();
+      cuda_profile_enable(0);
+      printf("\nwhere the time goes: one step at %d layers, B=%d, T=%d\n", layers, B, T);
+      cuda_profile_report(stdout, 1);
+    }
+  }
+#endif
+  free(inputs);
+  free(targets);
+  op->release(am);
+  op->release(av);
+  llama_free(m);
+#ifdef HAVE_CUDA
+  if (op != &ops_cpu) cuda_mem_reset_peak();
+#endif
+  return tm;
+}
+
+int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
+  int la, lb;
+  if (sscanf(layers, "%d,%d", &la, &lb) != 2 || la < 1 || lb <= la)
+    die("--layers: expected two increasing depths like 2,4, got '%s'", layers);
+  const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len;
+  const double tokens = (double)B * T, flops = llama_flops_per_token(&cfg->model, T);
+  const int accum = cfg->global_batch / cfg->micro_batch;
+  printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
+         op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
+#ifdef HAVE_CUDA
+  if (!strcmp(op->name, "cuda")) printf("bench: cuDNN %zu loaded at run time\n", attention_cudnn_version());
+#endif
+  fflush(stdout);
+  Timing a = time_depth(cfg, op, la, steps, 0);
+  Timing b = time_depth(cfg, op, lb, steps, 1);
+
+  double per_layer = (b.step_s - a.step_s) / (lb - la), t_full = a.step_s + (L - la) * per_layer;
+  double pl_fb = (b.fwdbwd_s - a.fwdbwd_s) / (lb - la), fb_full = a.fwdbwd_s + (L - la) * pl_fb;
+  double pl_opt = (b.opt_s - a.opt_s) / (lb - la), opt_full = a.opt_s + (L - la) * pl_opt;
+  double t_amort = fb_full + opt_full / accum;
+  double tps = tokens / t_full, tps_amort = tokens / t_amort;
+  double mem_layer = (b.mem_gb - a.mem_gb) / (lb - la);
+  printf("\n| depth | step ms | fwd+bwd ms | optimizer ms | peak mem GB | loss |\n|---|---|---|---|---|---|\n");
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", la, a.step_s * 1e3, a.fwdbwd_s * 1e3, a.opt_s * 1e3, a.mem_gb, a.loss);
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb, b.loss);
+  printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
+         pl_fb * 1e3, pl_opt * 1e3, mem_layer);
+  double act_layer = (b.act_gb - a.act_gb) / (lb - la), plain_layer = (b.act_plain_gb - a.act_plain_gb) / (lb - la);
+  printf("activations per layer (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", cfg->recompute,
+         act_layer * 1e3, a.act_gb * 1e3, la);
+  printf("activation memory per token per layer: %.1f KB with recipe %s, %.1f KB with every input kept in BF16 "
+         "(%.1f%%)\n", act_layer * 1e9 / tokens / 1e3, cfg->recipe, plain_layer * 1e9 / tokens / 1e3,
+         plain_layer > 0 ? 100.0 * act_layer / plain_layer : 0.0);
+  printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
+         a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
+  printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,
+         100 * tps * flops / PEAK_BF16_FLOPS);
+  printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum, tps_amort,
+         100 * tps_amort * flops / PEAK_BF16_FLOPS);
+  return 0;
+}

@@ -1,0 +1,115 @@
+// run/mc_eval.c: see mc_eval.h.
+#include "run/mc_eval.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+
+int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen) {
+  enum { IGNORE = -1 };  // positions that score nothing
+  const int V = llama_config(m)->vocab_size;
+  for (int i = 0; i < n; i++) {
+    const EvalRequest *r = &reqs[i];
+    for (int t = 0; t < r->n_ctx + r->n_cont; t++)
+      if (r->tokens[t] < 0 || r->tokens[t] >= V) {
+        set_err(err, errlen, "request %d: token %d is %d, outside the model's vocabulary of %d", i, t, r->tokens[t], V);
+        return -1;
+      }
+  }
+  const size_t NT = (size_t)B * T;
+  int *inputs = xmalloc(NT * sizeof(int)), *targets = xmalloc(NT * sizeof(int)), *first = xmalloc(B * sizeof(int));
+  float *nll = xmalloc(NT * sizeof(float));
+  int rc = 0;
+  for (int r0 = 0; r0 < n && rc == 0; r0 += B) {
+    int nb = n - r0 < B ? n - r0 : B;
+    memset(inputs, 0, NT * sizeof(int));  // unused rows: any valid tokens do
+    for (size_t i = 0; i < NT; i++) targets[i] = IGNORE;
+    for (int b = 0; b < nb; b++) {
+      const EvalRequest *r = &reqs[r0 + b];
+      first[b] = eval_pack_row(r, T, 0, inputs + (size_t)b * T);
+      if (first[b] < 0) {
+        set_err(err, errlen, "request %d: cannot score %d context + %d continuation tokens in rows of %d", r0 + b,
+                r->n_ctx, r->n_cont, T);
+        rc = -1;
+        break;
+      }
+      // position first + i predicts continuation token i
+      for (int i = 0; i < r->n_cont; i++) targets[(size_t)b * T + first[b] + i] = r->tokens[r->n_ctx + i];
+    }
+    if (rc) break;
+    llama_token_nll(m, inputs, targets, IGNORE, nll);
+    for (int b = 0; b < nb; b++) {
+      double sum = 0;  // in token order
+      for (int i = 0; i < reqs[r0 + b].n_cont; i++) sum -= nll[(size_t)b * T + first[b] + i];
+      logp[r0 + b] = sum;
+    }
+  }
+  free(inputs), free(targets), free(first), free(nll);
+  return rc;
+}
+
+void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, EvalResult *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", s->name);
+  out->n = rq->n_docs;
+  out->has_norm = s->kind != EVAL_WINOGRANDE;
+  int right = 0, right_norm = 0;
+  for (int d = 0; d < rq->n_docs; d++) {
+    const double *lp = logp + rq->first[d];
+    int nc = rq->first[d + 1] - rq->first[d], best = 0, best_norm = 0;
+    double bn = lp[0] / eval_choice_length(s, d, 0);
+    for (int j = 1; j < nc; j++) {
+      double norm = lp[j] / eval_choice_length(s, d, j);
+      if (lp[j] > lp[best]) best = j;  // strict: the first maximum wins, as np.argmax
+      if (norm > bn) best_norm = j, bn = norm;
+    }
+    right += best == s->docs[d].gold;
+    right_norm += best_norm == s->docs[d].gold;
+  }
+  out->acc = rq->n_docs ? (double)right / rq->n_docs : 0;
+  out->acc_norm = out->has_norm && rq->n_docs ? (double)right_norm / rq->n_docs : 0;
+}
+
+McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
+                     int bos, char *err, size_t errlen) {
+  EvalSet *s = evalset_load(task, path, err, errlen);
+  if (!s) return NULL;
+  McTask *t = xcalloc(1, sizeof(McTask));
+  t->set = s;
+  t->k_shot = k_shot;
+  if (eval_build_requests(s, tok, k_shot, limit, seed, bos, &t->rq, err, errlen)) {
+    mc_task_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen) {
+  double *logp = xmalloc(((size_t)t->rq.n_req + 1) * sizeof(double));
+  char e[512];
+  int rc = mc_score(m, B, T, t->rq.req, t->rq.n_req, logp, e, sizeof e);
+  if (rc) set_err(err, errlen, "%s %d-shot: %s", t->set->name, t->k_shot, e);
+  else mc_accuracy(t->set, &t->rq, logp, out);
+  free(logp);
+  return rc;
+}
+
+void mc_task_free(McTask *t) {
+  if (!t) return;
+  eval_requests_free(&t->rq);
+  evalset_free(t->set);
+  free(t);
+}
+
+int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot,
+              int limit, uint64_t seed, EvalResult *out, char *err, size_t errlen) {
+  int bos = llama_config(m)->vocab_size > (int)tokenizer_bos(tok) ? (int)tokenizer_bos(tok) : -1;
+  McTask *t = mc_task_open(tok, task, path, k_shot, limit, seed, bos, err, errlen);
+  if (!t) return -1;
+  int rc = mc_task_run(t, m, B, T, out, err, errlen);
+  mc_task_free(t);
+  return rc;
+}

@@ -1,0 +1,59 @@
+// run/mc_eval.h: multiple-choice evaluation with the model: the log-likelihood of each request's
+// continuation, then accuracy as lm-evaluation-harness computes it (acc: argmax of sum log p;
+// acc_norm: argmax of sum log p / len(choice) in characters; ties go to the first choice, as
+// np.argmax). The tasks and requests come from data/evals.h.
+//
+// Cost: each request takes one of the model's B rows of T tokens; a batch is one forward pass whose
+// fused head returns each position's loss (llama_token_nll), so no [B*T, V] logits reach the host and
+// a request costs about as much as a training micro-batch's forward.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/evals.h"
+#include "data/tokenizer.h"
+#include "model/llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  char name[32];   // task name
+  int n;           // documents scored
+  double acc;
+  double acc_norm;
+  int has_norm;    // 0 for WinoGrande, whose harness task reports acc only
+} EvalResult;
+
+// The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
+// llama_token_nll B rows at a time. B and T must be the ones m was created with. Deterministic and
+// independent of the thread count. Returns 0, or -1 with a message in err (a token id outside the
+// vocabulary, a request that does not fit, see eval_pack_row).
+int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen);
+
+// Accuracy over the documents of rq from the scores logp[rq->n_req].
+void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, EvalResult *out);
+
+// A task prepared once (file parsed, prompts built and tokenized), to run at every eval interval.
+typedef struct {
+  EvalSet *set;
+  EvalRequests rq;
+  int k_shot;
+} McTask;
+
+// Prepares `task` from path with k_shot examples per document over the first `limit` documents
+// (all if limit <= 0). bos >= 0 is prepended to every context (pass TOKENIZER_BOS when the model
+// was trained on BOS-framed documents). Returns NULL with a message in err.
+McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
+                     int bos, char *err, size_t errlen);
+int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen);
+void mc_task_free(McTask *t);
+
+// One-shot convenience: open, run, free. BOS is prepended when the model's vocabulary has it.
+int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot,
+              int limit, uint64_t seed, EvalResult *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,56 @@
+// tests/gpu/gpu_ops_util.h: host-side helpers of the GPU tests that drive the CUDA backend through its
+// Ops table (gpu_test_ops, gpu_test_fp4_linear). Device buffers go through the table, so its
+// allocator is exercised too. The including file sets G (the table under test) before using them.
+#pragma once
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/ops.h"
+#include "tests/gpu/gpu_util.h"
+
+static const Ops *G;  // the CUDA table under test
+static Rng rng;
+
+// n normal values of standard deviation `scale`, BF16-rounded when `round` (activations).
+static float *randn(size_t n, float scale, int round) {
+  float *x = (float *)xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = round ? bf16r(scale * rng_normal(&rng)) : scale * rng_normal(&rng);
+  return x;
+}
+
+static void *dev_bf16(const float *h, size_t n) {
+  __nv_bfloat16 *tmp = (__nv_bfloat16 *)xmalloc(n * sizeof(__nv_bfloat16));
+  for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16(h[i]);
+  void *d = G->alloc(n * sizeof(__nv_bfloat16));
+  G->upload(d, tmp, n * sizeof(__nv_bfloat16));
+  free(tmp);
+  return d;
+}
+
+static float *dev_f32(const float *h, size_t n) {
+  float *d = (float *)G->alloc(n * sizeof(float));
+  G->upload(d, h, n * sizeof(float));
+  return d;
+}
+
+static int *dev_int(const int *h, size_t n) {
+  int *d = (int *)G->alloc(n * sizeof(int));
+  G->upload(d, h, n * sizeof(int));
+  return d;
+}
+
+static float *host_bf16(const void *d, size_t n) {
+  float *h = (float *)xmalloc(n * sizeof(float));
+  G->acts_to_f32(h, d, n);
+  return h;
+}
+
+static float *host_f32(const float *d, size_t n) {
+  float *h = (float *)xmalloc(n * sizeof(float));
+  G->download(h, d, n * sizeof(float));
+  return h;
+}
+

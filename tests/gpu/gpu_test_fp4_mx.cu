@@ -1,0 +1,419 @@
+// tests/gpu/gpu_test_fp4_mx.cu: the CUDA MXFP4 producers (fp4/mxfp4.cu, fp8_embed.cu, hadamard.cu) against
+// the CPU reference, BYTE FOR BYTE: packed codes, E8M0 scales, E4M3 embeddings and their float scales,
+// on many shapes and on edge-case inputs (zeros, constant blocks, huge/tiny/subnormal values, amax
+// exactly a power of two, every E2M1 tie, NaN/Inf). Exact equality is the right tolerance: both sides
+// run the same FP4_HD scalar rules with correctly rounded fp32 operations (see fp4/fp4_common.h).
+// Then a bandwidth table of each fused producer at Llama-3 8B activation shapes vs the 4.28 TB/s
+// copy ceiling.
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "fp4/fp8_embed.h"
+#include "fp4/hadamard.h"
+#include "fp4/mxfp4.h"
+#include "model/cuda/cuda_common.h"
+#include "tests/test.h"
+#include "tests/gpu/gpu_util.h"
+
+typedef __nv_bfloat16 bf16;
+static Rng rng;
+
+// ---- inputs ---------------------------------------------------------------------------------------
+enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_RANGE, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
+static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge/tiny", "pow2", "ties", "nan/inf"};
+
+// rows x K values, BF16-representable. Blocks of 32 along K (and rows) get a per-block flavour.
+static float *make_input(int kind, int rows, int K) {
+  size_t n = (size_t)rows * K;
+  float *x = (float *)xmalloc(n * 4);
+  const float ties[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (size_t i = 0; i < n; i++) {
+    float v = rng_normal(&rng);
+    size_t blk = i / 32;
+    switch (kind) {
+      case IN_OUTLIERS: v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f); break;
+      case IN_ZEROS: v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f); break;
+      case IN_CONST: v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f); break;
+      case IN_RANGE: v = ldexpf(v, (int)(blk % 11) * 24 - 132); break;  // 2^-132 (BF16 subnormal) .. 2^108
+      case IN_POW2: v = (i % 32 == 5) ? ldexpf(1.0f, (int)(blk % 13) - 6) : v * ldexpf(1.0f, (int)(blk % 13) - 8); break;
+      case IN_TIES: {
+        // Exact ties of the OCP scale (amax 4*2^k -> e = k) and the paper's (6 z / 2^e = tie).
+        int k = (int)(blk % 7) - 3;
+        float t = ties[rng_u64(&rng) % 7] * ((rng_u64(&rng) & 1) ? -1.0f : 1.0f);
+        v = (i % 32 == 0) ? ldexpf(4.0f, k) : (blk & 1) ? ldexpf(t, k) : ldexpf(t / 6.0f, k + 2);
+        break;
+      }
+      case IN_SPECIAL: {
+        uint64_t r = rng_u64(&rng) % 97;
+        v = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : v;
+        break;
+      }
+      default: break;
+    }
+    x[i] = bf16r(v);
+  }
+  return x;
+}
+
+static bf16 *upload_bf16(const float *x, size_t n) {
+  bf16 *h = (bf16 *)xmalloc(n * 2), *d;
+  for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(x[i]);
+  CUDA_CHECK(cudaMalloc(&d, n * 2 + 16));
+  CUDA_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+static void *dalloc(size_t bytes) {
+  void *p;
+  CUDA_CHECK(cudaMalloc(&p, bytes + 16));
+  CUDA_CHECK(cudaMemset(p, 0xAB, bytes + 16));  // poison: unwritten bytes show up as mismatches
+  return p;
+}
+
+// Byte comparison with a precise diagnostic for the first mismatch.
+static int same_bytes(const char *what, const void *dev, const void *host, size_t n, int row_len) {
+  uint8_t *h = (uint8_t *)xmalloc(n ? n : 1);
+  CUDA_CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (h[i] != ((const uint8_t *)host)[i]) first = bad++ ? first : i;
+  if (bad)
+    printf("  %s: %zu of %zu bytes differ; first at byte %zu (row %zu, col %zu): gpu %02x cpu %02x\n", what, bad, n,
+           first, first / row_len, first % row_len, h[first], ((const uint8_t *)host)[first]);
+  free(h);
+  return bad == 0;
+}
+
+static MxOut packed_out(size_t rows, size_t K) {
+  MxOut o = {(uint8_t *)dalloc(rows * K / 2), (uint8_t *)dalloc(rows * K / 32), NULL, 0, 1.0f};
+  return o;
+}
+static MxOut fp8_out(size_t rows, size_t K, size_t nscale, float mul) {
+  MxOut o = {(uint8_t *)dalloc(rows * K), NULL, (float *)dalloc(nscale * 4), 1, mul};
+  return o;
+}
+static void free_out(MxOut o) {
+  cudaFree(o.q);
+  if (o.e8m0) cudaFree(o.e8m0);
+  if (o.scale) cudaFree(o.scale);
+}
+
+// Compares a GPU packed or fp8 output with the CPU packed reference (embedding it when fp8).
+static int check_out(const char *what, MxOut o, const uint8_t *codes, const uint8_t *scales, int rows, int K, int blk) {
+  char name[160];
+  int ok;
+  if (!o.fp8) {
+    snprintf(name, sizeof name, "%s codes", what);
+    ok = same_bytes(name, o.q, codes, (size_t)rows * K / 2, K / 2);
+    snprintf(name, sizeof name, "%s e8m0", what);
+    ok &= same_bytes(name, o.e8m0, scales, (size_t)rows * K / 32, K / 32);
+    return ok;
+  }
+  size_t ns = blk ? mx_blk128_scale_count(rows, K) : mx_vec128_scale_count(rows, K);
+  uint8_t *f = (uint8_t *)xmalloc((size_t)rows * K);
+  float *s = (float *)xmalloc(ns * 4);
+  if (blk) mx_embed_blk128(codes, scales, rows, K, o.scale_mul, f, s);
+  else mx_embed_vec128(codes, scales, rows, K, o.scale_mul, f, s);
+  snprintf(name, sizeof name, "%s e4m3", what);
+  ok = same_bytes(name, o.q, f, (size_t)rows * K, K);
+  snprintf(name, sizeof name, "%s %s scales", what, blk ? "BLK128" : "VEC128");
+  ok &= same_bytes(name, o.scale, s, ns * 4, 4 * (blk ? mx_blk128_l4(K) : rows));
+  free(f), free(s);
+  return ok;
+}
+
+// Nonzero 32-blocks of a column copy (codes [K, rows/2], scales [K, rows/32]) more than 14 binades
+// below their 128x128 tile's largest: what the BLK128x128 producer's rounded counter must report.
+static unsigned long long count_rounded(const uint8_t *codes, const uint8_t *scales, int K, int rows) {
+  const int nb = rows / 32;
+  unsigned long long n = 0;
+  for (int t0 = 0; t0 < K; t0 += 128)
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+      int Et = -127;
+      for (int k = t0; k < K && k < t0 + 128; k++)
+        for (int b = b0; b < nb && b < b0 + 4; b++) Et = Et > mx_embed_exp_of(scales[(size_t)k * nb + b]) ? Et : mx_embed_exp_of(scales[(size_t)k * nb + b]);
+      for (int k = t0; k < K && k < t0 + 128; k++)
+        for (int b = b0; b < nb && b < b0 + 4; b++) {
+          uint8_t sb = scales[(size_t)k * nb + b];
+          int nz = 0;
+          for (int i = 0; i < 16; i++) nz |= codes[(size_t)k * (rows / 2) + b * 16 + i] & 0x77;
+          n += sb != 0xFF && mx_embed_exp_of(sb) < Et - 14 && nz;
+        }
+    }
+  return n;
+}
+
+// ---- bit-exactness --------------------------------------------------------------------------------
+static void test_rows(int kind, int rows, int K) {
+  float *x = make_input(kind, rows, K);
+  bf16 *dx = upload_bf16(x, (size_t)rows * K);
+  uint8_t *c = (uint8_t *)xmalloc((size_t)rows * K / 2), *s = (uint8_t *)xmalloc((size_t)rows * K / 32);
+  PhiloxStream ps = philox_stream(42, 1234, 3, 7, 2);
+  for (int mode = 0; mode < 2; mode++)
+    for (int rnd = 0; rnd < 2; rnd++)
+      for (int fp8 = 0; fp8 < 2; fp8++) {
+        if (mode == MX_SCALE_DOWN && (rnd || fp8)) continue;
+        mx_quantize_rows(x, rows, K, (MxScale)mode, (MxRound)rnd, ps, c, s);
+        MxOut o = fp8 ? fp8_out(rows, K, mx_vec128_scale_count(rows, K), 1.0f) : packed_out(rows, K);
+        mx_quantize_rows_cuda(dx, rows, K, (MxScale)mode, (MxRound)rnd, ps, o);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        char what[128];
+        snprintf(what, sizeof what, "rows %s %dx%d %s %s %s", in_name[kind], rows, K, mode ? "down" : "up",
+                 rnd ? "SR" : "RNE", fp8 ? "fp8" : "packed");
+        CHECK(check_out(what, o, c, s, rows, K, 0), "%s", what);
+        free_out(o);
+      }
+  free(x), free(c), free(s);
+  cudaFree(dx);
+}
+
+// The dual producer: row copy (SR) and H32 column copy, packed and fp8, against rows + cols references.
+static void test_dual(int kind, int rows, int K) {
+  size_t n = (size_t)rows * K;
+  float *x = make_input(kind, rows, K);
+  bf16 *dx = upload_bf16(x, n);
+  uint8_t *rc = (uint8_t *)xmalloc(n / 2), *rs = (uint8_t *)xmalloc(n / 32), *cc = (uint8_t *)xmalloc(n / 2),
+          *cs = (uint8_t *)xmalloc(n / 32);
+  PhiloxStream ps = philox_stream(7, 99, 0, 31, 6);
+  // variants 4, 5: the column copy in BLK128x128 (one exponent per 128x128 tile, a Wgrad 2D operand)
+  for (int variant = 0; variant < 6; variant++) {
+    int rnd = variant & 1, had = variant != 2 && variant != 5, fp8 = variant >= 2, blk = variant >= 4;
+    mx_quantize_rows(x, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, rc, rs);
+    mx_quantize_cols(x, rows, K, had, MX_SCALE_UP, cc, cs);
+    MxOut ro = fp8 ? fp8_out(rows, K, mx_vec128_scale_count(rows, K), 1.0f / 6) : packed_out(rows, K);
+    MxOut co = !fp8 ? packed_out(K, rows)
+               : blk ? fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f)
+                     : fp8_out(K, rows, mx_vec128_scale_count(K, rows), 1.0f);
+    co.blk128 = blk;
+    unsigned long long *d_rounded = NULL, rounded = 0;
+    if (blk) {
+      d_rounded = (unsigned long long *)dalloc(8);
+      CUDA_CHECK(cudaMemset(d_rounded, 0, 8));
+      co.rounded = d_rounded;
+    }
+    mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, ro, had, co);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (blk) {
+      CUDA_CHECK(cudaMemcpy(&rounded, d_rounded, 8, cudaMemcpyDeviceToHost));
+      unsigned long long want = count_rounded(cc, cs, K, rows);
+      CHECK(rounded == want, "dual %s %dx%d H32=%d BLK128x128: %llu blocks counted outside the exact range, CPU %llu",
+            in_name[kind], rows, K, had, rounded, want);
+      if (want) printf("  dual %s %dx%d H32=%d BLK128x128: %llu blocks outside the exact range (counted alike)\n",
+                       in_name[kind], rows, K, had, want);
+      cudaFree(d_rounded);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "dual %s %dx%d %s H32=%d %s: row", in_name[kind], rows, K, rnd ? "SR" : "RNE", had,
+             fp8 ? "fp8" : "packed");
+    CHECK(check_out(what, ro, rc, rs, rows, K, 0), "%s", what);
+    snprintf(what, sizeof what, "dual %s %dx%d %s H32=%d %s: col", in_name[kind], rows, K, rnd ? "SR" : "RNE", had,
+             !fp8 ? "packed" : blk ? "fp8 BLK128x128" : "fp8");
+    CHECK(check_out(what, co, cc, cs, K, rows, blk), "%s", what);
+    free_out(ro), free_out(co);
+  }
+  // Column copy alone (the X operand of Wgrad).
+  MxOut none = {NULL, NULL, NULL, 0, 1.0f}, co = packed_out(K, rows);
+  mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, MX_RNE, ps, none, 1, co);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  mx_quantize_cols(x, rows, K, 1, MX_SCALE_UP, cc, cs);
+  CHECK(check_out("dual col only", co, cc, cs, K, rows, 0), "dual col only %dx%d", rows, K);
+  free_out(co);
+  co = fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f);
+  co.blk128 = 1;
+  mx_quantize_dual_cuda(dx, rows, K, MX_SCALE_UP, MX_RNE, ps, none, 1, co);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(check_out("dual col only, fp8 BLK128x128", co, cc, cs, K, rows, 1), "dual col only BLK %dx%d", rows, K);
+  free_out(co);
+  free(x), free(rc), free(rs), free(cc), free(cs);
+  cudaFree(dx);
+}
+
+static void test_weight(int kind, int N, int K) {
+  size_t n = (size_t)N * K;
+  float *w = make_input(kind, N, K);
+  float *dw;
+  CUDA_CHECK(cudaMalloc(&dw, n * 4));
+  CUDA_CHECK(cudaMemcpy(dw, w, n * 4, cudaMemcpyHostToDevice));
+  bf16 *dwb = upload_bf16(w, n);
+  uint8_t *c = (uint8_t *)xmalloc(n / 2), *s = (uint8_t *)xmalloc(n / 32), *ct = (uint8_t *)xmalloc(n / 2),
+          *st = (uint8_t *)xmalloc(n / 32);
+  for (int variant = 0; variant < 4; variant++) {
+    int rule = variant & 1, fp8 = variant >> 1;
+    mx_quantize_weight(w, N, K, MX_SCALE_UP, rule, c, s, ct, st);
+    for (int in_bf16 = 0; in_bf16 < 2; in_bf16++) {
+      MxOut wo = fp8 ? fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f) : packed_out(N, K);
+      MxOut wto = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
+      if (in_bf16) mx_quantize_weight_bf16_cuda(dwb, N, K, MX_SCALE_UP, rule, wo, wto);
+      else mx_quantize_weight_cuda(dw, N, K, MX_SCALE_UP, rule, wo, wto);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      char what[128];
+      snprintf(what, sizeof what, "weight %s %dx%d rule087=%d %s %s: W", in_name[kind], N, K, rule, fp8 ? "fp8" : "packed",
+               in_bf16 ? "bf16" : "fp32");
+      CHECK(check_out(what, wo, c, s, N, K, 1), "%s", what);
+      what[strlen(what) - 1] = 0;
+      strcat(what, "W^T");
+      CHECK(check_out(what, wto, ct, st, K, N, 1), "%s", what);
+      free_out(wo), free_out(wto);
+    }
+  }
+  // The standalone embedding converters, from the CPU's packed codes.
+  uint8_t *dc = (uint8_t *)dalloc(n / 2), *ds = (uint8_t *)dalloc(n / 32);
+  CUDA_CHECK(cudaMemcpy(dc, c, n / 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(ds, s, n / 32, cudaMemcpyHostToDevice));
+  for (int blk = 0; blk < 2; blk++) {
+    MxOut o = fp8_out(N, K, blk ? mx_blk128_scale_count(N, K) : mx_vec128_scale_count(N, K), 1.0f / 6);
+    if (blk) mx_embed_blk128_cuda(dc, ds, N, K, o.scale_mul, o.q, o.scale);
+    else mx_embed_vec128_cuda(dc, ds, N, K, o.scale_mul, o.q, o.scale);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(check_out(blk ? "embed_blk128_cuda" : "embed_vec128_cuda", o, c, s, N, K, blk), "embed %dx%d", N, K);
+    free_out(o);
+  }
+  cudaFree(dc), cudaFree(ds), cudaFree(dw), cudaFree(dwb);
+  free(w), free(c), free(s), free(ct), free(st);
+}
+
+static void test_hadamard(int rows, int cols) {
+  size_t n = (size_t)rows * cols;
+  float *x = make_input(IN_NORMAL, rows, cols), *h = (float *)xmalloc(n * 4), *d;
+  CUDA_CHECK(cudaMalloc(&d, n * 4));
+  for (int nb = 16; nb <= 32; nb += 16)
+    for (int down = 0; down < 2; down++) {
+      CUDA_CHECK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+      fp4_hadamard_cuda(d, rows, cols, nb, down);
+      memcpy(h, x, n * 4);
+      if (down) fp4_hadamard_cols(h, rows, cols, nb);
+      else fp4_hadamard_rows(h, rows, cols, nb);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(same_bytes("hadamard", d, h, n * 4, cols * 4), "H%d %s %dx%d bit-exact", nb, down ? "down columns" : "along rows",
+            rows, cols);
+    }
+  cudaFree(d);
+  free(x), free(h);
+}
+
+// ---- benchmark ------------------------------------------------------------------------------------
+typedef void (*BenchFn)(void *);
+
+typedef struct {
+  const bf16 *x;
+  const float *w;
+  int rows, K;
+  MxOut a, b;
+  int sr, had;  // dual: SR row copy, H32 column copy
+} BenchArgs;
+static void b_rows(void *p) {
+  BenchArgs *g = (BenchArgs *)p;
+  mx_quantize_rows_cuda(g->x, g->rows, g->K, MX_SCALE_UP, MX_RNE, philox_stream(0, 0, 0, 0, 0), g->a);
+}
+static void b_dual(void *p) {
+  BenchArgs *g = (BenchArgs *)p;
+  mx_quantize_dual_cuda(g->x, g->rows, g->K, MX_SCALE_UP, g->sr ? MX_SR : MX_RNE, philox_stream(1, 2, 0, 3, 4), g->a,
+                        g->had, g->b);
+}
+static void b_weight(void *p) {
+  BenchArgs *g = (BenchArgs *)p;
+  if (g->x) mx_quantize_weight_bf16_cuda(g->x, g->rows, g->K, MX_SCALE_UP, 1, g->a, g->b);  // the engine's: BF16 shadow
+  else mx_quantize_weight_cuda(g->w, g->rows, g->K, MX_SCALE_UP, 1, g->a, g->b);
+}
+
+static void bench(void) {
+  printf("\n%-44s %7s %6s %9s %8s %6s\n", "producer (one kernel)", "rows", "K", "time(us)", "GB/s", "%4.28T");
+  const int toks[2] = {8192, 16384}, ks[2] = {4096, 14336};
+  for (int ti = 0; ti < 2; ti++)
+    for (int ki = 0; ki < 2; ki++) {
+      int T = toks[ti], K = ks[ki];
+      size_t n = (size_t)T * K;
+      bf16 *x;
+      CUDA_CHECK(cudaMalloc(&x, n * 2));
+      CUDA_CHECK(cudaMemset(x, 0x3c, n * 2));  // bf16 0x3c3c ~ 0.0115: finite, non-zero
+      BenchArgs g = {x, NULL, T, K, {0}, {0}, 1, 1};
+      // The last four rows take the dual FP8 producer apart (each part alone, same kernel): where
+      // its time goes.
+      struct {
+        const char *name;
+        BenchFn fn;
+        int fa, fb;  // output kinds: 0 none, 1 packed, 2 fp8, 3 fp8 BLK128x128 (columns)
+        int sr, had;
+        double bytes;
+      } cases[10] = {
+          {"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 0, 0, 2.0 * n + n / 2.0 + n / 32.0},
+          {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 0, 0, 2.0 * n + n + n / 32.0},
+          {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
+          {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 1, 1, 2.0 * n + 2 * (n + n / 32.0)},
+          {"dY: SR rows + H32 cols BLK128x128, FP8", b_dual, 2, 3, 1, 1, 2.0 * n + 2 * n + n / 32.0},
+          {"  part: x RNE rows + H32 cols, FP8", b_dual, 2, 2, 0, 1, 2.0 * n + 2 * (n + n / 32.0)},
+          {"  part: SR rows only (tile kernel), FP8", b_dual, 2, 0, 1, 0, 2.0 * n + n + n / 32.0},
+          {"  part: H32 cols only, FP8", b_dual, 0, 2, 0, 1, 2.0 * n + n + n / 32.0},
+          {"  part: cols only, no Hadamard, FP8", b_dual, 0, 2, 0, 0, 2.0 * n + n + n / 32.0},
+          {NULL, NULL, 0, 0, 0, 0, 0}};
+      for (int c = 0; cases[c].name; c++) {
+        g.sr = cases[c].sr, g.had = cases[c].had;
+        MxOut none = {NULL, NULL, NULL, 0, 1.0f};
+        g.a = cases[c].fa == 0 ? none : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
+        g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f)
+              : cases[c].fb == 3 ? fp8_out(K, T, mx_blk128_scale_count(K, T), 1.0f) : packed_out(K, T);
+        g.b.blk128 = cases[c].fb == 3;
+        double ms = time_median_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
+        printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", cases[c].name, T, K, ms * 1e3, gbs, gbs / 4280 * 100);
+        if (g.a.q) free_out(g.a);
+        if (g.b.q) free_out(g.b);
+      }
+      cudaFree(x);
+    }
+  const int wN[3] = {4096, 14336, 4096}, wK[3] = {4096, 4096, 14336};
+  for (int i = 0; i < 3; i++) {
+    int N = wN[i], K = wK[i];
+    size_t n = (size_t)N * K;
+    float *w;
+    bf16 *wb;
+    CUDA_CHECK(cudaMalloc(&w, n * 4));
+    CUDA_CHECK(cudaMemset(w, 0x3c, n * 4));
+    CUDA_CHECK(cudaMalloc(&wb, n * 2));
+    CUDA_CHECK(cudaMemset(wb, 0x3c, n * 2));
+    for (int v = 0; v < 3; v++) {  // fp32 -> packed, fp32 -> FP8, BF16 shadow -> FP8 (what the engine runs)
+      const int fp8 = v > 0, in16 = v == 2;
+      BenchArgs g = {in16 ? wb : NULL, w, N, K, {0}, {0}, 0, 0};
+      g.a = fp8 ? fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f) : packed_out(N, K);
+      g.b = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
+      double bytes = (in16 ? 2.0 : 4.0) * n + (fp8 ? 2.0 * n : 2 * (n / 2.0 + n / 32.0));
+      double ms = time_median_ms(b_weight, &g), gbs = bytes / (ms * 1e-3) / 1e9;
+      printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", v == 0 ? "W fp32 -> W, W^T packed (0.87)" : v == 1 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)" : "W bf16 -> W, W^T FP8 BLK128x128 (0.87)", N, K,
+             ms * 1e3, gbs, gbs / 4280 * 100);
+      free_out(g.a), free_out(g.b);
+    }
+    cudaFree(wb);
+    cudaFree(w);
+  }
+}
+
+int main(int argc, char **argv) {
+  rng_seed(&rng, 2024);
+  if (argc > 1 && !strcmp(argv[1], "--bench-only")) {  // for profilers (scripts/ncu_producers.sh)
+    bench();
+    return 0;
+  }
+  TEST_SECTION("row copies (RNE/SR, up/down, packed/fp8), all input kinds");
+  const int rr[6] = {1, 7, 32, 100, 257, 300}, kk[7] = {32, 96, 128, 160, 416, 1024, 4096};
+  for (int kind = 0; kind < IN_NKINDS; kind++)
+    for (int i = 0; i < 6; i++) test_rows(kind, rr[i], kk[(kind + i) % 7]);
+  test_rows(IN_NORMAL, 64, 14336);
+  TEST_SECTION("dual producer (SR rows + H32 cols), all input kinds");
+  const int dr[5] = {32, 96, 128, 160, 288}, dk[5] = {32, 96, 160, 256, 4096};
+  for (int kind = 0; kind < IN_NKINDS; kind++)
+    for (int i = 0; i < 5; i++) test_dual(kind, dr[i], dk[(kind + i) % 5]);
+  test_dual(IN_OUTLIERS, 1024, 4096);
+  TEST_SECTION("weights: W and W^T, 32x32 tiles, 0.87 rule, packed/BLK128x128");
+  const int wn[4] = {32, 96, 160, 256}, wk[4] = {64, 128, 96, 416};
+  for (int kind = 0; kind < IN_NKINDS; kind++)
+    for (int i = 0; i < 4; i++) test_weight(kind, wn[i], wk[(kind + i) % 4]);
+  test_weight(IN_NORMAL, 512, 4096);
+  TEST_SECTION("Hadamard kernels");
+  test_hadamard(64, 96);
+  test_hadamard(160, 4096);
+  if (!(argc > 1 && !strcmp(argv[1], "--no-bench"))) bench();
+  TEST_END();
+}

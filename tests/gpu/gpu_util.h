@@ -1,0 +1,70 @@
+// tests/gpu/gpu_util.h: host-side helpers shared by the GPU tests: relative errors and reading device
+// buffers back. (tests/gpu/gpu_ops_util.h adds those that go through the CUDA backend's Ops table.)
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "model/cuda/cuda_common.h"
+
+static inline float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// ||got - ref|| / ||ref|| (||got - ref|| when ref is all zeros); NaN, so every check fails, when got
+// holds a NaN.
+static double rel_err_d(const float *got, const double *ref, size_t n) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - ref[i];
+    e += d * d, r += ref[i] * ref[i];
+  }
+  return sqrt(e / (r > 0 ? r : 1));
+}
+
+static double rel_err(const float *got, const float *ref, size_t n) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - ref[i];
+    e += d * d, r += (double)ref[i] * ref[i];
+  }
+  return sqrt(e / (r > 0 ? r : 1));
+}
+
+// n values of a device buffer (fp32, or BF16) as host floats, once cuda_stream()'s work is done.
+static void download_floats(float *h, const void *d, size_t n, int fp32) {
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  if (fp32) {
+    CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return;
+  }
+  __nv_bfloat16 *t = (__nv_bfloat16 *)xmalloc(n * sizeof(__nv_bfloat16));
+  CUDA_CHECK(cudaMemcpy(t, d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
+  free(t);
+}
+
+// Median of 15 timed runs (after 3 warm-up runs) of fn(arg) on cuda_stream(), in milliseconds: the
+// producer benchmarks' timer.
+static double time_median_ms(void (*fn)(void *), void *arg) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; i++) fn(arg);
+  float ms[15];
+  for (int i = 0; i < 15; i++) {
+    CUDA_CHECK(cudaEventRecord(a, cuda_stream()));
+    fn(arg);
+    CUDA_CHECK(cudaEventRecord(b, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  for (int i = 0; i < 15; i++)
+    for (int j = i + 1; j < 15; j++)
+      if (ms[j] < ms[i]) {
+        float t = ms[i];
+        ms[i] = ms[j], ms[j] = t;
+      }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms[7];
+}

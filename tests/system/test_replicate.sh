@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# scripts/replicate.sh end to end on the CPU (BUDGET=smoke: a dim-32 model with the Llama-3
+# vocabulary, 4 steps, two runs at a time, one document per downstream task): the shards are made
+# from the repo's own docs by the script's tokenize step, and the outputs (table, CSV, JSONL logs,
+# PNG, log tarball) are checked for sane numbers. The CPU backend computes every recipe in fp32,
+# so the four runs must give identical losses: the check that they saw the same tokens in the same
+# order. Also: the plot script without matplotlib, and errors caught before any training.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+first_file() { for f in "$@"; do [ -n "$f" ] && [ -e "$f" ] && { echo "$f"; return; }; done; }
+tok=$(first_file "${TOKENIZER_MODEL:-}" ../shared/data/tokenizer/tokenizer.model .deps/tokenizer.model)
+evals=$(first_file "${EVALS:-}" ../shared/data/evals .deps/evals)
+if [ -z "$tok" ]; then
+  echo "SKIP: no Llama-3 tokenizer.model (TOKENIZER_MODEL, ../shared/data/tokenizer, .deps): replicate.sh not run"
+  echo "0 passed, 0 failed"; exit 0
+fi
+tasks=hellaswag:10,arc_challenge:25,winogrande:5
+[ -z "$evals" ] && { tasks=""; echo "note: no eval data (../shared/data/evals, .deps/evals): downstream evals not checked"; }
+cp ./train "$tmp/train" || { echo "FAIL: no ./train (build first)"; echo "0 passed, 1 failed"; exit 1; }
+python3 - "$tmp/corpus.jsonl" README.md docs/*.md scripts/*.py <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for p in sys.argv[2:]:
+        f.write(json.dumps({"text": open(p, encoding="utf-8").read()}) + "\n")
+PY
+env_common=(TRAIN="$tmp/train" BUDGET=smoke SHARDS="$tmp/shards" CORPUS="$tmp/corpus.jsonl" TOKENIZER="$tok"
+            EVALS="$evals" TASKS="$tasks" CKPT_DIR="$tmp/ck" THREADS=1)
+
+t0=$SECONDS
+out=$(env "${env_common[@]}" OUT="$tmp/out" GPUS=2 bash scripts/replicate.sh 2>&1); rc=$?
+d=$tmp/out/replicate
+check "replicate.sh BUDGET=smoke GPUS=2 exits 0 ($((SECONDS - t0))s)" '[ $rc -eq 0 ]' || printf '%s\n' "$out" | tail -n 30
+check "the shards were made with the validation split" '[ -s "$tmp/shards/nv_train_000000.bin" ] && [ -s "$tmp/shards/nv_val_000000.bin" ]'
+check "two runs at a time: devices 0 and 1 both used" 'echo "$out" | grep -q "training on device 0" && echo "$out" | grep -q "training on device 1"'
+check "the checkpoints are deleted after scoring" '[ -z "$(ls -A "$tmp/ck" 2>/dev/null)" ]'
+for r in bf16 mxfp4_h32 mxfp4_noh nvfp4_last; do
+  j=$d/$r.jsonl
+  check "$r.jsonl: 4 training steps" '[ "$(grep -c "\"loss\"" "$j" 2>/dev/null)" -eq 4 ]'
+  check "$r.jsonl: validation at steps 2 and 4" '[ "$(grep -o "\"step\": [0-9]*, \"val_loss\"" "$j" | grep -o "[0-9]*" | tr "\n" " ")" = "2 4 " ]'
+  if [ -n "$tasks" ]; then
+    check "$r.jsonl: downstream scores at the last step" 'grep -q "\"step\": 4, \"eval/hellaswag/acc\"" "$j" && grep -q "eval/arc_challenge/acc_norm" "$j" && grep -q "\"eval/winogrande/n\": 1" "$j"'
+  fi
+done
+check "table.md: a row per recipe, BF16 first" '[ "$(grep -c "^| \(BF16\|MXFP4\|NVFP4\)" "$d/table.md")" -eq 4 ] && grep "^| [BMN]" "$d/table.md" | head -n 1 | grep -q "^| BF16 | 4 |"'
+# recipe,status,steps,tokens,train_loss,train_excess_pct,val_loss,... ; the CPU computes every recipe
+# in fp32: same tokens, same order => the same losses, so every excess is exactly 0
+sane=$(python3 - "$d/results.csv" "$tasks" <<'PY'
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+bad = []
+if len(rows) != 4: bad.append(f"{len(rows)} rows")
+for r in rows:
+    if r["status"] != "ok" or r["steps"] != "4" or r["tokens"] != "256": bad.append(f"{r['recipe']}: status/steps/tokens")
+    for k in ("train_loss", "val_loss"):
+        v = float(r[k])
+        if not (math.isfinite(v) and 5 < v < 13): bad.append(f"{r['recipe']}: {k} {v}")  # ~ln(128256) = 11.76
+    if float(r["tok_per_s"]) <= 0: bad.append("tok/s")
+    if sys.argv[2]:
+        for k in ("hellaswag_acc", "hellaswag_acc_norm", "arc_challenge_acc", "arc_challenge_acc_norm", "winogrande_acc"):
+            if not 0 <= float(r[k]) <= 1: bad.append(f"{r['recipe']}: {k} {r[k]}")
+        if r["hellaswag_n"] != "1" or r["winogrande_acc_norm"] != "": bad.append("n / winogrande acc_norm")
+losses = {(r["train_loss"], r["val_loss"]) for r in rows}
+if len(losses) != 1: bad.append(f"the recipes' losses differ on the CPU: {losses}")
+for r in rows[1:]:
+    if float(r["train_excess_pct"]) != 0 or float(r["val_excess_pct"]) != 0: bad.append("excess not 0")
+print("; ".join(bad) or "ok")
+PY
+)
+check "results.csv: sane numbers, identical losses across recipes ($sane)" '[ "$sane" = ok ]'
+check "table.md: excess column, orderings and timings" 'grep -q "| +0.00% |" "$d/table.md" && grep -q "^- final train loss: " "$d/table.md" && grep -q "^| nvfp4_last | [0-9]* | [0-9]* | ok |" "$d/table.md"'
+check "logs.tar.gz: stdout logs, per-run CSVs and configs" 'tar -tzf "$d/logs.tar.gz" | grep -q "logs/bf16.log" && tar -tzf "$d/logs.tar.gz" | grep -q "logs/nvfp4_last.csv" && tar -tzf "$d/logs.tar.gz" | grep -q "logs/mxfp4_h32.config.yaml"'
+check "at most 8 files come back from \$OUT" '[ "$(ls "$d" | wc -l)" -le 8 ]'
+if python3 -c "import matplotlib" 2>/dev/null; then
+  check "replicate.png is a PNG of some size" '[ "$(head -c 4 "$d/replicate.png" | tail -c 3)" = PNG ] && [ "$(stat -c %s "$d/replicate.png")" -gt 20000 ]'
+else
+  check "no matplotlib: table.md says that no PNG was written" 'grep -q "matplotlib is not installed" "$d/table.md" && [ ! -e "$d/replicate.png" ]'
+fi
+
+# plot_metrics.py without matplotlib: tables written, a clear one-line error, exit status 3
+mkdir -p "$tmp/nompl/matplotlib"; echo 'raise ImportError("no matplotlib here")' >"$tmp/nompl/matplotlib/__init__.py"
+out=$(PYTHONPATH="$tmp/nompl" python3 scripts/plot_metrics.py "$d/bf16.jsonl" "$d/mxfp4_h32.jsonl" --labels a,b \
+      --table "$tmp/t.md" --combined --out "$tmp/p" 2>&1); rc=$?
+check "plot_metrics.py without matplotlib: exit 3, says so, writes the table" '[ $rc -eq 3 ] && echo "$out" | grep -q "matplotlib is not installed" && grep -q "^| b | 4 |" "$tmp/t.md" && [ ! -e "$tmp/p.png" ]'
+
+# errors before any training, each naming the problem
+out=$(env "${env_common[@]}" OUT="$tmp/o2" RECIPES="bf16 fp8" bash scripts/replicate.sh 2>&1); rc=$?
+check "an unknown recipe is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "unknown recipe .fp8."'
+out=$(env "${env_common[@]}" OUT="$tmp/o2" TASKS=hellaswag:10 EVALS="$tmp/nothing" bash scripts/replicate.sh 2>&1); rc=$?
+check "missing eval data is refused before training" '[ $rc -ne 0 ] && echo "$out" | grep -q "no folder $tmp/nothing" && ! echo "$out" | grep -q "training on"'
+out=$(env "${env_common[@]}" OUT="$tmp/o2" SHARDS="$tmp/none" CORPUS="$tmp/none.jsonl" bash scripts/replicate.sh 2>&1); rc=$?
+check "missing shards and corpus are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "no shards in $tmp/none"'
+out=$(env "${env_common[@]}" OUT="$tmp/o2" BUDGET=huge bash scripts/replicate.sh 2>&1); rc=$?
+check "an unknown budget is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "BUDGET=huge: expected default, short or smoke"'
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
