@@ -8,7 +8,10 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDNN_FE ?= .deps/cudnn_fe/include
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
+# -ffp-contract=off here, -fmad=false for CUDA: every operation rounds as written (an FMA only where
+# the code calls one), the rule that keeps the FP4 quantizers bit-identical to their C references
+# and every fused kernel equal to its unfused twins. One rule for all code, CPU and GPU.
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -ffp-contract=off -I. -MMD -MP
 LDLIBS  += -lyaml -lzstd -lpcre2-8 -lm -fopenmp
 BUILD   := build
 # All cores unless -j is given.
@@ -38,21 +41,21 @@ CFLAGS  += -I$(DEPS_ROOT)/usr/include
 LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
 endif
 
-LIB_C   := common.c $(wildcard model/*.c model/cpu/*.c run/*.c dist/*.c data/*.c fp4/*.c)
+LIB_C   := $(wildcard common/*.c fp4/*.c model/*.c model/cpu/*.c dist/*.c run/*.c data/*.c)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c)) \
            $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
 # model/cuda/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
-CU_SRC  := $(wildcard model/cuda/*.cu dist/*.cu fp4/*.cu)
+CU_SRC  := $(wildcard common/*.cu fp4/*.cu model/cuda/*.cu dist/*.cu)
 CPP_SRC := $(wildcard model/cuda/*.cpp)
 GPU_TESTS :=
 ifeq ($(CUDA_BUILD),1)
 ifneq ($(strip $(CU_SRC)),)
-NVFLAGS ?= -O3 -std=c++17 -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA \
+NVFLAGS ?= -O3 -std=c++17 -fmad=false -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA \
            -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
-CXXFLAGS_CUDNN := -O2 -std=c++17 -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
+CXXFLAGS_CUDNN := -O2 -std=c++17 -ffp-contract=off -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++
@@ -80,10 +83,6 @@ $(BUILD)/%.o: %.c $(BUILD)/deps.mk
 $(BUILD)/%.cu.o: %.cu $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-
-# The FP4 quantizers must be bit-identical to their C references: no fused multiply-add contraction.
-$(BUILD)/fp4/%.cu.o: NVFLAGS += -fmad=false
-$(BUILD)/gpu_tests/gpu_test_fp4%: NVFLAGS += -fmad=false
 
 $(BUILD)/%.cpp.o: %.cpp $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/adamw.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 
 #define JSON_MAX_DEPTH 512  // nesting limit, so hostile input cannot overflow the stack
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/shard.h"
 
 // One shard's tokens. The loader reads them only through shard_window() below, so replacing the

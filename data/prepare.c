@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/json.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "common.h"
+#include "common/common.h"
 
 // ---------------------------------------------------------------------------------------------
 // Little-endian packing, explicit so the files are the same on any host.

@@ -32,9 +32,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "dist/comm.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 // ---- the NCCL ABI subset used (nccl.h, stable since NCCL 2.0) ----------------------------------
 typedef struct ncclComm *ncclComm_t;
@@ -258,10 +258,6 @@ __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t 
     dst[i] = __bfloat162float(src[i]);
 }
 
-static int grid_for(size_t n) {
-  size_t blocks = (n + 255) / 256;
-  return blocks > 4096 ? 4096 : (int)(blocks ? blocks : 1);
-}
 
 // A piece of a range: buf[off, off + len) owned by one rank; at scr in the BF16 scratch.
 typedef struct {
@@ -287,7 +283,7 @@ static void for_each_piece(size_t n, int world, const CommRange *r, int nr, size
 // BF16: round the pieces into the scratch, reduce each to its owner there, widen the owner's back.
 static void bf16_group(CommNccl *n, float *buf, const Piece *p, int np) {
   for (int i = 0; i < np; i++) {
-    f32_to_bf16_kernel<<<grid_for(p[i].len), 256, 0, n->stream>>>(n->scratch + p[i].scr, buf + p[i].off, p[i].len);
+    f32_to_bf16_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(n->scratch + p[i].scr, buf + p[i].off, p[i].len);
     CUDA_OK(n, cudaGetLastError());
   }
   NCCL_CHECK(n, nccl.GroupStart());
@@ -297,7 +293,7 @@ static void bf16_group(CommNccl *n, float *buf, const Piece *p, int np) {
   NCCL_CHECK(n, nccl.GroupEnd());
   for (int i = 0; i < np; i++)
     if (p[i].owner == n->rank) {
-      bf16_to_f32_kernel<<<grid_for(p[i].len), 256, 0, n->stream>>>(buf + p[i].off, n->scratch + p[i].scr, p[i].len);
+      bf16_to_f32_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(buf + p[i].off, n->scratch + p[i].scr, p[i].len);
       CUDA_OK(n, cudaGetLastError());
     }
 }
@@ -396,8 +392,8 @@ extern "C" void comm_nccl_reduce_rows(CommNccl *n, float *buf, size_t count, siz
     const uint32_t *ix = dev_idx + off_idx;
     float *table = buf + base;
     size_t len = (size_t)k * row_len;
-    if (t == COMM_FP32) pack_rows_kernel<float><<<grid_for(len), 256, 0, n->stream>>>((float *)scr, table, ix, k, row_len);
-    else pack_rows_kernel<__nv_bfloat16><<<grid_for(len), 256, 0, n->stream>>>((__nv_bfloat16 *)scr, table, ix, k, row_len);
+    if (t == COMM_FP32) pack_rows_kernel<float><<<cuda_grid(len, 256), 256, 0, n->stream>>>((float *)scr, table, ix, k, row_len);
+    else pack_rows_kernel<__nv_bfloat16><<<cuda_grid(len, 256), 256, 0, n->stream>>>((__nv_bfloat16 *)scr, table, ix, k, row_len);
     CUDA_OK(n, cudaGetLastError());
     for (size_t a = 0; a < len; a += MAX_OP) {
       size_t m = len - a < MAX_OP ? len - a : MAX_OP;
@@ -405,8 +401,8 @@ extern "C" void comm_nccl_reduce_rows(CommNccl *n, float *buf, size_t count, siz
                                 ncclSum, owner, n->comm, n->stream));
     }
     if (owner == n->rank) {
-      if (t == COMM_FP32) unpack_rows_kernel<float><<<grid_for(len), 256, 0, n->stream>>>(table, (const float *)scr, ix, k, row_len);
-      else unpack_rows_kernel<__nv_bfloat16><<<grid_for(len), 256, 0, n->stream>>>(table, (const __nv_bfloat16 *)scr, ix, k, row_len);
+      if (t == COMM_FP32) unpack_rows_kernel<float><<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const float *)scr, ix, k, row_len);
+      else unpack_rows_kernel<__nv_bfloat16><<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const __nv_bfloat16 *)scr, ix, k, row_len);
       CUDA_OK(n, cudaGetLastError());
     }
     // The next owner's rows reuse the scratch after this one's unpack (the same stream orders it);

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "dist/comm.h"
 
 struct Comm {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/adamw.h"
 #include "run/checkpoint.h"
 #include "dist/zero.h"

@@ -5,8 +5,8 @@
 // e2m1.h, philox.h, hadamard.h, mxfp4.h) as a static inline FP4_HD function, using only operations
 // that IEEE-754 defines exactly (correctly rounded +,-,*,/ in fp32, comparisons, integer bit work).
 // No log2f/exp2f (libm and CUDA differ); no FMA contraction (device code uses __fmul_rn/__fadd_rn via
-// FP4_MUL/FP4_ADD, and the build also passes -fmad=false for fp4/*.cu; plain x86-64 gcc -O2 never
-// contracts). Subnormals are kept (no FTZ on either side).
+// FP4_MUL/FP4_ADD, and the build passes -fmad=false to all CUDA code and -ffp-contract=off to C and
+// C++). Subnormals are kept (no FTZ on either side).
 //
 //   fp4_f2u / fp4_u2f            float <-> bits
 //   fp4_exp2i(n)                 exact 2^n, n in [-149, 127]

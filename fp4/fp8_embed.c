@@ -1,7 +1,7 @@
 // fp4/fp8_embed.c: CPU reference of the FP8 embedding of MXFP4 (see fp8_embed.h).
 #include "fp4/fp8_embed.h"
 
-#include "common.h"
+#include "common/common.h"
 
 static void check(const char *who, int rows, int K) {
   if (rows < 0 || K <= 0 || K % 32) die("%s: rows = %d, K = %d: K must be a positive multiple of 32", who, rows, K);

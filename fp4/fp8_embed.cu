@@ -4,9 +4,9 @@
 // VEC128: one thread per 32-block, four consecutive lanes per 128-group (group exponent by shuffles).
 // BLK128x128: one 256-thread CTA per tile; the tile exponent is a shared-memory atomicMax, which is
 // order-independent and so deterministic.
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 static __device__ __forceinline__ void embed_block(uint8_t *dst, const uint8_t *src16, uint8_t b, int Et) {
   uint4 u = *(const uint4 *)src16;

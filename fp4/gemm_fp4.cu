@@ -1,7 +1,7 @@
 // fp4/gemm_fp4.cu: the FP4 GEMM back ends (see gemm_fp4.h): Hopper FP8 block-scaled cuBLASLt, the
 // exact BF16 reference, and Blackwell native FP4 (untested on hardware).
 //
-// cuBLASLt is column-major; as in model/cuda/gemm.cu we ask it for out^T = B . A^T, which it writes
+// cuBLASLt is column-major; as in common/gemm.cu we ask it for out^T = B . A^T, which it writes
 // column-major, i.e. exactly our row-major out[M,N]. So cuBLAS "A" is our B (stored [N,K] row-major =
 // column-major K x N, transa = T), cuBLAS "B" is our A (column-major K x M, transb = N), and the
 // problem is m = N, n = M, k = K: the TN form FP8 and FP4 need. The probe
@@ -15,14 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
-#include "model/cuda/cuda_common.h"
-#include "model/cuda/gemm.h"
-#include "model/cuda/lt_tune.h"
+#include "common/cuda_common.h"
+#include "common/gemm.h"
+#include "common/lt_tune.h"
 
 enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
 static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
@@ -354,10 +354,6 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
 // Dequantizers for the reference path. One thread per 16 consecutive elements of a row: one 16-byte
 // (FP8) or 8-byte (FP4) load, two 16-byte BF16 stores. K % 16 == 0 keeps every group in one scale
 // block and every access aligned.
-static int grid_for(size_t threads_needed, int block) {
-  size_t g = (threads_needed + block - 1) / block;
-  return (int)(g < 65535 * 16 ? (g ? g : 1) : 65535 * 16);
-}
 
 static __device__ __forceinline__ void store16_bf16(__nv_bfloat16 *dst, const float *v) {
   __align__(16) __nv_bfloat16 h[16];
@@ -407,7 +403,7 @@ void fp4_dequant_fp8_bf16(const uint8_t *e4m3, const float *scale, int blk128, i
   if (rows <= 0 || K <= 0 || K % 16) die("fp4_dequant_fp8_bf16: rows=%d K=%d: need rows > 0 and K %% 16 == 0", rows, K);
   if (((uintptr_t)e4m3 | (uintptr_t)out) & 15) die("fp4_dequant_fp8_bf16: e4m3=%p out=%p must be 16-byte aligned", e4m3, out);
   size_t n = (size_t)rows * (K / 16);
-  dequant_fp8_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(e4m3, scale, blk128, rows, K, (__nv_bfloat16 *)out);
+  dequant_fp8_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(e4m3, scale, blk128, rows, K, (__nv_bfloat16 *)out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -416,7 +412,7 @@ void fp4_dequant_mx_bf16(const uint8_t *codes, const uint8_t *e8m0, int rows, in
   if (((uintptr_t)codes & 7) || ((uintptr_t)out & 15))
     die("fp4_dequant_mx_bf16: codes=%p must be 8-byte and out=%p 16-byte aligned", codes, out);
   size_t n = (size_t)rows * (K / 16);
-  dequant_mx_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(codes, e8m0, rows, K, (__nv_bfloat16 *)out);
+  dequant_mx_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(codes, e8m0, rows, K, (__nv_bfloat16 *)out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -469,8 +465,7 @@ static __global__ void max_e8m0_kernel(const uint8_t *s, size_t n, int *max_b) {
 void fp4_scale_max_e8m0(const uint8_t *e8m0, size_t n, int *max_b) {
   CUDA_CHECK(cudaMemsetAsync(max_b, 0, sizeof(int), cuda_stream()));
   if (n == 0) return;
-  int grid = grid_for(n, 256);
-  max_e8m0_kernel<<<grid < 1024 ? grid : 1024, 256, 0, cuda_stream()>>>(e8m0, n, max_b);
+  max_e8m0_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(e8m0, n, max_b);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -501,7 +496,7 @@ void fp4_swizzle_scales(const uint8_t *in, int rows, int n_cols, int from_e8m0, 
     die("fp4_swizzle_scales: rows=%d n_cols=%d from_e8m0=%d max_b=%p: need positive sizes, and for E8M0 an even "
         "n_cols (two 16-blocks per 32-block) and a max_b", rows, n_cols, from_e8m0, (const void *)max_b);
   size_t n = fp4_swizzled_scale_bytes(rows, n_cols);
-  swizzle_kernel<<<grid_for(n, 256), 256, 0, cuda_stream()>>>(in, rows, n_cols, from_e8m0, max_b, out);
+  swizzle_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(in, rows, n_cols, from_e8m0, max_b, out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
 // fp4/hadamard.c: CPU application of the fixed-sign H16/H32 rotations (see hadamard.h).
 #include "fp4/hadamard.h"
 
-#include "common.h"
+#include "common/common.h"
 
 static void check_shape(const char *who, int rows, int cols, int n, int along) {
   if (n != 16 && n != 32) die("%s: block size n = %d must be 16 or 32", who, n);

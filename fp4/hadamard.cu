@@ -2,9 +2,9 @@
 // FP4 producers call fp4_h32 in registers instead; this standalone form serves tests and any caller
 // that wants the rotated values themselves. One thread per n-block; for blocks down columns,
 // consecutive threads take consecutive columns, so every strided access is coalesced across the warp.
-#include "common.h"
+#include "common/common.h"
 #include "fp4/hadamard.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 template <int n>
 __global__ void hadamard_kernel(float *x, int rows, int cols, int down_columns) {

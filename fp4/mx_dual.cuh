@@ -17,12 +17,12 @@
 #pragma once
 #include <cuda_bf16.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
 #include "fp4/quant_dev.cuh"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
 

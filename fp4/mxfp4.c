@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/hadamard.h"
 
 static void check(const char *who, int rows, int K) {

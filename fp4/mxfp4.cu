@@ -284,3 +284,39 @@ void mx_quantize_weight_cuda(const float *w, int N, int K, MxScale mode, int rul
 void mx_quantize_weight_bf16_cuda(const bf16 *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq) {
   weight_dispatch("mx_quantize_weight_bf16_cuda", w, N, K, mode, rule087, wq, wtq);
 }
+
+// One MXFP4 column 32-block per thread: the cases the fused dual producer does not cover (H16, SR on
+// the column copy). Blocks run down each column of x [rows, K] and are stored transposed (codes
+// [K, rows/2], E8M0 [K, rows/32]), SR bits indexed by the element's place in that [K, rows] tensor.
+// Threads of a warp take consecutive columns, so each of the 32 row reads is coalesced.
+static __global__ void mx_cols_kernel(const __nv_bfloat16 *x, int rows, int K, MxScale mode, int hadamard, int sr,
+                                      PhiloxStream s, uint8_t *codes, uint8_t *e8m0) {
+  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nblk = (size_t)(rows / 32) * K;
+  if (t >= nblk) return;
+  const int c = (int)(t % K);
+  const size_t rb = t / K;
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) v[i] = __bfloat162float(x[(rb * 32 + i) * K + c]);
+  if (hadamard == 32) fp4_h32(v);
+  else if (hadamard == 16) fp4_h16(v), fp4_h16(v + 16);
+  const size_t i0 = (size_t)c * rows + rb * 32;
+  uint32_t rnd[8], pk[4];
+  if (sr) {
+    philox_group16(s, i0 / 16, rnd);
+    philox_group16(s, i0 / 16 + 1, rnd + 4);
+  }
+  uint8_t b = mx_quantize_block32(v, mode, sr, rnd, pk);
+  *(uint4 *)(codes + i0 / 2) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+  e8m0[(size_t)c * (rows / 32) + rb] = b;
+}
+
+void mx_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, int hadamard, MxRound rnd,
+                           PhiloxStream s, uint8_t *codes, uint8_t *e8m0) {
+  if (rows <= 0 || K <= 0 || rows % 32) die("mx_quantize_cols_cuda: rows = %d, K = %d (rows a positive multiple of 32)", rows, K);
+  if (hadamard != 0 && hadamard != 16 && hadamard != 32) die("mx_quantize_cols_cuda: hadamard = %d (0, 16 or 32)", hadamard);
+  const size_t n = (size_t)(rows / 32) * K;
+  mx_cols_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(x, rows, K, mode, hadamard, rnd == MX_SR, s,
+                                                                          codes, e8m0);
+  CUDA_CHECK_LAUNCH();
+}

@@ -2,7 +2,7 @@
 // block rules that the CUDA producers also call, so both give the same bytes.
 #include "fp4/nvfp4.h"
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/hadamard.h"
 
 static void check(const char *who, int rows, int K) {

@@ -19,10 +19,10 @@
 //   dequant     one thread per 8 elements: 4 code bytes + 1 scale byte in, 16 bytes of BF16 out.
 #include "fp4/nvfp4.h"
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/hadamard.h"
 #include "fp4/quant_dev.cuh"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/adamw.h"
 #include "model/llama.h"
 #include "fp4/recipe.h"

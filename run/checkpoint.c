@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the checkpoint format is little-endian and its structs are written as they lie in memory"

@@ -15,7 +15,7 @@
 #include <strings.h>
 #include <yaml.h>
 
-#include "common.h"
+#include "common/common.h"
 
 // ---------------------------------------------------------------------------------------------
 // The key table

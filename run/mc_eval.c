@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 
 
 int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen) {

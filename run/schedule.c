@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 
 // Fraction of the way from `start` to `start + len`, clamped to [0, 1]; an empty phase is done.
 static double progress(int64_t step, int64_t start, int64_t len) {

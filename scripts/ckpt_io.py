@@ -1,7 +1,7 @@
 """ckpt_io.py: the Python side of the engine's file formats, shared by hf_compare.py, export_hf.py
 and import_hf.py.
 
-- hash64(): a numpy port of common.c's hash64, vectorized over many equal-length pieces, so that
+- hash64(): a numpy port of common/common.c's hash64, vectorized over many equal-length pieces, so that
   the 64 MiB chunks of a multi-GB checkpoint section are checked together;
 - Checkpoint: reads and verifies a checkpoint file (docs/checkpoint_format.md); write_checkpoint()
   writes one, streaming its sections;
@@ -23,7 +23,7 @@ import struct
 
 import numpy as np
 
-# ---- hash64 (common.c) ----------------------------------------------------------------------------
+# ---- hash64 (common/common.c) ----------------------------------------------------------------------------
 
 _M64 = (1 << 64) - 1
 H1, H2, H3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
@@ -76,7 +76,7 @@ def hash64_many(pieces, seeds):
 
 
 def hash64(data, seed=0):
-    """common.c's hash64 of a bytes-like object or a uint8 array."""
+    """common/common.c's hash64 of a bytes-like object or a uint8 array."""
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
     return int(hash64_many(buf.reshape(1, -1), [seed])[0])
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 
 // The norm's chunk size is fixed (not derived from the thread count) so that the partial sums, and
 // the order they are added in, are the same however many threads run: bit-identical norms.

@@ -1,7 +1,7 @@
 // model/cpu/attention.c: causal grouped-query attention, softmax(q k^T / sqrt(hd)) v (CPU reference).
 // See ops.h. Like flash attention, only the per-row log-sum-exp is saved; the backward rebuilds
 // the probabilities from it, so no [T, T] matrix is ever stored.
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 
 #include <math.h>

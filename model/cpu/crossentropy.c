@@ -1,7 +1,7 @@
 // model/cpu/crossentropy.c: the output head fused with the cross-entropy loss (CPU reference). See ops.h.
 // Tokens go through `chunk` rows at a time: logits of one chunk, their softmax, and (when asked)
 // d(logits) -> dx and dW, before the next chunk reuses the same scratch.
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 // model/cpu/embedding.c: token embedding lookup (CPU reference). See ops.h.
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 
 #include <string.h>

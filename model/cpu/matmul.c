@@ -4,7 +4,7 @@
 // memory of the output, so the compiler vectorizes them without reassociating any sum: every
 // output element is a plain left-to-right fp32 sum over the contraction index, whatever the
 // tiling, thread count or vector width. Tiles of TOK rows share each weight row loaded into L1.
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // model/cpu/rope.c: rotary position embedding with HF's rotate_half pairing (element i rotates with
 // element i + hd/2) and the Llama-3.1 frequency rescaling (CPU reference). See ops.h.
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
 // plain fp32 -> BF16 copy of the parameters. See ops_cuda.h.
 #include <math.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 // The update's scalars, formed on the host exactly as adamw.c forms them.

@@ -18,8 +18,8 @@
 #include <memory>
 #include <unordered_map>
 
-#include "common.h"
-#include "model/cuda/cuda_common.h"
+#include "common/common.h"
+#include "common/cuda_common.h"
 
 namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;

@@ -11,7 +11,7 @@
 // h / (H/KV). Requirements (checked, with a message naming the argument): H % KV == 0, hd a
 // multiple of 8 and at most 256, BF16 pointers 16-byte aligned.
 //
-// Everything is queued on cuda_stream() (model/cuda/cuda_common.h); no call synchronizes the host, except
+// Everything is queued on cuda_stream() (common/cuda_common.h); no call synchronizes the host, except
 // the first call for a new shape, which builds and caches the cuDNN graph (tens to hundreds of ms)
 // and may grow the shared workspace (cudaMalloc). One GPU per process: the cuDNN handle is created
 // lazily on the device current at the first call. Not thread-safe. For the frontend's own

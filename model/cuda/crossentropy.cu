@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 enum { CE_THREADS = 512, SUM_THREADS = 1024 };

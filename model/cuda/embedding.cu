@@ -7,7 +7,7 @@
 // to the CPU's, which adds in the same order).
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 // Host staging, grow-only.

@@ -3,7 +3,7 @@
 // and NVFP4. The quantizers and GEMMs are the fp4/ library's; this file decides which runs where.
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/hadamard.h"
@@ -287,40 +287,11 @@ static void check_shape(LinearId id, int N, int in, int out_dim) {
         N, in, out_dim);
 }
 
-// One MXFP4 column 32-block per thread: the cases the fused dual producer does not cover (H16, SR on
-// the column copy). Blocks run down each column of x [rows, K] and are stored transposed (codes
-// [K, rows/2], E8M0 [K, rows/32]), SR bits indexed by the element's place in that [K, rows] tensor.
-// Threads of a warp take consecutive columns, so each of the 32 row reads is coalesced.
-__global__ void mx_cols_kernel(const bf16 *x, int rows, int K, MxScale mode, int hadamard, int sr, PhiloxStream s,
-                               uint8_t *codes, uint8_t *e8m0) {
-  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nblk = (size_t)(rows / 32) * K;
-  if (t >= nblk) return;
-  const int c = (int)(t % K);
-  const size_t rb = t / K;
-  float v[32];
-#pragma unroll
-  for (int i = 0; i < 32; i++) v[i] = __bfloat162float(x[(rb * 32 + i) * K + c]);
-  if (hadamard == 32) fp4_h32(v);
-  else if (hadamard == 16) fp4_h16(v), fp4_h16(v + 16);
-  const size_t i0 = (size_t)c * rows + rb * 32;
-  uint32_t rnd[8], pk[4];
-  if (sr) {
-    philox_group16(s, i0 / 16, rnd);
-    philox_group16(s, i0 / 16 + 1, rnd + 4);
-  }
-  uint8_t b = mx_quantize_block32(v, mode, sr, rnd, pk);
-  *(uint4 *)(codes + i0 / 2) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-  e8m0[(size_t)c * (rows / 32) + rb] = b;
-}
-
-// MXFP4 column copy of x [rows, K] into dst ([K, rows]) through mx_cols_kernel, then the FP8
+// MXFP4 column copy of x [rows, K] into dst ([K, rows]) through mx_quantize_cols_cuda, then the FP8
 // embedding when dst is FP8.
 static void mx_cols_generic(const bf16 *x, int rows, int K, int hadamard, int sr, PhiloxStream s, const QOp &dst) {
   QOp packed = dst.fp8 ? scratch_op(S_PACKED_TMP, 0, 0, K, rows) : dst;
-  size_t n = (size_t)(rows / 32) * K;
-  mx_cols_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(x, rows, K, mx_mode(), hadamard, sr, s,
-                                                                          packed.q, packed.sb);
-  CUDA_CHECK_LAUNCH();
+  mx_quantize_cols_cuda(x, rows, K, mx_mode(), hadamard, sr ? MX_SR : MX_RNE, s, packed.q, packed.sb);
   if (dst.fp8 && dst.blk128) mx_embed_blk128_cuda(packed.q, packed.sb, K, rows, 1.0f, dst.q, dst.sf);
   else if (dst.fp8) mx_embed_vec128_cuda(packed.q, packed.sb, K, rows, 1.0f, dst.q, dst.sf);
 }

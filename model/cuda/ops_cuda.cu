@@ -5,31 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/gemm_fp4.h"
 #include "model/cuda/attention_cudnn.h"
-#include "model/cuda/gemm.h"
+#include "common/gemm.h"
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/ops_cuda.h"
-
-// ---- the stream ---------------------------------------------------------------------------------
-
-static cudaStream_t g_stream;  // 0, the legacy default stream, until cuda_backend_init
-static int g_sms;              // multiprocessors of the device
-
-cudaStream_t cuda_stream(void) { return g_stream; }
-void cuda_set_stream(cudaStream_t s) { g_stream = s; }
-
-int cuda_grid(size_t work, int threads) {
-  if (!g_sms) {
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  size_t blocks = (work + threads - 1) / threads, full = (size_t)g_sms * (2048 / threads);
-  if (blocks > full) blocks = full;
-  return blocks < 1 ? 1 : (int)blocks;
-}
 
 // ---- memory -------------------------------------------------------------------------------------
 
@@ -75,7 +56,7 @@ void cuda_free_tracked(void *p) {
 
 void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what) {
   if (bytes > s->bytes) {
-    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // queued kernels may still use the old buffer
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // queued kernels may still use the old buffer
     cuda_free_tracked(s->p);
     s->p = cuda_malloc_tracked(bytes, what);
     s->bytes = bytes;
@@ -96,15 +77,15 @@ static void params_check_download(const void *src, size_t bytes);
 // whatever kind of host memory it is.
 void cuda_upload(void *dst, const void *src, size_t bytes) {
   if (!bytes || params_upload(dst, src, bytes)) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
-  CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
 void cuda_download(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
   params_check_download(src, bytes);
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream));
-  CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
 // ---- profiling ----------------------------------------------------------------------------------
@@ -180,7 +161,7 @@ int cuda_prof_begin(void) {
   ProfPending *pp = &g_pending[g_npending];
   pp->start = event_get();
   pp->entry = -1;
-  CUDA_CHECK(cudaEventRecord(pp->start, g_stream));
+  CUDA_CHECK(cudaEventRecord(pp->start, cuda_stream()));
   return g_npending++;
 }
 
@@ -188,7 +169,7 @@ void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, doub
   if (mark < 0) return;
   ProfPending *pp = &g_pending[mark];
   pp->stop = event_get();
-  CUDA_CHECK(cudaEventRecord(pp->stop, g_stream));
+  CUDA_CHECK(cudaEventRecord(pp->stop, cuda_stream()));
   pp->entry = prof_entry(name, kind);
   ProfEntry *e = &g_prof[pp->entry];
   e->calls++;
@@ -332,16 +313,16 @@ static int params_upload(void *dst, const void *src, size_t bytes) {
   float *stage = (float *)cuda_scratch(&g_up_stage, (n < PIECE ? n : PIECE) * sizeof(float), "parameter upload staging");
   for (size_t a = 0; a < n; a += PIECE) {
     size_t k = n - a < PIECE ? n - a : PIECE, lo = off + a, hi = lo + k;
-    CUDA_CHECK(cudaMemcpyAsync(stage, (const float *)src + a, k * sizeof(float), cudaMemcpyHostToDevice, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(stage, (const float *)src + a, k * sizeof(float), cudaMemcpyHostToDevice, cuda_stream()));
     f32_to_bf16_cuda(g_shadow + lo, stage, k);
     for (int i = 0; i < g_nkeep; i++) {
       size_t x = g_keep_off[i] > lo ? g_keep_off[i] : lo, y = g_keep_off[i] + g_keep_len[i];
       if (y > hi) y = hi;
       if (x < y)
         CUDA_CHECK(cudaMemcpyAsync(g_params + x, stage + (x - lo), (y - x) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   g_stream));
+                                   cuda_stream()));
     }
-    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // the staging buffer is reused by the next piece
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // the staging buffer is reused by the next piece
   }
   g_wversion++;
   return 1;
@@ -413,7 +394,7 @@ static const bf16 *transposed_of(const float *w, int in, int out_dim, const char
 void cuda_set_dgrad_transposed(int on) {
   if (on != 0 && on != 1) die("cuda_set_dgrad_transposed(%d): expected 0 or 1", on);
   if (!on) {
-    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // queued GEMMs may still read the copies
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // queued GEMMs may still read the copies
     wt_free_all();
   }
   g_dgrad_transposed = on;
@@ -504,7 +485,7 @@ static void cu_params_bf16_changed(void) { g_wversion++; }
 static void cu_zero(void *p, size_t bytes) {
   if (!bytes) return;
   int mk = cuda_prof_begin();
-  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream));
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream()));
   cuda_prof_end(mk, "zero", PROF_MEM, (double)bytes, 0, NULL);
 }
 
@@ -521,7 +502,7 @@ static void cu_acts_to_f32(float *dst, const void *src, size_t n) {
 }
 
 static void cu_sync(void) {
-  CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
   CUDA_CHECK(cudaGetLastError());  // a kernel fault surfaces here at the latest
   if (g_npending) prof_collect();
 }
@@ -800,13 +781,14 @@ const Ops *cuda_backend_init(int device, char *err, size_t errlen) {
     snprintf(err, errlen, "CUDA device %d requested, but %d device(s) are present", device, count);
     return NULL;
   }
+  int sms = 0;  // read here so that a broken device fails now, with its error
   if ((e = cudaSetDevice(device)) != cudaSuccess ||
-      (e = cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+      (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
     snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(e));
     (void)cudaGetLastError();
     return NULL;
   }
-  if (!g_stream) {
+  if (!cuda_stream()) {
     // A blocking stream: it still orders with anything a library queues on the legacy stream.
     cudaStream_t s;
     if ((e = cudaStreamCreate(&s)) != cudaSuccess) {

@@ -89,7 +89,7 @@ void cuda_head_ce_set_chunk(int tokens);
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -122,10 +122,6 @@ size_t param_memory_free(void *p);
 void cuda_upload(void *dst, const void *src, size_t bytes);
 void cuda_download(void *dst, const void *src, size_t bytes);
 
-// A grid of `threads`-wide blocks for a grid-stride loop over `work` items: enough blocks to fill
-// every SM (8 blocks of 256 threads each), fewer when there is less work.
-int cuda_grid(size_t work, int threads);
-
 // Profiling hooks (no-ops while disabled): begin records the start event and returns a mark for
 // end, which records the stop event and books the interval to `name`.
 typedef enum { PROF_MEM, PROF_GEMM, PROF_ATTN } ProfKind;
@@ -146,7 +142,7 @@ typedef struct {
 int cuda_prof_begin(void);
 void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, double flops, const GemmShape *shape);
 
-// gemm_bf16 (model/cuda/gemm.h), booked to the profile entry `name`.
+// gemm_bf16 (common/gemm.h), booked to the profile entry `name`.
 void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
                int N, int K, float alpha, float beta);
 

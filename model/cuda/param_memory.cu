@@ -10,7 +10,7 @@
 #include <cuda.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 typedef CUresult (*PFN_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);

@@ -1,6 +1,6 @@
 // model/cuda/residual.cu: the residual add on the GPU, out = a + b in fp32, rounded once (twin of
 // residual.c). See ops_cuda.h. out may alias a: each element is read and written by one thread.
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 template <int VEC>

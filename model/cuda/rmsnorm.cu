@@ -7,7 +7,7 @@
 // partial sums to a scratch [parts, D], then one kernel adds the parts in a fixed order into dw.
 // (The number of parts depends on the GPU model, so dw's rounding does too; on one machine it is
 // bit-reproducible.)
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 static CudaScratch g_partial;

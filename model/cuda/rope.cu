@@ -1,7 +1,7 @@
 // model/cuda/rope.cu: rotary position embedding on the GPU, in place (twin of rope.c's rotate). See
 // ops_cuda.h. Element i of a head rotates with element i + hd/2 (HF's rotate_half) by the angle
 // of its position; the backward passes sign -1 (the transpose of a rotation is its inverse).
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 // One thread per (token, head, VEC consecutive i < hd/2): reads x[i..], x[i+half..] and the

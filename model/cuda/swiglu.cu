@@ -1,7 +1,7 @@
 // model/cuda/swiglu.cu: the SwiGLU gate silu(gate) * up on the GPU, elementwise in fp32 (twin of
 // swiglu.c). See ops_cuda.h. Vectors of 8 BF16 (16-byte accesses) when every pointer allows,
 // then the n % 8 tail (or everything, for misaligned pointers) one element at a time.
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 template <int VEC>

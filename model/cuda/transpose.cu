@@ -7,7 +7,7 @@
 // destination rows x 64 contiguous bytes: whole 32-byte sectors both ways. A CTA's 8 warps are 2 x 4
 // of those 32 x 64 tiles (a 64 x 256 CTA tile), so the other half of each 128-byte destination line
 // is written by a sibling warp at about the same time.
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 enum { TILE_ROWS = 64, TILE_COLS = 256, TRANSPOSE_THREADS = 256 };

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/ops.h"
 #include "tests/gpu/gpu_util.h"
 

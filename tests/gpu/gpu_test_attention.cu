@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/cuda/attention_cudnn.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 #include "model/ops.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"

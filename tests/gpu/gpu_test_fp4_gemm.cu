@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
-#include "model/cuda/cuda_common.h"
-#include "model/cuda/gemm.h"
+#include "common/cuda_common.h"
+#include "common/gemm.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"
 

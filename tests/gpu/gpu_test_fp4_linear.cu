@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/mxfp4.h"
 #include "fp4/recipe.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 #include "model/cuda/attention_cudnn.h"
 #include "model/cuda/linear_fp4.h"
 #include "model/llama.h"

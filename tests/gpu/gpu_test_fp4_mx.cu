@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/nvfp4.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"
 

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/mxfp4.h"
-#include "model/cuda/cuda_common.h"
+#include "common/cuda_common.h"
 #include "model/cuda/ops_cuda.h"
 #include "model/cuda/quant_fused.h"
 #include "tests/test.h"

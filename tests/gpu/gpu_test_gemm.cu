@@ -1,4 +1,4 @@
-// tests/gpu/gpu_test_gemm.cu: model/cuda/gemm.cu against CPU references at small odd shapes (every layout,
+// tests/gpu/gpu_test_gemm.cu: common/gemm.cu against CPU references at small odd shapes (every layout,
 // both output types, accumulation, misaligned slices, plan reuse, determinism), then the TFLOP/s of
 // the three linear-layer GEMMs at every Llama-3 8B shape (N = 8192 tokens) beside the ceiling.
 //
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "model/cuda/cuda_common.h"
-#include "model/cuda/gemm.h"
+#include "common/common.h"
+#include "common/cuda_common.h"
+#include "common/gemm.h"
 #include "model/ops.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/adamw.h"
-#include "model/cuda/gemm.h"
+#include "common/gemm.h"
 #include "model/llama.h"
 #include "model/ops.h"
 #include "model/cuda/ops_cuda.h"
@@ -314,7 +314,7 @@ static void test_head_ce(int N, int D, int V, int n_ignored, int chunk) {
   free(inc_c);
 }
 
-// ---- the linear entry (through model/cuda/gemm.h with the BF16 shadow of W) ------------------------------
+// ---- the linear entry (through common/gemm.h with the BF16 shadow of W) ------------------------------
 
 static void test_matmul(int N, int in, int out_dim) {
   char what[96];

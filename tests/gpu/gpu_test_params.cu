@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/adamw.h"
 #include "model/ops.h"
 #include "model/cuda/ops_cuda.h"

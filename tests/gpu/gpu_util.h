@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
-#include "model/cuda/cuda_common.h"
+#include "common/common.h"
+#include "common/cuda_common.h"
 
 static inline float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 

@@ -28,7 +28,7 @@ check "tiny run writes a checkpoint" '[ -f "$ck" ]'
 ./train configs/tiny.yaml "${sets[@]}" --resume --compare-dump "$tmp/dump" >"$tmp/dump.out" 2>&1
 check "--resume --compare-dump writes the checkpoint's params" '[ -f "$tmp/dump/params.bin" ]'
 
-# hash64 of bytes (37 i + 11) mod 256, i < len, as common.c computes it (printed by a C program).
+# hash64 of bytes (37 i + 11) mod 256, i < len, as common/common.c computes it (printed by a C program).
 check "hash64 port matches C on 0..300-byte inputs (tails of words and bytes)" 'py "
 import ckpt_io
 b = bytes((i * 37 + 11) & 255 for i in range(300))

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "run/checkpoint.h"
 #include "tests/test.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "tests/test.h"

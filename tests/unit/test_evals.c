@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/evals.h"
 #include "data/tokenizer.h"
 #include "model/llama.h"

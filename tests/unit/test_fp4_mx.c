@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/e2m1.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "fp4/hadamard.h"
 #include "fp4/nvfp4.h"
 #include "tests/test.h"

@@ -4,7 +4,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "model/adamw.h"
 #include "run/schedule.h"
 #include "tests/test.h"

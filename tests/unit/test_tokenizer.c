@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data/json.h"
 #include "data/prepare.h"
 #include "data/shard.h"

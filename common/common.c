@@ -1,6 +1,6 @@
-// common.c: see common.h.
+// common/common.c: see common/common.h.
 #define _POSIX_C_SOURCE 200809L
-#include "common.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-// model/cuda/gemm.cu: BF16 GEMMs through cuBLASLt with a per-shape plan cache and autotuning. See gemm.h.
+// common/gemm.cu: BF16 GEMMs through cuBLASLt with a per-shape plan cache and autotuning. See gemm.h.
 //
 // cuBLASLt is column-major. A row-major [R,C] matrix is the column-major [C,R] matrix with the same
 // bytes, so instead of out = op(A) op(B) we ask cuBLASLt for out^T = op(B)^T op(A)^T, which it
@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "model/cuda/cuda_common.h"
-#include "model/cuda/gemm.h"
-#include "model/cuda/lt_tune.h"
+#include "common/common.h"
+#include "common/cuda_common.h"
+#include "common/gemm.h"
+#include "common/lt_tune.h"
 
 enum { CANDIDATES = 8 };  // heuristic algorithms timed per shape
 

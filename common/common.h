@@ -1,4 +1,4 @@
-// common.h: error handling, checked allocation and file I/O, timing. Every module includes this.
+// common/common.h: error handling, checked allocation and file I/O, timing. Every module includes this.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,8 @@
-// model/cuda/cuda_common.h: error-checking macros and the one stream every kernel and library call uses.
+// common/cuda_common.h: error-checking macros, the one stream every kernel and library call uses, and
+// the launch size of grid-stride kernels.
 #pragma once
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -40,6 +42,9 @@ extern "C" {
 // The stream of the CUDA backend (created by cuda_backend_init; the legacy default stream before).
 cudaStream_t cuda_stream(void);
 void cuda_set_stream(cudaStream_t s);
+// Blocks for a grid-stride kernel over `work` items with `threads` per block: enough for each item
+// to get a thread, at most what fills the device (2048 threads per multiprocessor), at least 1.
+int cuda_grid(size_t work, int threads);
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-// model/cuda/lt_tune.h: what the BF16 GEMM layer (model/cuda/gemm.cu) and the FP4 GEMM back ends
+// common/lt_tune.h: what the BF16 GEMM layer (common/gemm.cu) and the FP4 GEMM back ends
 // (fp4/gemm_fp4.cu) share about choosing a cuBLASLt algorithm: the heuristic query and the timing.
 #pragma once
 #include <cublasLt.h>

@@ -1,10 +1,10 @@
-// model/cuda/lt_tune.cu: see lt_tune.h.
+// common/lt_tune.cu: see lt_tune.h.
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "model/cuda/cuda_common.h"
-#include "model/cuda/lt_tune.h"
+#include "common/common.h"
+#include "common/cuda_common.h"
+#include "common/lt_tune.h"
 
 static LtContext g_ctx;
 

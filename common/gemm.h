@@ -1,4 +1,4 @@
-// model/cuda/gemm.h: BF16 GEMMs on the GPU through cuBLASLt, with a per-shape plan cache and autotuning.
+// common/gemm.h: BF16 GEMMs on the GPU through cuBLASLt, with a per-shape plan cache and autotuning.
 //
 // Row-major language throughout: every matrix is row-major and its leading dimension is its row
 // length. out[M,N] = alpha * op(A) op(B) + beta * out, with op(A) [M,K] and op(B) [K,N]:

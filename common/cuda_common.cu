@@ -1,0 +1,19 @@
+// common/cuda_common.cu: the stream and the launch-size helper of common/cuda_common.h.
+#include "common/cuda_common.h"
+
+static cudaStream_t g_stream;  // 0, the legacy default stream, until cuda_set_stream
+static int g_sms;              // multiprocessors of the device, read at the first cuda_grid
+
+cudaStream_t cuda_stream(void) { return g_stream; }
+void cuda_set_stream(cudaStream_t s) { g_stream = s; }
+
+int cuda_grid(size_t work, int threads) {
+  if (!g_sms) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  size_t blocks = (work + threads - 1) / threads, full = (size_t)g_sms * (2048 / threads);
+  if (blocks > full) blocks = full;
+  return blocks < 1 ? 1 : (int)blocks;
+}
