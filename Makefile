@@ -21,7 +21,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 # libraries from an unpacked prefix (scripts/deps.sh fetch writes .deps/root; the GPU machine has no
 # internet); without it the system's are used, or .deps/root when the system lacks them.
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
-DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)"
+DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)" BUILD="$(BUILD)"
 DEPS_OUT := $(shell $(DEPS_ENV) bash scripts/deps.sh build)
 ifneq ($(.SHELLSTATUS),0)
 $(error missing build dependencies (see above))

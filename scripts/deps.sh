@@ -17,8 +17,9 @@
 # AUTO_DEPS=0: find only, install nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-mkdir -p build
-LOG=build/deps.log
+BUILD=${BUILD:-build}  # the build folder (the Makefile's BUILD): deps.mk and the log go there
+mkdir -p "$BUILD"
+LOG=$BUILD/deps.log
 CC=${CC:-cc} CXX=${CXX:-g++}
 CUDNN_FE_VERSION=1.32.0
 say() { echo "deps: $*" >&2; }
@@ -81,7 +82,7 @@ EOF
   local rc=$?; rm -rf .deps/whl; [ $rc = 0 ] && [ -f .deps/cudnn_fe/include/cudnn_frontend.h ]
 }
 
-# build/deps.mk: DEPS_ROOT (prefix of unpacked C libraries, empty for the system's), CUDA_BUILD
+# $BUILD/deps.mk: DEPS_ROOT (prefix of unpacked C libraries, empty for the system's), CUDA_BUILD
 # (1 or 0) and CUDA_WHY (why not).
 deps_build() {
   local root=${DEPS:-} miss
@@ -117,17 +118,17 @@ deps_build() {
     local inc=(-I"${CUDA_HOME:-/usr/local/cuda}/include") lib=(-L"${CUDA_HOME:-/usr/local/cuda}/lib64")
     if ! printf '#include <cudnn.h>\n#include <cublasLt.h>\n' | "$CXX" "${inc[@]}" -x c++ -E - >/dev/null 2>&1; then
       why="cudnn.h or cublasLt.h not found under ${CUDA_HOME:-/usr/local/cuda}/include or the system paths (install cuDNN 9 for your CUDA)"
-    elif ! echo 'int main(){return 0;}' | "$CXX" -x c++ - "${lib[@]}" -lcudnn -lcublasLt -o build/.deps_probe >/dev/null 2>&1; then
+    elif ! echo 'int main(){return 0;}' | "$CXX" -x c++ - "${lib[@]}" -lcudnn -lcublasLt -o "$BUILD/.deps_probe" >/dev/null 2>&1; then
       why="libcudnn or libcublasLt not found to link (install cuDNN 9 for your CUDA)"
     elif [ ! -f "${CUDNN_FE:-.deps/cudnn_fe/include}/cudnn_frontend.h" ] &&
          ! { [ "${CUDNN_FE:-.deps/cudnn_fe/include}" = .deps/cudnn_fe/include ] && fetch_cudnn_fe; }; then
       why="cuDNN frontend headers not in ${CUDNN_FE:-.deps/cudnn_fe/include} and pip could not download them (offline?): run  bash scripts/deps.sh fetch  where there is internet, or set CUDNN_FE=path/include"
     else cuda=1; fi
-    rm -f build/.deps_probe
+    rm -f "$BUILD/.deps_probe"
   fi
   # Rewritten only when it changes: every object depends on it, so a change rebuilds them all.
-  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\n' "$root" "$cuda" "$why" >build/deps.mk.new
-  if cmp -s build/deps.mk.new build/deps.mk; then rm -f build/deps.mk.new; else mv build/deps.mk.new build/deps.mk; fi
+  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\n' "$root" "$cuda" "$why" >"$BUILD/deps.mk.new"
+  if cmp -s "$BUILD/deps.mk.new" "$BUILD/deps.mk"; then rm -f "$BUILD/deps.mk.new"; else mv "$BUILD/deps.mk.new" "$BUILD/deps.mk"; fi
 }
 
 deps_test() {
@@ -147,12 +148,12 @@ deps_test() {
   # clang with libFuzzer and the sanitizers' runtime.
   local probe='int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }'
   fuzz_ok() { local c; c=${CLANG:-$(command -v clang || command -v clang-14)} && [ -n "$c" ] &&
-    echo "$probe" | "$c" -x c -fsanitize=fuzzer,address,undefined - -o build/.fuzz_probe >/dev/null 2>&1; }
+    echo "$probe" | "$c" -x c -fsanitize=fuzzer,address,undefined - -o "$BUILD/.fuzz_probe" >/dev/null 2>&1; }
   if ! fuzz_ok && ! { apt_install clang libclang-rt-dev && fuzz_ok; }; then
     say "error: no clang with libFuzzer (tests/system/test_fuzz.sh), and it could not be installed."
     say "install it with:  sudo apt-get install clang libclang-rt-dev"; ok=0
   fi
-  rm -f build/.fuzz_probe
+  rm -f "$BUILD/.fuzz_probe"
   [ $ok = 1 ]
 }
 
