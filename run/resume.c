@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "run/checkpoint.h"
+#include "run/manifest.h"
 #include "run/run.h"
 
 // Names the first model key where a file's model config (a) differs from this run's (b); 'what'
@@ -130,24 +131,24 @@ void save_checkpoint(Run *r) {
   snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
   if (sharded) {
     // Every rank's file is durable once this all-reduce of their sizes and checksums returns.
-    ZeroManifest man = {r->step, r->world, r->zero->n, xcalloc((size_t)r->world, sizeof(ZeroShardFile))};
+    Manifest man = {r->step, r->world, r->zero->n, xcalloc((size_t)r->world, sizeof(ShardFile))};
     double *info = xcalloc(4 * (size_t)r->world, sizeof(double)), *mine = info + 4 * r->rank;
     uint64_t sum, bytes;
-    if (zero_file_checksum(path, &sum, &bytes, err, sizeof err)) die("checkpoint at step %lld: %s", (long long)r->step, err);
+    if (file_checksum(path, &sum, &bytes, err, sizeof err)) die("checkpoint at step %lld: %s", (long long)r->step, err);
     mine[0] = (double)(sum >> 32), mine[1] = (double)(sum & 0xffffffffu), mine[2] = (double)bytes;  // exact in doubles
     comm_allreduce_sum_f64(r->comm, info, 4 * r->world);
     for (int k = 0; k < r->world; k++) {
-      ZeroShardFile *f = &man.files[k];
+      ShardFile *f = &man.files[k];
       snprintf(f->path, sizeof f->path, "%s/rank_%d/ckpt_%08lld.bin", r->cfg.ckpt_dir, k, (long long)r->step);
       comm_shard_range(man.n, r->world, k, &f->lo, &f->hi);
       f->checksum = (uint64_t)info[4 * k] << 32 | (uint64_t)info[4 * k + 1];
       f->bytes = (uint64_t)info[4 * k + 2];
     }
-    if (r->rank == 0 && zero_manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
+    if (r->rank == 0 && manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
       die("checkpoint at step %lld: %s", (long long)r->step, err);
     comm_barrier(r->comm);  // nobody reports the checkpoint before its manifest exists
     free(info);
-    zero_manifest_free(&man);
+    manifest_free(&man);
     snprintf(path, sizeof path, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)r->step);
   }
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
@@ -161,7 +162,7 @@ void save_checkpoint(Run *r) {
 // Rank 0 picks the newest complete one, single-file (what a one-process run writes) or sharded
 // (a manifest), and tells the others, so that every rank loads the same step. The world size may
 // differ from the checkpoint's: parameters are whole in every form, and this rank's range of the
-// moments is cut out of the saved shards (zero_load_moments).
+// moments is cut out of the saved shards (manifest_load_moments).
 int resume(Run *r) {
   char err[1024], why[512];
   struct {
@@ -169,26 +170,26 @@ int resume(Run *r) {
     int32_t kind;  // 0: none, 1: one file, 2: a sharded checkpoint's manifest
     char path[2048];
   } pick = {-1, 0, ""};
-  ZeroManifest man = {0};
+  Manifest man = {0};
   if (r->rank == 0) {
     int64_t step;
     int one = ckpt_latest(r->cfg.ckpt_dir, pick.path, sizeof pick.path, &step);
     if (one < 0) die("cannot scan checkpoint dir '%s'", r->cfg.ckpt_dir);
-    int sharded = zero_manifest_latest(r->cfg.ckpt_dir, &man, err, sizeof err);
+    int sharded = manifest_latest(r->cfg.ckpt_dir, &man, err, sizeof err);
     if (sharded == 0 && (one != 0 || man.step >= step)) pick.kind = 2, pick.step = man.step;
     else if (one == 0) pick.kind = 1, pick.step = step;
-    zero_manifest_free(&man);
+    manifest_free(&man);
   }
   comm_broadcast_bytes(r->comm, &pick, sizeof pick);
   if (pick.kind == 0) {
     printf("resume: no checkpoint in '%s', starting from scratch\n", r->cfg.ckpt_dir);
     return 0;
   }
-  ZeroShardFile single = {.lo = 0, .hi = r->zero->n}, *src = &single;
+  ShardFile single = {.lo = 0, .hi = r->zero->n}, *src = &single;
   int nsrc = 1;
   if (pick.kind == 1) snprintf(single.path, sizeof single.path, "%s", pick.path);
   else {
-    if (zero_manifest_read(r->cfg.ckpt_dir, pick.step, &man, err, sizeof err)) die("resume: %s", err);
+    if (manifest_read(r->cfg.ckpt_dir, pick.step, &man, err, sizeof err)) die("resume: %s", err);
     src = man.files, nsrc = man.world;
   }
   const char *path = src[0].path;  // meta, params, loader state: rank 0's file
@@ -214,7 +215,7 @@ int resume(Run *r) {
   LoaderState ls;
   CkptSection secs[] = {{"params", st.host[0], st.bytes[0]}, {"loader", &ls, sizeof ls}};
   if (ckpt_load(path, secs, 2, &step, err, sizeof err)) die("%s", err);
-  if (zero_load_moments(src, nsrc, r->zero->lo, r->zero->hi, st.host[1], st.host[2], err, sizeof err))
+  if (manifest_load_moments(src, nsrc, r->zero->lo, r->zero->hi, st.host[1], st.host[2], err, sizeof err))
     die("resume: %s", err);
   if (!on_host(r))
     for (int i = 0; i < 3; i++) r->ops->upload(st.state[i], st.host[i], st.bytes[i]);
@@ -226,7 +227,7 @@ int resume(Run *r) {
   else snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);
   if (old.world != r->world) printf("resume: re-sharding the optimizer state from %d to %d ranks\n", old.world, r->world);
   printf("resumed from %s at step %lld\n", r->last_ckpt, (long long)step);
-  zero_manifest_free(&man);
+  manifest_free(&man);
   return 1;
 }
 
