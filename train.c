@@ -29,10 +29,6 @@
 #include "data/evals.h"
 #include "data/tokenizer.h"
 #include "fp4/recipe.h"
-#ifdef HAVE_CUDA
-#include "model/cuda/attention_cudnn.h"
-#include "model/cuda/ops_cuda.h"
-#endif
 #include "run/checkpoint.h"
 #include "dist/comm.h"
 #include "run/config.h"
@@ -172,44 +168,6 @@ static void compare_dump(Run *r, const char *dir) {
   printf("compare dump written to %s (loss %.6f, after %d AdamW steps %.6f)\n", dir, loss0, STEPS, losses[STEPS - 1]);
 }
 
-// The GPU of a rank: LOCAL_RANK, or LOCAL_RANK modulo the visible devices when the launcher
-// already gave each task its own (Slurm's --gpus-per-task shows every task its GPU as device 0).
-#ifdef HAVE_CUDA
-static int rank_device(int local_rank) {
-  int count = comm_cuda_device_count();
-  if (count > 0 && local_rank >= count) {
-    printf("LOCAL_RANK %d sees %d GPU%s: using device %d\n", local_rank, count, count == 1 ? "" : "s", local_rank % count);
-    return local_rank % count;
-  }
-  return local_rank;
-}
-#endif
-
-// parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has CUDA and one is present).
-// The device is selected here, before anything (NCCL included) allocates on it.
-static const Ops *pick_backend(const char *want, int deterministic, int dgrad_transposed, int local_rank) {
-  if (!strcmp(want, "cpu")) return &ops_cpu;
-#ifdef HAVE_CUDA
-  char err[512];
-  int device = rank_device(local_rank);
-  const Ops *cuda = cuda_backend_init(device, err, sizeof err);
-  if (cuda && deterministic) {
-    // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
-    // attention backward adds with atomics: both would make a resumed run drift from the original.
-    setenv("GEMM_AUTOTUNE", "0", 1);
-    attention_cudnn_set_deterministic(1);
-  }
-  if (cuda) cuda_set_dgrad_transposed(dgrad_transposed);  // parallel.dgrad_transposed
-  if (cuda) return cuda;
-  if (!strcmp(want, "cuda")) die("parallel.backend: cuda: %s", err);
-  printf("no usable GPU (%s): using the CPU backend\n", err);
-#else
-  (void)deterministic, (void)dgrad_transposed, (void)local_rank;
-  if (!strcmp(want, "cuda")) die("parallel.backend: cuda, but this binary was built without CUDA (no nvcc found)");
-#endif
-  return &ops_cpu;
-}
-
 // Resolves the precision recipe for this backend and hands it to the linear layers. The CPU backend
 // has no quantized path: it computes every recipe in fp32 and says so.
 static RecipeMeta recipe_meta(const Recipe *r) {
@@ -291,18 +249,13 @@ static void check_spike(LossWindow *w, float factor, int64_t step, double loss, 
 static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   Recipe r;
   char err[256], desc[256];
-  int cc = 0;
-#ifdef HAVE_CUDA
-  if (ops != &ops_cpu) cc = cuda_device_cc();
-#endif
+  int cc = ops->device_cc ? ops->device_cc() : 0;
   if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
                      c->bf16_first_blocks, c->bf16_last_blocks, cc, err, sizeof err))
     die("%s", err);
   recipe_describe(&r, desc, sizeof desc);
-#ifdef HAVE_CUDA
-  if (ops != &ops_cpu) cuda_set_recipe(&r, n_layers, c->seed);
-#endif
-  if (ops == &ops_cpu && r.format != FMT_BF16) printf("recipe %s: the CPU backend computes it in fp32\n", desc);
+  if (ops->set_recipe) ops->set_recipe(&r, n_layers, c->seed);
+  if (!ops->set_recipe && r.format != FMT_BF16) printf("recipe %s: the %s backend computes it in fp32\n", desc, ops->name);
   else printf("recipe %s\n", desc);
   return r;
 }
@@ -418,7 +371,7 @@ int main(int argc, char **argv) {
   if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    const Ops *ops = pick_backend(cfg->backend, cfg->deterministic, cfg->dgrad_transposed, 0);
+    const Ops *ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, 0});
     apply_recipe(cfg, ops, cfg->model.n_layers);
     return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
   }
@@ -437,8 +390,8 @@ int main(int argc, char **argv) {
   else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
   if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run.ops = pick_backend(cfg->backend, cfg->deterministic, cfg->dgrad_transposed, env.local_rank);
-  run.comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, run.ops != &ops_cpu);
+  run.ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, env.local_rank});
+  run.comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, !run.ops->host_memory);
   const int world = run.world, B = cfg->micro_batch, T = cfg->seq_len;
   const int accum = cfg->global_batch / (B * world);
   const LlamaConfig *mc = &cfg->model;
@@ -561,9 +514,8 @@ int main(int argc, char **argv) {
       if (run.step % cfg->log_interval == 0 || run.step == cfg->total_steps) {
         double dt = now - t_last, tps = tokens_per_step * cfg->log_interval / dt;
         double mem_gb = 0, dev_gb = 0;  // GPU memory: our tracked peak, and the device's use now
-#ifdef HAVE_CUDA
-        if (!on_host(&run)) mem_gb = cuda_mem_peak() / 1e9, dev_gb = comm_cuda_device_used() / 1e9;
-#endif
+        if (run.ops->mem_peak) mem_gb = run.ops->mem_peak() / 1e9;
+        if (run.ops->device_used) dev_gb = run.ops->device_used() / 1e9;
         double avg = (now - t_start) / (run.step - first_step);
         char eta[32];
         format_eta(avg * (cfg->total_steps - run.step), eta, sizeof eta);
@@ -602,15 +554,7 @@ int main(int argc, char **argv) {
       break;
     }
   }
-#ifdef HAVE_CUDA
-  if (!on_host(&run)) {  // the exactness of the tiled Wgrad operands (precision.wgrad_2d), this rank's
-    unsigned long long rounded, blocks;
-    cuda_fp4_tile_stats(&rounded, &blocks);
-    if (blocks)
-      printf("FP8 Wgrad tiles (rank %d): %llu of %llu 32-blocks nonzero and outside the exact embedding range (%.3g%%)\n",
-             run.rank, rounded, blocks, 100.0 * (double)rounded / (double)blocks);
-  }
-#endif
+  if (run.ops->end_report) run.ops->end_report(run.rank);
   // Nobody tears down its communicator (or closes its sockets, which peers take for a death) while
   // another rank may still be in a collective.
   comm_barrier(run.comm);

@@ -149,10 +149,6 @@ void comm_nccl_gather(CommNccl *n, const void *src, void *dst, size_t count, int
 // The NCCL side of comm_all_gather_bf16_stage / comm_stage_wait (one event per stage).
 void comm_nccl_stage_done(CommNccl *n, int stage);
 void comm_nccl_stage_wait(CommNccl *n, int stage);
-// CUDA devices this process sees (0 when none or no driver): picks the GPU of a local rank.
-int comm_cuda_device_count(void);
-// Bytes in use on the current device (all allocations: ours, the libraries', NCCL's).
-size_t comm_cuda_device_used(void);
 #endif
 
 #ifdef __cplusplus

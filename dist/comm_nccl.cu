@@ -452,20 +452,3 @@ extern "C" void comm_nccl_stage_wait(CommNccl *n, int stage) {
   CUDA_OK(n, cudaStreamWaitEvent(cuda_stream(), n->stage[stage], 0));
 }
 
-extern "C" int comm_cuda_device_count(void) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
-extern "C" size_t comm_cuda_device_used(void) {
-  size_t free_b = 0, total = 0;
-  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return total - free_b;
-}

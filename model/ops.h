@@ -16,7 +16,9 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "fp4/recipe.h"
 #include "model/llama_config.h"
 
 #ifdef __cplusplus
@@ -39,6 +41,20 @@ typedef struct Ops {
   const char *name;  // "cpu", "cuda", ...
   int act_bytes;     // bytes per activation element: 4 (fp32) on the CPU, 2 for BF16
   void *ctx;         // handed to the linear entry (recipe and quantizer state); NULL on the CPU
+
+  // What a run asks of the backend beyond the ops (train.c, run/). 0 or NULL where it has none of it:
+  // the CPU keeps host memory, computes every recipe in fp32 and has nothing to profile or report.
+  int host_memory;                                                   // 1: its buffers are host memory
+  int (*device_cc)(void);                                            // compute capability, major*10 + minor
+  void (*set_recipe)(const Recipe *r, int n_layers, uint64_t seed);  // for the FP4 linears; before llama_create
+  size_t (*mem_peak)(void);         // bytes: the peak of the backend's tracked allocations
+  void (*mem_reset_peak)(void);
+  size_t (*device_used)(void);      // bytes in use on the device now (every process's)
+  size_t (*fp4_saved_bytes)(void);  // the FP4 operand copies the forwards keep
+  void (*profile)(int on);          // on: reset the per-op timers and time each op; off: stop
+  void (*profile_report)(FILE *f, int steps);
+  void (*library_report)(FILE *f);  // the run-time libraries it loaded (a line for the bench)
+  void (*end_report)(int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
 
   // Memory: buffers the ops read and write live where the backend wants them (host or device).
   void *(*alloc)(size_t bytes);
@@ -156,12 +172,17 @@ typedef struct Ops {
 } Ops;
 
 extern const Ops ops_cpu;
-#ifdef HAVE_CUDA
-// The CUDA backend (model/cuda/ops_cuda.cu): BF16 activations, fp32 master weights and gradients.
-// cuda_backend_init picks the device and creates the library handles; it returns NULL (with a
-// reason in err) when no usable GPU is present, so ./train can fall back to the CPU.
-const Ops *cuda_backend_init(int device, char *err, size_t errlen);
-#endif
+
+// parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has the CUDA backend and one is
+// present, else the CPU, saying why). model/backend.c, the one place that knows which backends this
+// build has. The device (LOCAL_RANK's) is selected here, before anything (NCCL included) allocates
+// on it. deterministic: GEMM algorithms by heuristic, not timing, and cuDNN's deterministic attention
+// backward (a resumed run then repeats the original bit for bit). dgrad_transposed: keep W^T copies
+// for the dgrad GEMMs (parallel.dgrad_transposed).
+typedef struct {
+  int deterministic, dgrad_transposed, local_rank;
+} BackendOptions;
+const Ops *backend_open(const char *want, const BackendOptions *o);
 
 // ---- CPU reference implementations (fp32, OpenMP, deterministic) -------------------------------
 // Every output element is computed by one thread in a fixed order, so results are bit-identical

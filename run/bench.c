@@ -14,11 +14,6 @@
 #include "model/adamw.h"
 #include "model/llama.h"
 #include "fp4/recipe.h"
-#ifdef HAVE_CUDA
-#include "model/cuda/attention_cudnn.h"
-#include "model/cuda/linear_fp4.h"
-#include "model/cuda/ops_cuda.h"
-#endif
 
 
 typedef struct {
@@ -58,17 +53,15 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   LlamaConfig mc = cfg->model;
   mc.n_layers = layers;
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
-#ifdef HAVE_CUDA
-  if (op != &ops_cpu) {  // the recipe's BF16 block overrides count from this depth's ends; set before
-    Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
+  if (op->set_recipe) {  // the recipe's BF16 block overrides count from this depth's ends; set before
+    Recipe r;             // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
     if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
-                       cfg->wgrad_2d,
-                       cfg->bf16_first_blocks, cfg->bf16_last_blocks, cuda_device_cc(), err, sizeof err))
+                       cfg->wgrad_2d, cfg->bf16_first_blocks, cfg->bf16_last_blocks,
+                       op->device_cc ? op->device_cc() : 0, err, sizeof err))
       die("%s", err);
-    cuda_set_recipe(&r, layers, cfg->seed);
+    op->set_recipe(&r, layers, cfg->seed);
   }
-#endif
   Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
   llama_init(m, cfg->seed);
   size_t n = llama_param_count(m);
@@ -112,31 +105,24 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
     else tm.opt_s = med;
   }
   free(ts);
-#ifdef HAVE_CUDA
-  if (op != &ops_cpu) {
-    tm.mem_gb = cuda_mem_peak() / 1e9;
-    tm.act_gb += linear_fp4_saved_bytes() / 1e9;  // the FP4 copies the forwards kept (allocated by now)
-    if (profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
-      cuda_profile_reset();
-      cuda_profile_enable(1);
-      llama_zero_grad(m);
-      llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
-      optimizer(op, m, am, av, cfg, ++t);
-      op->sync();
-      cuda_profile_enable(0);
-      printf("\nwhere the time goes: one step at %d layers, B=%d, T=%d\n", layers, B, T);
-      cuda_profile_report(stdout, 1);
-    }
+  if (op->mem_peak) tm.mem_gb = op->mem_peak() / 1e9;
+  if (op->fp4_saved_bytes) tm.act_gb += op->fp4_saved_bytes() / 1e9;  // the FP4 copies the forwards kept
+  if (profile && op->profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
+    op->profile(1);
+    llama_zero_grad(m);
+    llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
+    optimizer(op, m, am, av, cfg, ++t);
+    op->sync();
+    op->profile(0);
+    printf("\nwhere the time goes: one step at %d layers, B=%d, T=%d\n", layers, B, T);
+    op->profile_report(stdout, 1);
   }
-#endif
   free(inputs);
   free(targets);
   op->release(am);
   op->release(av);
   llama_free(m);
-#ifdef HAVE_CUDA
-  if (op != &ops_cpu) cuda_mem_reset_peak();
-#endif
+  if (op->mem_reset_peak) op->mem_reset_peak();
   return tm;
 }
 
@@ -149,9 +135,7 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   const int accum = cfg->global_batch / cfg->micro_batch;
   printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
          op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
-#ifdef HAVE_CUDA
-  if (!strcmp(op->name, "cuda")) printf("bench: cuDNN %zu loaded at run time\n", attention_cudnn_version());
-#endif
+  if (op->library_report) op->library_report(stdout);
   fflush(stdout);
   Timing a = time_depth(cfg, op, la, steps, 0);
   Timing b = time_depth(cfg, op, lb, steps, 1);

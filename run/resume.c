@@ -86,7 +86,7 @@ typedef struct {
   size_t bytes[3];
 } CkptState;
 
-int on_host(const Run *r) { return r->ops == &ops_cpu; }
+int on_host(const Run *r) { return r->ops->host_memory; }
 
 static CkptState ckpt_state(Run *r) {
   const Zero *z = r->zero;

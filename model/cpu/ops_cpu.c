@@ -84,6 +84,7 @@ const Ops ops_cpu = {
     .name = "cpu",
     .act_bytes = sizeof(float),
     .ctx = NULL,
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .zero = cpu_zero,

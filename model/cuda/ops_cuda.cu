@@ -718,6 +718,31 @@ static void cu_head_nll(float *nll, float *scratch, const void *x, const float *
 
 static Ops g_ops;
 
+static size_t cu_device_used(void) {
+  size_t free_b = 0, total = 0;
+  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total - free_b;
+}
+
+static void cu_profile(int on) {
+  if (on) cuda_profile_reset();
+  cuda_profile_enable(on);
+}
+
+static void cu_library_report(FILE *f) { fprintf(f, "bench: cuDNN %zu loaded at run time\n", attention_cudnn_version()); }
+
+// The exactness of the tiled Wgrad operands (precision.wgrad_2d) on this rank.
+static void cu_end_report(int rank) {
+  unsigned long long rounded, blocks;
+  linear_fp4_tile_stats(&rounded, &blocks);
+  if (blocks)
+    printf("FP8 Wgrad tiles (rank %d): %llu of %llu 32-blocks nonzero and outside the exact embedding range (%.3g%%)\n",
+           rank, rounded, blocks, 100.0 * (double)rounded / (double)blocks);
+}
+
 static void fill_table(Ops *o) {
   o->name = "cuda";
   o->act_bytes = sizeof(bf16);
@@ -758,6 +783,17 @@ static void fill_table(Ops *o) {
   o->residual_fwd = cu_residual_fwd;
   o->head_ce = cu_head_ce;
   o->head_nll = cu_head_nll;
+  o->host_memory = 0;
+  o->device_cc = cuda_device_cc;
+  o->set_recipe = cuda_set_recipe;
+  o->mem_peak = cuda_mem_peak;
+  o->mem_reset_peak = cuda_mem_reset_peak;
+  o->device_used = cu_device_used;
+  o->fp4_saved_bytes = linear_fp4_saved_bytes;
+  o->profile = cu_profile;
+  o->profile_report = cuda_profile_report;
+  o->library_report = cu_library_report;
+  o->end_report = cu_end_report;
 }
 
 int cuda_device_cc(void) {
@@ -800,4 +836,23 @@ const Ops *cuda_backend_init(int device, char *err, size_t errlen) {
   }
   fill_table(&g_ops);
   return &g_ops;
+}
+
+const Ops *cuda_backend_open(const BackendOptions *o, char *err, size_t errlen) {
+  int count = 0, device = o->local_rank;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) (void)cudaGetLastError(), count = 0;
+  if (count > 0 && device >= count) {
+    printf("LOCAL_RANK %d sees %d GPU%s: using device %d\n", device, count, count == 1 ? "" : "s", device % count);
+    device %= count;
+  }
+  const Ops *ops = cuda_backend_init(device, err, errlen);
+  if (!ops) return NULL;
+  if (o->deterministic) {
+    // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
+    // attention backward adds with atomics: both would make a resumed run drift from the original.
+    setenv("GEMM_AUTOTUNE", "0", 1);
+    attention_cudnn_set_deterministic(1);
+  }
+  cuda_set_dgrad_transposed(o->dgrad_transposed);
+  return ops;
 }

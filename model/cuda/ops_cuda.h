@@ -21,8 +21,12 @@ extern "C" {
 #endif
 
 // Picks the device and creates the stream. Returns the table, or NULL with the CUDA error text in
-// err when there is no usable GPU. Prints nothing. (Also declared in ops.h under HAVE_CUDA.)
+// err when there is no usable GPU. Prints nothing.
 const Ops *cuda_backend_init(int device, char *err, size_t errlen);
+// backend_open's CUDA case (model/ops.h): the device of LOCAL_RANK (modulo the visible devices, when
+// the launcher already gave each task its own: Slurm's --gpus-per-task shows every task its GPU as
+// device 0), cuda_backend_init, then the options. NULL with the reason in err.
+const Ops *cuda_backend_open(const BackendOptions *o, char *err, size_t errlen);
 
 // Profiling. While enabled, every op of the table records a CUDA event pair around its GPU work
 // and adds the elapsed time, a call, the bytes it moves (reads + writes, from its arguments) and
