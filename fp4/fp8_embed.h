@@ -1,5 +1,5 @@
 // fp4/fp8_embed.h: MXFP4 embedded in FP8 E4M3 + cuBLASLt block scales, so Hopper's FP8 tensor cores
-// run MXFP4 numerics (BRIEF §4; layouts verified by shared/probes/mx_embed_probe.cu).
+// run MXFP4 numerics (docs/formats.md §3; layouts verified by ../shared/probes/mx_embed_probe.cu).
 //
 // For every 128-element group along K (VEC128: one row x 128 K, for activations and gradients) or
 // 128x128 tile (BLK128x128: 128 rows x 128 K, for weights, and for one Wgrad operand when

@@ -1,4 +1,4 @@
-// fp4/hadamard.h: the fixed-sign Hadamard rotations of the FP4 recipes (BRIEF §3), as exact FP4_HD
+// fp4/hadamard.h: the fixed-sign Hadamard rotations of the FP4 recipes (docs/formats.md §2), as exact FP4_HD
 // in-register transforms, plus CPU (hadamard.c) and CUDA (hadamard.cu) helpers that apply them to
 // matrices in 16- or 32-blocks along a chosen dimension.
 //

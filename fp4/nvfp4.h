@@ -1,5 +1,5 @@
 // fp4/nvfp4.h: NVFP4 quantization (16-element blocks with an E4M3 scale each, plus one fp32 tensor
-// scale), the TE-style recipe of BRIEF §2-3, bit-identical on CPU (nvfp4.c) and GPU (nvfp4.cu).
+// scale), the TE-style recipe of docs/formats.md §1-2, bit-identical on CPU (nvfp4.c) and GPU (nvfp4.cu).
 //
 // Scales (amax = the tensor amax, a_b = the block amax):
 //   s_enc = 6 * 448 / amax                       tensor encode scale (fp32, one division)
@@ -7,7 +7,7 @@
 //   inv   = min(s_enc / fp32(bs), FLT_MAX)       per-block reciprocal (one division per block)
 //   q     = E2M1(x * inv)                        element code, RNE or SR
 //   value = q * fp32(bs) / s_enc                 (q * fp32(bs) is exact; then one division)
-// q is the brief's E2M1(x / (fp32(bs) / s_enc)) computed, as Transformer Engine does, with a multiply
+// q is docs/formats.md §1's E2M1(x / (fp32(bs) / s_enc)) computed, as Transformer Engine does, with a multiply
 // by a per-block reciprocal instead of a correctly rounded division per element (which would add ~10
 // instructions per element to producers that are already near their compute/bandwidth balance). The
 // two differ only when x / (bs / s_enc) lies within an ulp or so of an E2M1 rounding threshold.

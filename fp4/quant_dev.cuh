@@ -111,7 +111,7 @@ static inline FP4_HD float fp4_absmax(float m, float x) {
 //   t1 = y + 2^23 = 2^23 + RNE(y)         s1 = sat(t1/2 - 2^22 - 1) = clamp(RNE(y) - 2, 0, 2) / 2  (2.5 3.5)
 //   t2 = y + 2^24 = 2^24 + 2 RNE(y/2)     s2 = sat(t2/2 - 2^23 - 2) = clamp(RNE(y/2) - 2, 0, 1)    (5)
 // code = 4 s0 + 2 s1 + s2 (ties: RNE(0.5) = 0, RNE(1.5) = 2, RNE(2.5) = 2, RNE(3.5) = 4, RNE(2.5) = 2 give
-// exactly the brief's > / >= per threshold), and every y >= 5.x up to +Inf saturates to 7 with no clamp.
+// exactly docs/formats.md §1's ties, > / >= per threshold), and every y >= 5.x up to +Inf saturates to 7 with no clamp.
 // fp4_rne_acc adds code * w to acc (w = 16^j puts it in nibble j; acc holds 2^23 + earlier nibbles, so
 // every intermediate is an integer below 2^24: exact). Checked equal to e2m1_rne_mag on every y in
 // [0, +Inf] (all 2^31 bit patterns): QUANT_DEV_EXHAUSTIVE=1 build/tests/test_quant_dev.

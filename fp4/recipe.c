@@ -43,7 +43,7 @@ int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *ha
   else if (is(gemm, "fp8")) r->gemm = GEMM_FP8_EMBED;
   else if (is(gemm, "fp4")) r->gemm = GEMM_FP4_NATIVE;
   else return snprintf(err, errlen, "precision.fp4_gemm: unknown value '%s'", gemm), -1;
-  // NVFP4's E2M1 x E4M3 products need 6 significant bits: exact in BF16, not in E4M3 (brief §4).
+  // NVFP4's E2M1 x E4M3 products need 6 significant bits: exact in BF16, not in E4M3 (docs/formats.md §3).
   if (nv && r->gemm == GEMM_FP8_EMBED)
     return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"), -1;
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)

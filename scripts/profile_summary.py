@@ -10,7 +10,7 @@ and divided by the profiled depth. The head, embedding and optimizer rows are re
 would take. The bound keeps only what no fusion removes: every GEMM at the faster of its measured
 time and the table's ceiling (the best of cuBLASLt's top algorithms at that shape, timed alone),
 attention at --attention-ms per layer (default 3.6: cuDNN forward + backward of one layer timed
-alone, BRIEF.md section 4 and gpu_test_attention), AdamW moving --opt-bytes per parameter at the
+alone, docs/formats.md §3 and gpu_test_attention), AdamW moving --opt-bytes per parameter at the
 4.28 TB/s copy ceiling, and no memory-bound glue, quantizers, launch gaps or embedding at all.
 """
 import argparse

@@ -644,7 +644,7 @@ static void cu_rope_bwd(void *dx, const float *cos_t, const float *sin_t, int B,
   cuda_prof_end(mk, "rope bwd", PROF_MEM, rope_bytes(B, T, n_heads, hd), 0, NULL);
 }
 
-// Causal attention FLOPs, as FlashAttention's papers (and the brief's 534 TFLOP/s) count them:
+// Causal attention FLOPs, as FlashAttention's papers (and docs/formats.md §3's 534 TFLOP/s) count them:
 // each of the two forward matmuls (QK^T, PV) is 2*T*T*hd/2 per (sequence, head); the backward has
 // five (QK^T recomputed, dV, dP, dQ, dK).
 static double attn_flops(int B, int T, int H, int hd, int matmuls) { return matmuls * (double)B * H * T * T * hd; }

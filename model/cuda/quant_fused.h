@@ -1,4 +1,4 @@
-// model/cuda/quant_fused.h: format-aware fusion (BRIEF §4). The ops that make an FP4 linear's input, RMSNorm
+// model/cuda/quant_fused.h: format-aware fusion (docs/formats.md §4). The ops that make an FP4 linear's input, RMSNorm
 // and SwiGLU, run inside the MXFP4 dual producer (fp4/mx_dual.cuh) that quantizes that input: each BF16
 // value is formed in registers exactly as rmsnorm.cu / swiglu.cu form it (rmsnorm_value, swiglu_value
 // in ops_cuda.h) and goes straight into the Fprop row copy (RNE) and the Wgrad column copy (RNE, H32 or

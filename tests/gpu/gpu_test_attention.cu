@@ -461,7 +461,7 @@ static void llama8b_fast(Problem *p, Results *g) {
   printf("  backward  %7.3f ms  %6.1f TFLOP/s  (2.5x forward)\n", bwd_ms, bwd / bwd_ms * 1e-9);
   printf("  fwd+bwd   %7.3f ms  %6.1f TFLOP/s causal; paper formula %.1f GFLOP -> %.1f TFLOP/s\n", fb,
          (fwd + bwd) / fb * 1e-9, paper_flop * 1e-9, paper_flop / fb * 1e-9);
-  printf("  (BRIEF: cuDNN through PyTorch, same shape: 3.6 ms fwd+bwd, ~534 TFLOP/s causal)\n");
+  printf("  (docs/formats.md §3: cuDNN through PyTorch, same shape: 3.6 ms fwd+bwd, ~534 TFLOP/s causal)\n");
   // Generous bound (3x the PyTorch figure): catches a slow fallback engine, not small regressions.
   CHECK(fb < 10.8f, "fwd+bwd %.3f ms, more than 3x the 3.6 ms cuDNN reaches through PyTorch", fb);
 }

@@ -32,7 +32,7 @@ static const double TOL_REF = 1e-6, TOL_FP8 = 1e-5, TOL_BF16 = 1e-2;
 // DeepSeek-V3's report measured); cuBLASLt promotes to fp32 only at each 128-wide scale block. On
 // plain data that is invisible (the H200 gave fp8 == reference bit for bit), but with 1000x spread
 // between blocks and x50 outlier tokens large partial sums swallow small products: the H200 showed
-// 5e-5 to 1.9e-4 relative L2 against fp64 there (the brief's probe: a worst element of 2e-4). So the
+// 5e-5 to 1.9e-4 relative L2 against fp64 there (docs/formats.md §3's probe: a worst element of 2e-4). So the
 // outlier layers allow 2^-11 (4.9e-4), the accumulator's precision with margin, and no more.
 static const double TOL_FP8_SPREAD = 4.8828125e-4;
 static double g_tol_fp8 = 1e-5;  // TOL_FP8, or TOL_FP8_SPREAD inside an outlier layer
@@ -475,7 +475,7 @@ static void test_nvfp4_reference(Rng *rng) {
   free(a), free(b), free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(ref), free(got);
 }
 
-// TFLOP/s of the FP8 path vs gemm_bf16's ceiling at T = 8192 (BRIEF §4 expects ~1.6-1.8x).
+// TFLOP/s of the FP8 path vs gemm_bf16's ceiling at T = 8192 (docs/formats.md §3 expects ~1.6-1.8x).
 static void bench(void) {
   TEST_SECTION("FP8-embedded MXFP4 GEMM vs BF16, T = 8192 (TFLOP/s, best of the heuristic's top candidates)");
   const int T = 8192;

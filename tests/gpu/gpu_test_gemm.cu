@@ -282,7 +282,7 @@ static void bench_8b(void) {
       double ceil_rate = gemm_ceiling_tflops(of, at, bt, M, Nn, K);
       printf("  %-9s %-6s %6d %6d %6d %9.1f %9.1f %5.0f%%\n", lin[l].name, use_name[u], M, Nn, K, rate, ceil_rate,
              100 * rate / ceil_rate);
-      // BRIEF section 4 measured 688-815 TFLOP/s at these shapes on this GPU: far less means a
+      // docs/formats.md §3 measured 688-815 TFLOP/s at these shapes on this GPU: far less means a
       // non-tensor-core or badly tiled algorithm.
       CHECK(ceil_rate > 400, "%s %s: ceiling %.1f TFLOP/s is implausibly low", lin[l].name, use_name[u], ceil_rate);
       // The tuned algorithm, called as the model calls it, should be as fast as the best in isolation.
