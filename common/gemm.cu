@@ -1,4 +1,4 @@
-// common/gemm.cu: BF16 GEMMs through cuBLASLt with a per-shape plan cache and autotuning. See gemm.h.
+// common/gemm.cu: BF16 GEMMs through cuBLASLt, their plans in the one cache of common/lt_tune.h. See gemm.h.
 //
 // cuBLASLt is column-major. A row-major [R,C] matrix is the column-major [C,R] matrix with the same
 // bytes, so instead of out = op(A) op(B) we ask cuBLASLt for out^T = op(B)^T op(A)^T, which it
@@ -17,33 +17,24 @@
 
 enum { CANDIDATES = 8 };  // heuristic algorithms timed per shape
 
-// Timing effort. Each candidate gets one warm-up call, then `rounds` passes of enough back-to-back
-// calls to last about `target_ms`; a candidate keeps its best pass. Passes interleave the
-// candidates, so clock ramps and noise hit them alike.
-static const int TUNE_ROUNDS = 2, CEIL_ROUNDS = 5;
-static const double TUNE_TARGET_MS = 2.0, CEIL_TARGET_MS = 10.0;
+// Timing effort of the ceiling (the plans' own choice is lt_plan_choose's): one warm-up call per
+// candidate, then CEIL_ROUNDS interleaved passes of about CEIL_TARGET_MS; each keeps its best pass.
+static const int CEIL_ROUNDS = 5;
+static const double CEIL_TARGET_MS = 10.0;
 
-// Everything that selects descriptors and algorithm. All ints, so memcmp compares keys.
+// The plan key (common/lt_tune.h): everything that selects descriptors and algorithm, all ints.
 typedef struct {
+  int kind;  // LT_BF16
   int out_fp32, a_t, b_t, M, N, K;
   int accumulate;  // beta != 0: out is read (and, when tuning, must be protected)
   int align;       // min alignment of the three pointers, 16..256 bytes (the heuristic filters on it)
 } GemmKey;
 
-typedef struct {
-  GemmKey key;
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, lout;  // cuBLAS A (our B), cuBLAS B (our A), C = D (out)
-  cublasLtMatmulAlgo_t algo;
-  int n_candidates, chosen;  // heuristic results available, and the index kept
-  double ms, ms_h0;          // measured time per call of the kept algo and of heuristic #0 (0: untimed)
-  const char *untuned;       // why the timing was skipped, or NULL
-  long calls;
-} GemmPlan;
-
-static GemmPlan *g_plans;
-static int g_nplans, g_capplans;
-
+static GemmKey key_of(const LtPlan *p) {
+  GemmKey k;
+  memcpy(&k, p->key, sizeof k);
+  return k;
+}
 
 static const char *layout_name(int a_t, int b_t) {
   static const char *names[4] = {"A*B", "A*B^T", "A^T*B", "A^T*B^T"};
@@ -58,18 +49,8 @@ static void check_args(const char *who, int out_fp32, int a_t, int b_t, int M, i
         "16-byte aligned for cuBLASLt's BF16 tensor-core kernels)", who, M, N, K);
 }
 
-// Largest power of two in [16, 256] dividing every address; dies below 16.
-static int pointer_alignment(const void *out, const void *A, const void *B) {
-  uintptr_t bits = (uintptr_t)out | (uintptr_t)A | (uintptr_t)B;
-  if (!out || !A || !B || (bits & 15))
-    die("gemm_bf16: out=%p A=%p B=%p must be non-NULL and 16-byte aligned", out, A, B);
-  int align = 256;
-  while (bits & (uintptr_t)(align - 1)) align >>= 1;
-  return align;
-}
-
-static void plan_build(GemmPlan *p) {
-  const GemmKey *k = &p->key;
+static void plan_build(LtPlan *p, const GemmKey *k) {
+  p->align = k->align;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // op(B)^T: B stored [K,N] row-major is column-major [N,K] already (N); stored [N,K] it needs T.
   cublasOperation_t ta = k->b_t ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -86,41 +67,21 @@ static void plan_build(GemmPlan *p) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lout, k->out_fp32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
 }
 
-static void plan_destroy(GemmPlan *p) {
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lout));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
-}
-
 static void describe(char *buf, size_t n, const GemmKey *k) {
   snprintf(buf, n, "%s M=%d N=%d K=%d out=%s beta%s0 align=%d", layout_name(k->a_t, k->b_t), k->M, k->N, k->K,
            k->out_fp32 ? "fp32" : "bf16", k->accumulate ? "!=" : "=", k->align);
 }
 
-// Up to `max` heuristic algorithms that fit the workspace and the key's pointer alignment.
-static int plan_candidates(const GemmPlan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
-  cublasStatus_t st;
-  int valid = lt_candidates(lt_context()->handle, p->desc, p->la, p->lb, p->lout, p->key.align, lt_context()->ws_bytes, res,
-                            max, &st);
-  if (valid == 0) {
-    char d[160];
-    describe(d, sizeof d, &p->key);
-    die("gemm: cuBLASLt offers no algorithm for %s (heuristic status %d)", d, (int)st);
-  }
-  return valid;
-}
-
-static cublasStatus_t launch(const GemmPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A,
+static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A,
                              const void *B, float alpha, float beta) {
   const LtContext *lt = lt_context();
   return cublasLtMatmul(lt->handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, out, p->lout, out, p->lout, algo, lt->ws,
                         lt->ws_bytes, cuda_stream());
 }
 
-// One GEMM call with fixed operands, for lt_pick_fastest.
+// One GEMM call with fixed operands, for lt_plan_choose and lt_pick_fastest.
 typedef struct {
-  const GemmPlan *p;
+  const LtPlan *p;
   void *out;
   const void *A, *B;
   float alpha, beta;
@@ -131,81 +92,30 @@ static cublasStatus_t launch_tune(void *ctx, const cublasLtMatmulAlgo_t *algo) {
   return launch(c->p, algo, c->out, c->A, c->B, c->alpha, c->beta);
 }
 
-// Times the n candidates on these buffers and returns the fastest's index; ms[i] gets candidate
-// i's time per call (-1: it failed to run, which happens only for odd algorithms).
-static int pick_fastest(const GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int n, void *out,
-                        const void *A, const void *B, float alpha, float beta, int rounds, double target_ms,
-                        double *ms) {
+// The plan of a key, built and chosen (on this call's operands) at its first use.
+static LtPlan *plan_get(const GemmKey *key, void *out, const void *A, const void *B, float alpha, float beta) {
+  int created;
+  LtPlan *p = lt_plan_get((const int *)key, (int)(sizeof *key / sizeof(int)), &created);
+  if (!created) return p;
+  plan_build(p, key);
   TuneCall c = {p, out, A, B, alpha, beta};
-  int best = lt_pick_fastest(launch_tune, &c, res, n, rounds, target_ms, ms);
-  if (best < 0) {
+  lt_plan_choose(p, CANDIDATES, launch_tune, &c, &c.out, (size_t)key->M * key->N * (key->out_fp32 ? 4 : 2),
+                 key->accumulate);
+  if (p->n_candidates == 0) {
     char d[160];
-    describe(d, sizeof d, &p->key);
-    die("gemm: none of the %d cuBLASLt algorithms for %s ran", n, d);
+    describe(d, sizeof d, key);
+    die("gemm: cuBLASLt offers no algorithm for %s", d);
   }
-  return best;
-}
-
-// First call of a shape: choose the algorithm. With beta != 0 the timed calls would keep adding
-// into `out`, so they run on a scratch copy instead (allocated here, freed before returning).
-static void plan_tune(GemmPlan *p, void *out, const void *A, const void *B, float alpha, float beta) {
-  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(p, res, lt_context()->autotune ? CANDIDATES : 1);
-  p->n_candidates = n;
-  p->chosen = 0;
-  p->algo = res[0].algo;
-  if (!lt_context()->autotune) { p->untuned = "GEMM_AUTOTUNE=0"; return; }
-  if (n < 2) { p->untuned = "one candidate"; return; }
-  cudaStreamCaptureStatus cap;
-  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
-  if (cap != cudaStreamCaptureStatusNone) {  // timing would sync inside a capture: not allowed
-    p->untuned = "first call inside a CUDA graph capture";
-    return;
-  }
-  void *target = out;
-  if (beta != 0) {
-    size_t bytes = (size_t)p->key.M * p->key.N * (p->key.out_fp32 ? 4 : 2);
-    if (cudaMalloc(&target, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the out-of-memory error; tuning is an optimization
-      p->untuned = "no memory for a scratch output";
-      return;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(target, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
-  }
-  double ms[CANDIDATES];
-  int best = pick_fastest(p, res, n, target, A, B, alpha, beta, TUNE_ROUNDS, TUNE_TARGET_MS, ms);
-  if (target != out) CUDA_CHECK(cudaFree(target));
-  p->chosen = best;
-  p->algo = res[best].algo;
-  p->ms = ms[best];
-  p->ms_h0 = ms[0];
-}
-
-static GemmPlan *plan_get(const GemmKey *key, void *out, const void *A, const void *B, float alpha, float beta) {
-  for (int i = 0; i < g_nplans; i++)
-    if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
-  g_plans = (GemmPlan *)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
-  GemmPlan *p = &g_plans[g_nplans++];
-  memset(p, 0, sizeof *p);
-  p->key = *key;
-  plan_build(p);
-  plan_tune(p, out, A, B, alpha, beta);
   return p;
 }
 
 void gemm_bf16(void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M, int N, int K,
                float alpha, float beta) {
   check_args("gemm_bf16", out_fp32, a_t, b_t, M, N, K);
-  GemmKey key;
-  key.out_fp32 = out_fp32;
-  key.a_t = a_t;
-  key.b_t = b_t;
-  key.M = M;
-  key.N = N;
-  key.K = K;
-  key.accumulate = beta != 0.0f;
-  key.align = pointer_alignment(out, A, B);
-  GemmPlan *p = plan_get(&key, out, A, B, alpha, beta);
+  const void *ptrs[3] = {out, A, B};
+  const char *names[3] = {"out", "A", "B"};
+  GemmKey key = {LT_BF16, out_fp32, a_t, b_t, M, N, K, beta != 0.0f, lt_alignment("gemm_bf16", ptrs, names, 3)};
+  LtPlan *p = plan_get(&key, out, A, B, alpha, beta);
   p->calls++;
   CUBLAS_CHECK(launch(p, &p->algo, out, A, B, alpha, beta));
 }
@@ -220,17 +130,10 @@ static __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t se
 
 double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) {
   check_args("gemm_ceiling_tflops", out_fp32, a_t, b_t, M, N, K);
-  GemmPlan p;
+  GemmKey key = {LT_BF16, out_fp32, a_t, b_t, M, N, K, out_fp32, 256};  // cudaMalloc'd buffers
+  LtPlan p;  // outside the cache: the ceiling is independent of the plans kept
   memset(&p, 0, sizeof p);
-  p.key.out_fp32 = out_fp32;
-  p.key.a_t = a_t;
-  p.key.b_t = b_t;
-  p.key.M = M;
-  p.key.N = N;
-  p.key.K = K;
-  p.key.accumulate = out_fp32;
-  p.key.align = 256;  // cudaMalloc'd buffers
-  plan_build(&p);
+  plan_build(&p, &key);
   // Random operands: tensor-core power (hence clocks) depends on the data, zeros would flatter.
   void *A, *B, *out;
   CUDA_CHECK(cudaMalloc(&A, (size_t)M * K * 2));
@@ -242,13 +145,21 @@ double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) 
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
   cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(&p, res, CANDIDATES);
+  cublasStatus_t st;
+  int n = lt_candidates(lt_context()->handle, p.desc, p.la, p.lb, p.lout, 256, lt_context()->ws_bytes, res, CANDIDATES,
+                        &st);
   double ms[CANDIDATES];
-  int best = pick_fastest(&p, res, n, out, A, B, 1.0f, out_fp32 ? 1.0f : 0.0f, CEIL_ROUNDS, CEIL_TARGET_MS, ms);
+  TuneCall c = {&p, out, A, B, 1.0f, out_fp32 ? 1.0f : 0.0f};
+  int best = n ? lt_pick_fastest(launch_tune, &c, res, n, CEIL_ROUNDS, CEIL_TARGET_MS, ms) : -1;
   CUDA_CHECK(cudaFree(out));
   CUDA_CHECK(cudaFree(B));
   CUDA_CHECK(cudaFree(A));
-  plan_destroy(&p);
+  lt_plan_destroy(&p);
+  if (best < 0) {
+    char d[160];
+    describe(d, sizeof d, &key);
+    die("gemm_ceiling_tflops: no cuBLASLt algorithm ran for %s (%d candidates, heuristic status %d)", d, n, (int)st);
+  }
   return 2.0 * M * N * K / (ms[best] * 1e-3) / 1e12;
 }
 
@@ -265,17 +176,20 @@ static long algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfig
 }
 
 void gemm_shape_report(FILE *f) {
-  if (!g_nplans) {
+  int shapes = 0;
+  for (int i = 0; i < lt_plan_count(); i++) shapes += lt_plan_at(i)->key[0] == LT_BF16;
+  if (!shapes) {
     fprintf(f, "gemm plans: none (gemm_bf16 not called yet)\n");
     return;
   }
-  fprintf(f, "gemm plans: %d shapes, autotune %s, workspace %zu MiB\n", g_nplans, lt_context()->autotune ? "on" : "off",
+  fprintf(f, "gemm plans: %d shapes, autotune %s, workspace %zu MiB\n", shapes, lt_context()->autotune ? "on" : "off",
           lt_context()->ws_bytes >> 20);
   fprintf(f, "  %-8s %7s %7s %7s %4s %4s %5s %8s %6s %8s %8s  %s\n", "layout", "M", "N", "K", "out", "acc", "align",
           "calls", "pick", "TFLOP/s", "heur#0", "algo id/tile/stages/splitK/swizzle/cluster");
-  for (int i = 0; i < g_nplans; i++) {
-    const GemmPlan *p = &g_plans[i];
-    const GemmKey *k = &p->key;
+  for (int i = 0; i < lt_plan_count(); i++) {
+    const LtPlan *p = lt_plan_at(i);
+    if (p->key[0] != LT_BF16) continue;
+    const GemmKey key = key_of(p), *k = &key;
     double flop = 2.0 * k->M * k->N * k->K;
     char pick[16], rate[16], rate0[16];
     snprintf(pick, sizeof pick, "%d/%d", p->chosen, p->n_candidates);
@@ -293,9 +207,6 @@ void gemm_shape_report(FILE *f) {
 }
 
 void gemm_shutdown(void) {
-  for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
-  free(g_plans);
-  g_plans = NULL;
-  g_nplans = g_capplans = 0;
+  lt_plans_release();
   lt_context_release();
 }

@@ -1,4 +1,5 @@
 // common/lt_tune.cu: see lt_tune.h.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,11 @@
 #include "common/lt_tune.h"
 
 static LtContext g_ctx;
+
+// Timing effort when a plan is chosen: one warm-up call per candidate, then TUNE_ROUNDS interleaved
+// passes of about TUNE_TARGET_MS each; a candidate keeps its best pass.
+static const int TUNE_ROUNDS = 2;
+static const double TUNE_TARGET_MS = 2.0;
 
 const LtContext *lt_context(void) {
   if (g_ctx.handle) return &g_ctx;
@@ -90,4 +96,96 @@ int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicRes
   for (int i = 0; i < n; i++)
     if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
   return best;
+}
+
+// ---- the plan cache -----------------------------------------------------------------------------
+
+static LtPlan **g_plans;  // one allocation per plan: a plan's address outlives the array's growth
+static int g_nplans, g_capplans;
+
+LtPlan *lt_plan_get(const int *key, int n, int *created) {
+  if (n < 1 || n > LT_KEY_INTS) die("lt_plan_get: a key of %d ints (1..%d)", n, (int)LT_KEY_INTS);
+  int k[LT_KEY_INTS] = {0};
+  memcpy(k, key, (size_t)n * sizeof(int));
+  for (int i = 0; i < g_nplans; i++)
+    if (memcmp(g_plans[i]->key, k, sizeof k) == 0) {
+      *created = 0;
+      return g_plans[i];
+    }
+  g_plans = (LtPlan **)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
+  LtPlan *p = (LtPlan *)xmalloc(sizeof *p);
+  memset(p, 0, sizeof *p);
+  memcpy(p->key, k, sizeof k);
+  g_plans[g_nplans++] = p;
+  *created = 1;
+  return p;
+}
+
+int lt_plan_count(void) { return g_nplans; }
+const LtPlan *lt_plan_at(int i) { return i >= 0 && i < g_nplans ? g_plans[i] : NULL; }
+
+void lt_plan_destroy(LtPlan *p) {
+  if (p->lout) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lout));
+  if (p->lb) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+  if (p->la) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+  if (p->desc) CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+  p->lout = p->lb = p->la = NULL;
+  p->desc = NULL;
+}
+
+void lt_plans_release(void) {
+  for (int i = 0; i < g_nplans; i++) {
+    lt_plan_destroy(g_plans[i]);
+    free(g_plans[i]);
+  }
+  free(g_plans);
+  g_plans = NULL;
+  g_nplans = g_capplans = 0;
+}
+
+void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate) {
+  cublasLtMatmulHeuristicResult_t res[16];
+  const LtContext *lt = lt_context();
+  if (max > 16) max = 16;
+  int n = lt_candidates(lt->handle, p->desc, p->la, p->lb, p->lout, p->align, lt->ws_bytes, res, lt->autotune ? max : 1,
+                        NULL);
+  p->n_candidates = n, p->chosen = 0, p->ms = p->ms_h0 = 0, p->untuned = NULL;
+  if (n == 0) return;
+  p->algo = res[0].algo;
+  if (!lt->autotune) { p->untuned = "GEMM_AUTOTUNE=0"; return; }
+  if (!launch) { p->untuned = "no call to time"; return; }
+  if (n < 2) { p->untuned = "one candidate"; return; }
+  cudaStreamCaptureStatus cap;
+  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
+  if (cap != cudaStreamCaptureStatusNone) { p->untuned = "first call inside a CUDA graph capture"; return; }
+  void *real = *out;
+  if (accumulate) {
+    void *copy;
+    if (cudaMalloc(&copy, out_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the out-of-memory error: tuning is an optimization
+      p->untuned = "no memory for a scratch output";
+      return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(copy, real, out_bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+    *out = copy;
+  }
+  double ms[16];
+  int best = lt_pick_fastest(launch, ctx, res, n, TUNE_ROUNDS, TUNE_TARGET_MS, ms);
+  if (accumulate) {
+    CUDA_CHECK(cudaFree(*out));
+    *out = real;
+  }
+  if (best < 0) { p->untuned = "no candidate ran"; return; }
+  p->chosen = best, p->algo = res[best].algo, p->ms = ms[best], p->ms_h0 = ms[0];
+}
+
+int lt_alignment(const char *who, const void *const *ptrs, const char *const *names, int n) {
+  uintptr_t bits = 0;
+  for (int i = 0; i < n; i++) {
+    if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15)) die("%s: %s = %p must be non-NULL and 16-byte aligned", who, names[i], ptrs[i]);
+    bits |= (uintptr_t)ptrs[i];
+  }
+  int align = 256;
+  while (bits & (uintptr_t)(align - 1)) align >>= 1;
+  return align;
 }

@@ -1,5 +1,6 @@
-// common/lt_tune.h: what the BF16 GEMM layer (common/gemm.cu) and the FP4 GEMM back ends
-// (fp4/gemm_fp4.cu) share about choosing a cuBLASLt algorithm: the heuristic query and the timing.
+// common/lt_tune.h: what every cuBLASLt GEMM layer (the BF16 GEMM in common/gemm.cu, the FP4 back
+// ends in fp4/gemm_fp4.cu) shares: the handle and workspace, the one plan cache (a plan per GEMM
+// kind and key), the choice of algorithm (heuristic query, timing) and the pointer alignment.
 #pragma once
 #include <cublasLt.h>
 #include <stddef.h>
@@ -35,3 +36,42 @@ typedef cublasStatus_t (*LtLaunch)(void *ctx, const cublasLtMatmulAlgo_t *algo);
 // run). Returns the fastest's index, or -1 if none ran. Syncs: call outside the hot path.
 int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
                     double target_ms, double *ms);
+
+// ---- the plan cache -----------------------------------------------------------------------------
+// A plan: one GEMM kind's descriptors at one key and the algorithm kept. The key is ints (compared
+// whole): key[0] the kind, then the kind's own fields (shape, layouts, types, beta != 0, alignment).
+enum { LT_KEY_INTS = 12 };
+typedef enum { LT_BF16 = 1, LT_FP8 = 2, LT_FP4_NATIVE = 3, LT_BF16_DEV_ALPHA = 4 } LtKind;
+typedef struct {
+  int key[LT_KEY_INTS];                 // zero-padded
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lout;  // cuBLAS A (our B), cuBLAS B (our A), C = D (out)
+  int align;                            // the pointers' alignment (lt_alignment), set with the descriptors
+  cublasLtMatmulAlgo_t algo;
+  int n_candidates, chosen;             // heuristic results (0: cuBLASLt offers none), the index kept
+  double ms, ms_h0;                     // per call: the kept algorithm and heuristic #0 (0: untimed)
+  const char *untuned;                  // why the timing was skipped, or NULL
+  long calls;
+} LtPlan;
+
+// The process's plan of key (n <= LT_KEY_INTS ints). A new plan holds only the key and *created is
+// 1: the caller builds its descriptors, then calls lt_plan_choose. Plans keep their address until
+// lt_plans_release.
+LtPlan *lt_plan_get(const int *key, int n, int *created);
+int lt_plan_count(void);
+const LtPlan *lt_plan_at(int i);
+// Destroys a plan's descriptors (a plan of the cache, or one built outside it for a benchmark).
+void lt_plan_destroy(LtPlan *p);
+// Destroys every cached plan (a later lt_plan_get starts afresh).
+void lt_plans_release(void);
+
+// Chooses p->algo among the first `max` (<= 16) heuristic candidates: heuristic #0, or with
+// autotuning the fastest on the call's own operands. launch(ctx) runs that call; *out is its output
+// pointer inside ctx: with accumulate (beta != 0) the timed calls would keep adding into it, so they
+// run on a scratch copy (out_bytes) swapped in there and back. launch NULL: no call to time. Sets
+// n_candidates (0: none, algo unset), chosen, ms, ms_h0, untuned. Syncs when it times.
+void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate);
+
+// The largest power of two in [16, 256] dividing every pointer (the heuristic filters algorithms on
+// it). Dies naming `who` and the first pointer that is NULL or not 16-byte aligned.
+int lt_alignment(const char *who, const void *const *ptrs, const char *const *names, int n);

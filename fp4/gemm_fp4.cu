@@ -25,30 +25,19 @@
 #include "common/lt_tune.h"
 
 enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
-static const int TUNE_ROUNDS = 2, BENCH_ROUNDS = 5;
-static const double TUNE_TARGET_MS = 2.0, BENCH_TARGET_MS = 10.0;
+static const int BENCH_ROUNDS = 5;
+static const double BENCH_TARGET_MS = 10.0;
 
 // ---------------------------------------------------------------------------------------------
-// Plans: one per (kind, out type, scale modes, shape, beta != 0, alignment). All ints for memcmp.
-// KIND_BF16_DEV: the reference path's BF16 GEMM with a device-side alpha (NVFP4 tensor scales), so
-// it needs no host sync; gemm_bf16 takes host scalars only.
-enum { KIND_FP8 = 0, KIND_NATIVE = 1, KIND_BF16_DEV = 2 };
-
+// Plans, in the one cache of common/lt_tune.h: one per (kind, out type, scale modes, shape,
+// beta != 0, alignment), all ints. LT_BF16_DEV_ALPHA: the reference path's BF16 GEMM with a
+// device-side alpha (NVFP4 tensor scales), so it needs no host sync; gemm_bf16 takes host scalars.
 typedef struct {
-  int kind, out_fp32;
-  int a_blk, b_blk;  // FP8: our A / our B in BLK128x128 (else VEC128); other kinds: 0
+  int kind, out_fp32;  // kind: LT_FP8, LT_FP4_NATIVE or LT_BF16_DEV_ALPHA
+  int a_blk, b_blk;    // FP8: our A / our B in BLK128x128 (else VEC128); other kinds: 0
   int M, N, K;
   int accumulate, align;
 } PlanKey;
-
-typedef struct {
-  PlanKey key;
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, lout;  // cuBLAS A (our B), cuBLAS B (our A), C = D (out)
-  cublasLtMatmulAlgo_t algo;
-  int n_candidates;                     // 0: cuBLASLt offers nothing for this key
-  long calls;
-} Plan;
 
 // The pointers of one call. alpha/beta are host floats (FP8) or device floats (native).
 typedef struct {
@@ -57,8 +46,6 @@ typedef struct {
   const float *alpha, *beta;
 } Call;
 
-static Plan *g_plans;
-static int g_nplans, g_capplans;
 
 // Grow-only device scratch (reference operands, swizzled scales, device alpha/beta).
 typedef struct {
@@ -78,9 +65,9 @@ static void *scratch(Scratch *s, size_t bytes) {
 
 
 static void describe(char *buf, size_t n, const PlanKey *k) {
-  static const char *kinds[3] = {"fp8", "fp4-native", "bf16 (device alpha)"};
-  int fp8 = k->kind == KIND_FP8;
-  snprintf(buf, n, "%s A[%d,%d]%s . B[%d,%d]%s^T out=%s beta%s0 align=%d", kinds[k->kind], k->M, k->K,
+  const char *kind = k->kind == LT_FP8 ? "fp8" : k->kind == LT_FP4_NATIVE ? "fp4-native" : "bf16 (device alpha)";
+  int fp8 = k->kind == LT_FP8;
+  snprintf(buf, n, "%s A[%d,%d]%s . B[%d,%d]%s^T out=%s beta%s0 align=%d", kind, k->M, k->K,
            !fp8 ? "" : k->a_blk ? "(BLK128x128)" : "(VEC128)", k->N, k->K, !fp8 ? "" : k->b_blk ? "(BLK128x128)" : "(VEC128)",
            k->out_fp32 ? "fp32" : "bf16", k->accumulate ? "!=" : "=", k->align);
 }
@@ -89,26 +76,26 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, c
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, n));
 }
 
-static void plan_build(Plan *p) {
-  const PlanKey *k = &p->key;
+static void plan_build(LtPlan *p, const PlanKey *k) {
+  p->align = k->align;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   int32_t mode_a, mode_b;  // cuBLAS A = our B, cuBLAS B = our A
   cudaDataType_t t;
-  if (k->kind == KIND_FP8) {
+  if (k->kind == LT_FP8) {
     // FAST_ACCUM stays at its default 0: block scales need the promoted fp32 accumulation.
     mode_a = k->b_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     mode_b = k->a_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     t = CUDA_R_8F_E4M3;
   } else {
     mode_a = mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-    t = k->kind == KIND_NATIVE ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
+    t = k->kind == LT_FP4_NATIVE ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
     int32_t pm = CUBLASLT_POINTER_MODE_DEVICE;  // alpha carries device-side tensor scales
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
   }
-  if (k->kind != KIND_BF16_DEV) {
+  if (k->kind != LT_BF16_DEV_ALPHA) {
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a);
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b);
     // Placeholder scale pointers (aligned, non-NULL) so the heuristic sees a complete descriptor, as
@@ -121,23 +108,10 @@ static void plan_build(Plan *p) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lout, k->out_fp32 ? CUDA_R_32F : CUDA_R_16BF, k->N, k->M, k->N));
 }
 
-static void plan_destroy(Plan *p) {
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lout));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
-}
-
-// Up to `max` heuristic results with state SUCCESS, in the heuristic's order (0 if none).
-static int plan_candidates(const Plan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
-  return lt_candidates(lt_context()->handle, p->desc, p->la, p->lb, p->lout, p->key.align, lt_context()->ws_bytes, res,
-                       max, NULL);
-}
-
-static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, const Call *c) {
+static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, const Call *c) {
   // Scale pointers are per call; setting them is a host-side write into the descriptor. (A BF16
   // plan has none: a scale pointer there would be read as a scalar scale.)
-  if (p->key.kind != KIND_BF16_DEV) {
+  if (p->key[0] != LT_BF16_DEV_ALPHA) {
     cublasStatus_t st =
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c->sb, sizeof c->sb);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -150,62 +124,25 @@ static cublasStatus_t launch(const Plan *p, const cublasLtMatmulAlgo_t *algo, co
 }
 
 typedef struct {
-  const Plan *p;
-  const Call *c;
+  const LtPlan *p;
+  Call c;
 } TuneCall;
 
 static cublasStatus_t launch_tune(void *ctx, const cublasLtMatmulAlgo_t *algo) {
   const TuneCall *t = (const TuneCall *)ctx;
-  return launch(t->p, algo, t->c);
+  return launch(t->p, algo, &t->c);
 }
 
-// The fastest of candidates 0..n-1 on call c (lt_pick_fastest), its ms in *best_ms; -1 if none ran.
-static int pick_fastest(const Plan *p, const cublasLtMatmulHeuristicResult_t *res, int n, const Call *c, int rounds,
-                        double target_ms, double *best_ms) {
-  double ms[CANDIDATES];
-  TuneCall t = {p, c};
-  int best = lt_pick_fastest(launch_tune, &t, res, n, rounds, target_ms, ms);
-  if (best >= 0) *best_ms = ms[best];
-  return best;
-}
-
-// First call of a key with real operands: keep heuristic #0, or time the candidates (on a scratch
-// copy of out when beta != 0, since timed calls keep accumulating).
-static void plan_tune(Plan *p, const Call *c) {
-  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(p, res, lt_context()->autotune ? CANDIDATES : 1);
-  p->n_candidates = n;
-  if (n == 0) return;
-  p->algo = res[0].algo;
-  if (!c || n < 2) return;
-  cudaStreamCaptureStatus cap;
-  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
-  if (cap != cudaStreamCaptureStatusNone) return;  // no timing (syncs) inside a graph capture
-  Call t = *c;
-  size_t bytes = (size_t)p->key.M * p->key.N * (p->key.out_fp32 ? 4 : 2);
-  if (p->key.accumulate) {
-    if (cudaMalloc(&t.out, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();  // tuning is an optimization: keep heuristic #0
-      return;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(t.out, c->out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
-  }
-  double ms;
-  int best = pick_fastest(p, res, n, &t, TUNE_ROUNDS, TUNE_TARGET_MS, &ms);
-  if (t.out != c->out) CUDA_CHECK(cudaFree(t.out));
-  if (best >= 0) p->algo = res[best].algo;
-}
-
-// The plan of a key (built and tuned on first use with call c; c may be NULL: no timing).
-static Plan *plan_get(const PlanKey *key, const Call *c) {
-  for (int i = 0; i < g_nplans; i++)
-    if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
-  g_plans = (Plan *)grow_array(g_plans, g_nplans, &g_capplans, sizeof *g_plans);
-  Plan *p = &g_plans[g_nplans++];
-  memset(p, 0, sizeof *p);
-  p->key = *key;
-  plan_build(p);
-  plan_tune(p, c);
+// The plan of a key, built at its first use and its algorithm chosen on call c (NULL: heuristic #0,
+// nothing to time, as for fp4_gemm_fp8_supported). n_candidates 0: cuBLASLt offers nothing.
+static LtPlan *plan_get(const PlanKey *key, const Call *c) {
+  int created;
+  LtPlan *p = lt_plan_get((const int *)key, (int)(sizeof *key / sizeof(int)), &created);
+  if (!created) return p;
+  plan_build(p, key);
+  TuneCall t = {p, c ? *c : Call{}};
+  lt_plan_choose(p, CANDIDATES, c ? launch_tune : NULL, &t, &t.c.out, (size_t)key->M * key->N * (key->out_fp32 ? 4 : 2),
+                 key->accumulate);
   return p;
 }
 
@@ -216,17 +153,6 @@ static void check_shape(const char *who, int out_fp32, int M, int N, int K, int 
   if (M <= 0 || N <= 0 || K <= 0 || M % 4 || N % 8 || K % k_mult)
     die("%s: M=%d N=%d K=%d: need M %% 4 == 0, N %% 8 == 0 (16-byte aligned out rows) and K %% %d == 0", who, M, N,
         K, k_mult);
-}
-
-static int alignment_of(const char *who, const void *const *ptrs, const char *const *names, int n) {
-  uintptr_t bits = 0;
-  for (int i = 0; i < n; i++) {
-    if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15)) die("%s: %s = %p must be non-NULL and 16-byte aligned", who, names[i], ptrs[i]);
-    bits |= (uintptr_t)ptrs[i];
-  }
-  int align = 256;
-  while (bits & (uintptr_t)(align - 1)) align >>= 1;
-  return align;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,7 +173,7 @@ static PlanKey plan_key(int kind, int out_fp32, int a_blk, int b_blk, int M, int
 }
 
 static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, int accumulate, int align) {
-  return plan_key(KIND_FP8, out_fp32, a_blk, b_blk, M, N, K, accumulate, align);
+  return plan_key(LT_FP8, out_fp32, a_blk, b_blk, M, N, K, accumulate, align);
 }
 
 static void check_modes(const char *who, int a_blk, int b_blk) {
@@ -261,11 +187,11 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
   check_modes("fp4_gemm_fp8", A.blk128, B.blk128);
   const void *ptrs[5] = {out, A.e4m3, B.e4m3, A.scale, B.scale};
   const char *names[5] = {"out", "A.e4m3", "B.e4m3", "A.scale", "B.scale"};
-  int align = alignment_of("fp4_gemm_fp8", ptrs, names, 3);
-  alignment_of("fp4_gemm_fp8", ptrs + 3, names + 3, 2);  // cuBLASLt needs 16-byte aligned scale tensors
+  int align = lt_alignment("fp4_gemm_fp8", ptrs, names, 3);
+  lt_alignment("fp4_gemm_fp8", ptrs + 3, names + 3, 2);  // cuBLASLt needs 16-byte aligned scale tensors
   PlanKey key = fp8_key(out_fp32, A.blk128, B.blk128, M, N, K, beta != 0.0f, align);
   Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta};
-  Plan *p = plan_get(&key, &c);
+  LtPlan *p = plan_get(&key, &c);
   if (p->n_candidates == 0) {
     char d[200];
     describe(d, sizeof d, &key);
@@ -308,10 +234,9 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
   check_shape("fp4_gemm_fp8_tflops", out_fp32, M, N, K, 16);
   check_modes("fp4_gemm_fp8_tflops", a_blk128, b_blk128);
   PlanKey key = fp8_key(out_fp32, a_blk128, b_blk128, M, N, K, out_fp32, 256);
-  Plan p;
+  LtPlan p;  // outside the cache: the rate is independent of the plans kept
   memset(&p, 0, sizeof p);
-  p.key = key;
-  plan_build(&p);
+  plan_build(&p, &key);
   uint8_t *a, *b;
   float *sa, *sb;
   void *out;
@@ -333,21 +258,23 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
   float alpha = 1.0f, beta = out_fp32 ? 1.0f : 0.0f;
   Call c = {out, a, b, sa, sb, &alpha, &beta};
   cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = plan_candidates(&p, res, CANDIDATES);
-  double ms = -1;
-  int best = n ? pick_fastest(&p, res, n, &c, BENCH_ROUNDS, BENCH_TARGET_MS, &ms) : -1;
+  int n = lt_candidates(lt_context()->handle, p.desc, p.la, p.lb, p.lout, 256, lt_context()->ws_bytes, res, CANDIDATES,
+                        NULL);
+  double ms[CANDIDATES];
+  TuneCall t = {&p, c};
+  int best = n ? lt_pick_fastest(launch_tune, &t, res, n, BENCH_ROUNDS, BENCH_TARGET_MS, ms) : -1;
   CUDA_CHECK(cudaFree(out));
   CUDA_CHECK(cudaFree(sb));
   CUDA_CHECK(cudaFree(sa));
   CUDA_CHECK(cudaFree(b));
   CUDA_CHECK(cudaFree(a));
-  plan_destroy(&p);
+  lt_plan_destroy(&p);
   if (best < 0) {
     char d[200];
     describe(d, sizeof d, &key);
     die("fp4_gemm_fp8_tflops: no cuBLASLt algorithm ran for %s (%d candidates)", d, n);
   }
-  return 2.0 * M * N * K / (ms * 1e-3) / 1e12;
+  return 2.0 * M * N * K / (ms[best] * 1e-3) / 1e12;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -533,7 +460,7 @@ void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Op
         "back end here");
   const void *ptrs[3] = {out, A.codes, B.codes};
   const char *names[3] = {"out", "A.codes", "B.codes"};
-  int align = alignment_of("fp4_gemm_native", ptrs, names, 3);
+  int align = lt_alignment("fp4_gemm_native", ptrs, names, 3);
   int cols = K / 16, mx = fmt == FMT_MXFP4;
   size_t sa_bytes = fp4_swizzled_scale_bytes(M, cols), sb_bytes = fp4_swizzled_scale_bytes(N, cols);
   uint8_t *sa = (uint8_t *)scratch(&g_sw_a, sa_bytes), *sb = (uint8_t *)scratch(&g_sw_b, sb_bytes);
@@ -549,9 +476,9 @@ void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Op
   fp4_swizzle_scales(B.scales, N, cols, mx, max_b, sb);
   scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, mx ? max_a : NULL, mx ? max_b : NULL);
   CUDA_CHECK_LAUNCH();
-  PlanKey key = plan_key(KIND_NATIVE, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
+  PlanKey key = plan_key(LT_FP4_NATIVE, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, A.codes, B.codes, sa, sb, ab, ab + 1};
-  Plan *p = plan_get(&key, &c);
+  LtPlan *p = plan_get(&key, &c);
   if (p->n_candidates == 0) {
     char d[200];
     describe(d, sizeof d, &key);
@@ -569,13 +496,13 @@ static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const vo
     die("fp4_gemm_reference_packed: M=%d K=%d must be multiples of 8 (16-byte aligned BF16 rows)", M, K);
   const void *ptrs[3] = {out, a, b};
   const char *names[3] = {"out", "A (dequantized)", "B (dequantized)"};
-  int align = alignment_of("fp4_gemm_reference_packed", ptrs, names, 3);
+  int align = lt_alignment("fp4_gemm_reference_packed", ptrs, names, 3);
   float *ab = (float *)scratch(&g_dev_scalars, 64);  // [0] alpha, [1] beta
   scalars_kernel<<<1, 1, 0, cuda_stream()>>>(ab, alpha, beta, alpha_dev, NULL, NULL);
   CUDA_CHECK_LAUNCH();
-  PlanKey key = plan_key(KIND_BF16_DEV, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
+  PlanKey key = plan_key(LT_BF16_DEV_ALPHA, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, a, b, NULL, NULL, ab, ab + 1};
-  Plan *p = plan_get(&key, &c);
+  LtPlan *p = plan_get(&key, &c);
   if (p->n_candidates == 0) {
     char d[200];
     describe(d, sizeof d, &key);
@@ -593,9 +520,6 @@ void fp4_gemm_shutdown(void) {
     all[i]->p = NULL;
     all[i]->cap = 0;
   }
-  for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
-  free(g_plans);
-  g_plans = NULL;
-  g_nplans = g_capplans = 0;
+  lt_plans_release();
   lt_context_release();
 }
