@@ -1,4 +1,5 @@
-// train.c: the command line, the training loop, logging and evaluation. It computes nothing itself:
+// train.c: the command line, the training loop, logging and evaluation; main() reads top to bottom
+// (parse_cli, open_run, print_run, train, close_run). It computes nothing itself:
 // the model (model/llama.c), optimizer (dist/zero.c, model/cpu/adamw.c), data (data/loader.c) and
 // checkpoints (run/resume.c over the container in run/checkpoint.c) do the work.
 //
@@ -20,23 +21,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/common.h"
-#include "data/loader.h"
-#include "data/prepare.h"
-#include "model/adamw.h"
-#include "run/bench.h"
-#include "run/mc_eval.h"
-#include "data/evals.h"
-#include "data/tokenizer.h"
-#include "fp4/recipe.h"
-#include "run/checkpoint.h"
-#include "dist/comm.h"
-#include "run/config.h"
-#include "model/llama.h"
-#include "model/ops.h"
-#include "run/schedule.h"
-#include "dist/zero.h"
-#include "run/run.h"
+#include "common/common.h"    // die, xmalloc, xfopen, now_seconds
+#include "data/evals.h"        // the downstream task files
+#include "data/loader.h"       // loader_open, loader_next: [B, T] micro-batches
+#include "data/prepare.h"      // tokenize_main (./train tokenize)
+#include "data/tokenizer.h"    // the Llama-3 tokenizer, for the tasks
+#include "dist/comm.h"         // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
+#include "dist/zero.h"         // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
+#include "fp4/recipe.h"        // recipe_resolve, recipe_describe
+#include "model/adamw.h"       // the AdamW hyperparameters
+#include "model/llama.h"       // llama_create_ex, llama_init, llama_forward_backward
+#include "model/ops.h"         // backend_open and the operations table
+#include "run/bench.h"         // bench_main (--bench)
+#include "run/checkpoint.h"    // ckpt_probe_dir
+#include "run/config.h"        // TrainConfig: config_load, config_set, config_validate
+#include "run/mc_eval.h"       // mc_task_*: multiple-choice scoring with the model
+#include "run/run.h"           // Run: resume, init_from, save_checkpoint, optimizer_step
+#include "run/schedule.h"      // lr_at
 
 static volatile sig_atomic_t stop_signal;   // SIGTERM/SIGINT: save at the next step boundary and exit
 static volatile sig_atomic_t save_request;  // SIGUSR1: save at the next step boundary, keep going
@@ -321,6 +322,260 @@ static void format_eta(double s, char *buf, size_t len) {
   else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
+// The command line beyond the config: what to do with it.
+typedef struct {
+  int print_config, dry_run, eval_only, bench_steps;
+  const char *dump_dir, *bench_layers;  // --compare-dump DIR; --bench / --layers A,B
+  int64_t max_steps;                    // --max-steps (-1: the schedule's total_steps)
+} Cli;
+
+// Loads the config with its --set overrides and validates it. Returns -1 to go on, else the exit
+// status (after --print-config or an error).
+static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
+  char err[1024];
+  *cli = (Cli){.bench_steps = 10, .max_steps = -1};
+  config_defaults(cfg);
+  const char *cfg_path = argv[1];
+  if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+  int force_resume = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+      if (config_set(cfg, argv[++i], err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+    } else if (!strcmp(argv[i], "--resume")) force_resume = 1;
+    else if (!strcmp(argv[i], "--print-config")) cli->print_config = 1;
+    else if (!strcmp(argv[i], "--dry-run")) cli->dry_run = 1;
+    else if (!strcmp(argv[i], "--compare-dump") && i + 1 < argc) cli->dump_dir = argv[++i];
+    else if (!strcmp(argv[i], "--eval-only")) cli->eval_only = 1;
+    else if (!strcmp(argv[i], "--bench")) cli->bench_layers = "2,4";
+    else if (!strcmp(argv[i], "--layers") && i + 1 < argc) cli->bench_layers = argv[++i];
+    else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) cli->bench_steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
+      char *end;
+      cli->max_steps = strtoll(argv[++i], &end, 10);
+      if (*end || cli->max_steps < 0) { fprintf(stderr, "error: --max-steps: expected a non-negative integer, got '%s'\n", argv[i]); return 1; }
+    } else { fprintf(stderr, "error: unknown or incomplete option '%s'\n", argv[i]); usage(stderr); return 1; }
+  }
+  if (force_resume) cfg->resume = 1;
+  if (config_validate(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+  if (cfg->resume && !cfg->ckpt_dir[0] && !cli->print_config && !cli->dry_run) {
+    fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n");
+    return 1;
+  }
+  if (cli->bench_steps <= 0) cli->bench_steps = 10;
+  return -1;
+}
+
+// --dry-run: sizes only. Nothing is allocated, so this works for the 8B config on a laptop.
+static void print_sizes(const TrainConfig *cfg) {
+  const LlamaConfig *c = &cfg->model;
+  int64_t np = llama_num_params(c);
+  printf("model: %s, %lld parameters (%lld embedding), %.2f GFLOP/token at seq %d\n",
+         cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np,
+         (long long)llama_num_embedding_params(c), llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
+  printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
+}
+
+// Everything a run needs before its first step: the rank (dist/comm.h), the backend, the recipe,
+// the model, ZeRO-1, the data, the downstream tasks, then the resume or checkpoint.init_from.
+static void open_run(Run *run, const Cli *cli) {
+  TrainConfig *cfg = &run->cfg;
+  char err[1024];
+  // Data parallelism: the environment says which rank this process is; the config says how many
+  // ranks the global batch was planned for. They must agree.
+  CommEnv env;
+  if (comm_env(&env, err, sizeof err)) die("%s", err);
+  if (cfg->data_parallel != env.world)
+    die("parallel.data_parallel is %d but the launcher started %d process%s (WORLD_SIZE / SLURM_NTASKS): set "
+        "parallel.data_parallel=%d, or launch %d", cfg->data_parallel, env.world, env.world == 1 ? "" : "es", env.world,
+        cfg->data_parallel);
+  if (env.world > 1 && (cli->dump_dir || cli->eval_only)) die("--compare-dump and --eval-only run in one process (WORLD_SIZE 1)");
+  run->rank = env.rank, run->world = env.world;
+  char probe[2048];  // ranks of one job share checkpoint.dir: each checks its own sub-directory
+  if (env.world > 1) snprintf(probe, sizeof probe, "%s/rank_%d", cfg->ckpt_dir, env.rank);
+  else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
+  if (cfg->ckpt_dir[0] && !cli->dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
+  if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+  run->ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, env.local_rank});
+  run->comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, !run->ops->host_memory);
+  const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len;
+  const LlamaConfig *mc = &cfg->model;
+
+  // The recipe first: which BF16 activations the model keeps depends on it (model/llama.h).
+  Recipe recipe = apply_recipe(cfg, run->ops, mc->n_layers);
+  run->model = llama_create_ex(mc, B, T, run->ops, llama_recompute_parse(cfg->recompute));
+  llama_init(run->model, cfg->seed);
+  run->recipe = recipe_meta(&recipe);
+  run->saved_step = -1;
+  size_t n = llama_param_count(run->model);
+  ZeroOptions zopt = {.shard_master = cfg->shard_master, .overlap = cfg->overlap_reduce,
+                      .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
+                      .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
+  run->zero = zero_create(run->model, run->ops, run->comm, &zopt);
+  if (!on_host(run)) run->host_stage = xmalloc((n + 2 * (run->zero->hi - run->zero->lo)) * sizeof(float));
+  run->inputs = xmalloc((size_t)B * T * sizeof(int));
+  run->targets = xmalloc((size_t)B * T * sizeof(int));
+  run->train = loader_open(cfg->train_data, B, T, run->rank, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
+  if (!run->train) die("data.train: %s", err);
+  if (cfg->val_data[0] && (cfg->eval_interval > 0 || cli->eval_only)) {
+    run->val = loader_open(cfg->val_data, B, T, run->rank, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
+    if (!run->val) die("data.val: %s", err);
+  }
+  run->meta = (RunMeta){.version = META_VERSION, .model = *mc, .micro_batch = B, .global_batch = cfg->global_batch,
+                        .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
+  snprintf(run->meta.recipe, sizeof run->meta.recipe, "%s", cfg->recipe);
+  open_tasks(run);
+  // A resume wins over checkpoint.init_from: the checkpoint already holds the trained parameters.
+  int resumed = cfg->resume && resume(run);
+  if (!resumed && cfg->init_from[0]) init_from(run);
+}
+
+// What runs where: the lines a run starts with.
+static void print_run(const Run *run) {
+  const TrainConfig *cfg = &run->cfg;
+  const LlamaConfig *mc = &cfg->model;
+  const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len, accum = cfg->global_batch / (B * world);
+  size_t n = llama_param_count(run->model);
+  printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n", cfg->model_preset[0] ? cfg->model_preset : "custom",
+         (long long)llama_num_params(mc), llama_flops_per_token(mc, T) / 1e9, T);
+  if (on_host(run))
+    printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
+  else
+    printf("backend %s, recipe %s", run->ops->name, cfg->recipe);
+  printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
+  if (world > 1)
+    printf("data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
+           "in %s, %s\n", world, comm_on_device(run->comm) ? "NCCL" : "TCP", 8.0 * (run->zero->hi - run->zero->lo) / 1e9,
+           8.0 * n / 1e9, cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
+  if (world > 1)
+    printf("master weights: %s\n", run->zero->sharded ? "fp32 sharded (each rank keeps its shard and the RMSNorm weights; "
+           "parameters all-gathered in BF16)" : on_host(run) ? "fp32 whole on every rank (the CPU backend computes with them)"
+           : "fp32 whole on every rank (parallel.shard_master: false)");
+  if (run->zero->sharded)
+    printf("master weights: %.2f GB of fp32 parameters given back per rank (%.2f GB kept)\n", run->zero->released / 1e9,
+           4.0 * n / 1e9 - run->zero->released / 1e9);
+  printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run->model) / 1e6, cfg->recompute);
+  if (loader_synthetic_entropy(run->train) > 0)
+    printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run->train));
+  else
+    printf("data: %s (%llu tokens/epoch)\n", cfg->train_data, (unsigned long long)loader_tokens_per_epoch(run->train));
+  fflush(stdout);
+}
+
+// One log line (stdout, and the JSONL log on rank 0): loss, lr, norm, throughput, MFU, memory, ETA.
+// seconds: since the last line; avg_step_s: over this process's steps so far.
+static void log_step(const Run *run, FILE *log, double loss, float lr, float norm, double seconds, double avg_step_s) {
+  const TrainConfig *cfg = &run->cfg;
+  const int world = run->world;
+  const double tps = (double)cfg->global_batch * cfg->seq_len * cfg->log_interval / seconds;
+  double mem_gb = 0, dev_gb = 0;  // GPU memory: our tracked peak, and the device's use now
+  if (run->ops->mem_peak) mem_gb = run->ops->mem_peak() / 1e9;
+  if (run->ops->device_used) dev_gb = run->ops->device_used() / 1e9;
+  char eta[32];
+  format_eta(avg_step_s * (cfg->total_steps - run->step), eta, sizeof eta);
+  printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run->step, cfg->total_steps, loss,
+         lr, norm, tps);
+  if (world > 1) printf(" (%.0f/GPU)", tps / world);
+  // MFU by the paper's formula (BF16-equivalent FLOPs per token over the BF16 peak); GPU runs only
+  double mfu = on_host(run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, cfg->seq_len) / PEAK_BF16_FLOPS;
+  if (mfu > 0) printf(" | MFU %.1f%%", mfu);
+  if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
+  printf(" | eta %s\n", eta);
+  fflush(stdout);
+  if (log) {
+    fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
+            "\"tok_per_s_gpu\": %.1f", (long long)run->step, loss, lr, norm, (long long)run->meta.tokens_seen, tps, tps / world);
+    if (mfu > 0) fprintf(log, ", \"mfu\": %.4f", mfu / 100);
+    if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
+    fprintf(log, "}\n");
+  }
+}
+
+// The training loop: accumulate micro-batches, reduce, agree across ranks, step (or skip a bad
+// step), log, evaluate, checkpoint, and stop or save on a signal.
+static void train(Run *run, FILE *log, int64_t max_steps) {
+  const TrainConfig *cfg = &run->cfg;
+  const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len, accum = cfg->global_batch / (B * world);
+  const NanInjection inject = parse_nan_injection();
+  LossWindow spikes = {xmalloc((size_t)cfg->spike_window * sizeof(double)), cfg->spike_window, 0, 0};
+  double t_start = now_seconds(), t_last = t_start;
+  int64_t first_step = run->step;
+  int bad_steps = 0;
+  while (run->step < cfg->total_steps && (max_steps < 0 || run->step < max_steps)) {
+    llama_zero_grad(run->model);
+    double loss = 0;
+    for (int a = 0; a < accum; a++) {
+      zero_begin_micro(run->zero, a, accum);  // the last one reduces its gradients during its backward
+      run->ops->set_step(run->step, a);
+      loader_next(run->train, run->inputs, run->targets);
+      zero_note_tokens(run->zero, run->inputs, B * T);  // the embedding rows to reduce
+      loss += llama_forward_backward(run->model, run->inputs, run->targets, cfg->ignore_index, 1.0f / accum) / accum;
+    }
+    // Every rank, every step, whatever its loss: the reduction's collectives must pair up.
+    zero_reduce_grads(run->zero);
+    // After the reduction, so that it lands in rank 0's shard (element 0) on every transport.
+    if (run->step + 1 >= inject.first && run->step + 1 <= inject.last) {  // test hook
+      float nan = NAN;
+      if (inject.grad) run->ops->upload(llama_grads(run->model), &nan, sizeof nan);
+      else loss = NAN;
+    }
+    // The ranks agree on the step's loss (the mean over ranks) and on whether any of them was
+    // asked to stop or save, so that all of them skip, save and exit at the same step.
+    double agree[3] = {loss, stop_signal != 0, save_request != 0};
+    comm_allreduce_sum_f64(run->comm, agree, 3);
+    loss = agree[0] / world;
+    int stop_now = agree[1] > 0, save_now = agree[2] > 0;
+    float lr = lr_at(cfg, run->step), norm = NAN;
+    // Never let one bad batch poison the weights: a non-finite loss or gradient skips the update.
+    int good = isfinite(loss) && optimizer_step(run, lr, &norm) == 0;
+    run->step++;
+    if (!good) {
+      bad_steps++;
+      report_bad_step(run, log, loss, norm, bad_steps);  // dies at reliability.max_bad_steps
+    } else {
+      bad_steps = 0;
+      run->meta.tokens_seen += (int64_t)cfg->global_batch * T;
+      if (cfg->spike_factor > 0) check_spike(&spikes, cfg->spike_factor, run->step, loss, log);
+      double now = now_seconds();
+      if (run->step % cfg->log_interval == 0 || run->step == cfg->total_steps) {
+        log_step(run, log, loss, lr, norm, now - t_last, (now - t_start) / (run->step - first_step));
+        t_last = now;
+      }
+      if (cfg->eval_interval > 0 && run->step % cfg->eval_interval == 0) evaluate(run, log);
+    }
+    if (log) fflush(log);
+    int last = run->step == cfg->total_steps || run->step == max_steps;
+    if ((cfg->ckpt_interval > 0 && run->step % cfg->ckpt_interval == 0) || last) save_checkpoint(run);
+    if (save_now) {
+      save_request = 0;
+      printf("received SIGUSR1%s: saving a checkpoint and continuing\n", world > 1 ? " (on some rank)" : "");
+      if (run->saved_step != run->step) save_checkpoint(run);
+    }
+    if (stop_now) {
+      if (stop_signal) printf("received signal %d: saving and exiting\n", (int)stop_signal);
+      else printf("another rank received a stop signal: saving and exiting\n");
+      if (run->saved_step != run->step) save_checkpoint(run);
+      break;
+    }
+  }
+  free(spikes.loss);
+}
+
+static void close_run(Run *run) {
+  // Nobody tears down its communicator (or closes its sockets, which peers take for a death) while
+  // another rank may still be in a collective.
+  comm_barrier(run->comm);
+  for (int i = 0; i < run->n_tasks; i++) mc_task_free(run->tasks[i]);
+  if (run->tok) tokenizer_free(run->tok);
+  loader_close(run->train);
+  if (run->val) loader_close(run->val);
+  zero_free(run->zero);
+  llama_free(run->model);
+  comm_free(run->comm);
+  free(run->host_stage);
+  free(run->inputs);
+  free(run->targets);
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "--help-config")) { config_print_reference(stdout); return 0; }
@@ -328,109 +583,28 @@ int main(int argc, char **argv) {
 
   Run run = {0};
   TrainConfig *cfg = &run.cfg;
-  char err[1024];
-  config_defaults(cfg);
-  const char *cfg_path = argv[1];
-  if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-  int force_resume = 0, print_config = 0, dry_run = 0;
-  const char *dump_dir = NULL, *bench_layers = NULL;
-  int eval_only = 0;
-  int bench_steps = 10;
-  int64_t max_steps = -1;
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--set") && i + 1 < argc) {
-      if (config_set(cfg, argv[++i], err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-    } else if (!strcmp(argv[i], "--resume")) force_resume = 1;
-    else if (!strcmp(argv[i], "--print-config")) print_config = 1;
-    else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
-    else if (!strcmp(argv[i], "--compare-dump") && i + 1 < argc) dump_dir = argv[++i];
-    else if (!strcmp(argv[i], "--eval-only")) eval_only = 1;
-    else if (!strcmp(argv[i], "--bench")) bench_layers = "2,4";
-    else if (!strcmp(argv[i], "--layers") && i + 1 < argc) bench_layers = argv[++i];
-    else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) bench_steps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
-      char *end;
-      max_steps = strtoll(argv[++i], &end, 10);
-      if (*end || max_steps < 0) { fprintf(stderr, "error: --max-steps: expected a non-negative integer, got '%s'\n", argv[i]); return 1; }
-    } else { fprintf(stderr, "error: unknown or incomplete option '%s'\n", argv[i]); usage(stderr); return 1; }
-  }
-  if (force_resume) cfg->resume = 1;
-  if (config_validate(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-  if (print_config) { config_write_yaml(cfg, stdout); return 0; }
-  if (dry_run) {  // sizes only: nothing is allocated, so this works for the 8B config on a laptop
-    const LlamaConfig *c = &cfg->model;
-    int64_t np = llama_num_params(c);
-    printf("model: %s, %lld parameters (%lld embedding), %.2f GFLOP/token at seq %d\n",
-           cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np,
-           (long long)llama_num_embedding_params(c), llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
-    printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
-    return 0;
-  }
-  if (cfg->resume && !cfg->ckpt_dir[0]) { fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n"); return 1; }
-
-  if (bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
+  Cli cli;
+  int rc = parse_cli(argc, argv, cfg, &cli);
+  if (rc >= 0) return rc;
+  if (cli.print_config) { config_write_yaml(cfg, stdout); return 0; }
+  if (cli.dry_run) { print_sizes(cfg); return 0; }
+  if (cli.bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     const Ops *ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, 0});
     apply_recipe(cfg, ops, cfg->model.n_layers);
-    return bench_main(cfg, ops, bench_layers, bench_steps > 0 ? bench_steps : 10);
+    return bench_main(cfg, ops, cli.bench_layers, cli.bench_steps);
   }
-  // Data parallelism: the environment says which rank this process is (dist/comm.h); the config
-  // says how many ranks the global batch was planned for. They must agree.
-  CommEnv env;
-  if (comm_env(&env, err, sizeof err)) die("%s", err);
-  if (cfg->data_parallel != env.world)
-    die("parallel.data_parallel is %d but the launcher started %d process%s (WORLD_SIZE / SLURM_NTASKS): set "
-        "parallel.data_parallel=%d, or launch %d", cfg->data_parallel, env.world, env.world == 1 ? "" : "es", env.world,
-        cfg->data_parallel);
-  if (env.world > 1 && (dump_dir || eval_only)) die("--compare-dump and --eval-only run in one process (WORLD_SIZE 1)");
-  run.rank = env.rank, run.world = env.world;
-  char probe[2048];  // ranks of one job share checkpoint.dir: each checks its own sub-directory
-  if (env.world > 1) snprintf(probe, sizeof probe, "%s/rank_%d", cfg->ckpt_dir, env.rank);
-  else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
-  if (cfg->ckpt_dir[0] && !dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
-  if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run.ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, env.local_rank});
-  run.comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, !run.ops->host_memory);
-  const int world = run.world, B = cfg->micro_batch, T = cfg->seq_len;
-  const int accum = cfg->global_batch / (B * world);
-  const LlamaConfig *mc = &cfg->model;
 
-  // The recipe first: which BF16 activations the model keeps depends on it (model/llama.h).
-  Recipe recipe = apply_recipe(cfg, run.ops, mc->n_layers);
-  run.model = llama_create_ex(mc, B, T, run.ops, llama_recompute_parse(cfg->recompute));
-  llama_init(run.model, cfg->seed);
-  run.recipe = recipe_meta(&recipe);
-  run.saved_step = -1;
-  size_t n = llama_param_count(run.model);
-  ZeroOptions zopt = {.shard_master = cfg->shard_master, .overlap = cfg->overlap_reduce,
-                      .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
-                      .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
-  run.zero = zero_create(run.model, run.ops, run.comm, &zopt);
-  if (!on_host(&run)) run.host_stage = xmalloc((n + 2 * (run.zero->hi - run.zero->lo)) * sizeof(float));
-  run.inputs = xmalloc((size_t)B * T * sizeof(int));
-  run.targets = xmalloc((size_t)B * T * sizeof(int));
-  run.train = loader_open(cfg->train_data, B, T, run.rank, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
-  if (!run.train) die("data.train: %s", err);
-  if (cfg->val_data[0] && (cfg->eval_interval > 0 || eval_only)) {
-    run.val = loader_open(cfg->val_data, B, T, run.rank, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
-    if (!run.val) die("data.val: %s", err);
-  }
-  run.meta = (RunMeta){.version = META_VERSION, .model = *mc, .micro_batch = B, .global_batch = cfg->global_batch,
-                       .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
-  snprintf(run.meta.recipe, sizeof run.meta.recipe, "%s", cfg->recipe);
-  open_tasks(&run);
-  // A resume wins over checkpoint.init_from: the checkpoint already holds the trained parameters.
-  int resumed = cfg->resume && resume(&run);
-  if (!resumed && cfg->init_from[0]) init_from(&run);
-  if (eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
+  open_run(&run, &cli);
+  if (cli.eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
     FILE *elog = cfg->log_file[0] ? xfopen(cfg->log_file, "a") : NULL;
     evaluate(&run, elog);
     if (elog) fclose(elog);
     return 0;
   }
-  if (dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
-    compare_dump(&run, dump_dir);
+  if (cli.dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
+    compare_dump(&run, cli.dump_dir);
     return 0;
   }
 
@@ -443,130 +617,10 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGUSR1, on_signal);
   signal(SIGXFSZ, SIG_IGN);  // a file-size limit then fails the write (EFBIG), which we report
-  const NanInjection inject = parse_nan_injection();
-  LossWindow spikes = {xmalloc((size_t)cfg->spike_window * sizeof(double)), cfg->spike_window, 0, 0};
-
-  const double tokens_per_step = (double)cfg->global_batch * T;
-  printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n", cfg->model_preset[0] ? cfg->model_preset : "custom",
-         (long long)llama_num_params(mc), llama_flops_per_token(mc, T) / 1e9, T);
-  if (on_host(&run))
-    printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
-  else
-    printf("backend %s, recipe %s", run.ops->name, cfg->recipe);
-  printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
-  if (world > 1)
-    printf("data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
-           "in %s, %s\n", world, comm_on_device(run.comm) ? "NCCL" : "TCP", 8.0 * (run.zero->hi - run.zero->lo) / 1e9,
-           8.0 * n / 1e9, cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
-  if (world > 1)
-    printf("master weights: %s\n", run.zero->sharded ? "fp32 sharded (each rank keeps its shard and the RMSNorm weights; "
-           "parameters all-gathered in BF16)" : on_host(&run) ? "fp32 whole on every rank (the CPU backend computes with them)"
-           : "fp32 whole on every rank (parallel.shard_master: false)");
-  if (run.zero->sharded)
-    printf("master weights: %.2f GB of fp32 parameters given back per rank (%.2f GB kept)\n", run.zero->released / 1e9,
-           4.0 * n / 1e9 - run.zero->released / 1e9);
-  printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run.model) / 1e6, cfg->recompute);
-  if (loader_synthetic_entropy(run.train) > 0)
-    printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run.train));
-  else
-    printf("data: %s (%llu tokens/epoch)\n", cfg->train_data, (unsigned long long)loader_tokens_per_epoch(run.train));
-  fflush(stdout);
-
-  double t_start = now_seconds(), t_last = t_start;
-  int64_t first_step = run.step;
-  int bad_steps = 0;
-  while (run.step < cfg->total_steps && (max_steps < 0 || run.step < max_steps)) {
-    llama_zero_grad(run.model);
-    double loss = 0;
-    for (int a = 0; a < accum; a++) {
-      zero_begin_micro(run.zero, a, accum);  // the last one reduces its gradients during its backward
-      run.ops->set_step(run.step, a);
-      loader_next(run.train, run.inputs, run.targets);
-      zero_note_tokens(run.zero, run.inputs, B * T);  // the embedding rows to reduce
-      loss += llama_forward_backward(run.model, run.inputs, run.targets, cfg->ignore_index, 1.0f / accum) / accum;
-    }
-    // Every rank, every step, whatever its loss: the reduction's collectives must pair up.
-    zero_reduce_grads(run.zero);
-    // After the reduction, so that it lands in rank 0's shard (element 0) on every transport.
-    if (run.step + 1 >= inject.first && run.step + 1 <= inject.last) {  // test hook
-      float nan = NAN;
-      if (inject.grad) run.ops->upload(llama_grads(run.model), &nan, sizeof nan);
-      else loss = NAN;
-    }
-    // The ranks agree on the step's loss (the mean over ranks) and on whether any of them was
-    // asked to stop or save, so that all of them skip, save and exit at the same step.
-    double agree[3] = {loss, stop_signal != 0, save_request != 0};
-    comm_allreduce_sum_f64(run.comm, agree, 3);
-    loss = agree[0] / world;
-    int stop_now = agree[1] > 0, save_now = agree[2] > 0;
-    float lr = lr_at(cfg, run.step), norm = NAN;
-    // Never let one bad batch poison the weights: a non-finite loss or gradient skips the update.
-    int good = isfinite(loss) && optimizer_step(&run, lr, &norm) == 0;
-    run.step++;
-    if (!good) {
-      bad_steps++;
-      report_bad_step(&run, log, loss, norm, bad_steps);  // dies at reliability.max_bad_steps
-    } else {
-      bad_steps = 0;
-      run.meta.tokens_seen += (int64_t)tokens_per_step;
-      if (cfg->spike_factor > 0) check_spike(&spikes, cfg->spike_factor, run.step, loss, log);
-      double now = now_seconds();
-      if (run.step % cfg->log_interval == 0 || run.step == cfg->total_steps) {
-        double dt = now - t_last, tps = tokens_per_step * cfg->log_interval / dt;
-        double mem_gb = 0, dev_gb = 0;  // GPU memory: our tracked peak, and the device's use now
-        if (run.ops->mem_peak) mem_gb = run.ops->mem_peak() / 1e9;
-        if (run.ops->device_used) dev_gb = run.ops->device_used() / 1e9;
-        double avg = (now - t_start) / (run.step - first_step);
-        char eta[32];
-        format_eta(avg * (cfg->total_steps - run.step), eta, sizeof eta);
-        printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run.step,
-               cfg->total_steps, loss, lr, norm, tps);
-        if (world > 1) printf(" (%.0f/GPU)", tps / world);
-        // MFU by the paper's formula (BF16-equivalent FLOPs per token over the BF16 peak); GPU runs only
-        double mfu = on_host(&run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, T) / PEAK_BF16_FLOPS;
-        if (mfu > 0) printf(" | MFU %.1f%%", mfu);
-        if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
-        printf(" | eta %s\n", eta);
-        fflush(stdout);
-        if (log) {
-          fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
-                  "\"tok_per_s_gpu\": %.1f", (long long)run.step, loss, lr, norm, (long long)run.meta.tokens_seen, tps, tps / world);
-          if (mfu > 0) fprintf(log, ", \"mfu\": %.4f", mfu / 100);
-          if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
-          fprintf(log, "}\n");
-        }
-        t_last = now;
-      }
-      if (cfg->eval_interval > 0 && run.step % cfg->eval_interval == 0) evaluate(&run, log);
-    }
-    if (log) fflush(log);
-    int last = run.step == cfg->total_steps || run.step == max_steps;
-    if ((cfg->ckpt_interval > 0 && run.step % cfg->ckpt_interval == 0) || last) save_checkpoint(&run);
-    if (save_now) {
-      save_request = 0;
-      printf("received SIGUSR1%s: saving a checkpoint and continuing\n", world > 1 ? " (on some rank)" : "");
-      if (run.saved_step != run.step) save_checkpoint(&run);
-    }
-    if (stop_now) {
-      if (stop_signal) printf("received signal %d: saving and exiting\n", (int)stop_signal);
-      else printf("another rank received a stop signal: saving and exiting\n");
-      if (run.saved_step != run.step) save_checkpoint(&run);
-      break;
-    }
-  }
+  print_run(&run);
+  train(&run, log, cli.max_steps);
   if (run.ops->end_report) run.ops->end_report(run.rank);
-  // Nobody tears down its communicator (or closes its sockets, which peers take for a death) while
-  // another rank may still be in a collective.
-  comm_barrier(run.comm);
-  free(spikes.loss);
-  for (int i = 0; i < run.n_tasks; i++) mc_task_free(run.tasks[i]);
-  if (run.tok) tokenizer_free(run.tok);
+  close_run(&run);
   if (log) fclose(log);
-  loader_close(run.train);
-  if (run.val) loader_close(run.val);
-  zero_free(run.zero);
-  llama_free(run.model);
-  comm_free(run.comm);
-  free(run.host_stage); free(run.inputs); free(run.targets);
   return 0;
 }
