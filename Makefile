@@ -88,7 +88,7 @@ $(BUILD)/%.cpp.o: %.cpp $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
 
-# GPU tests: built everywhere nvcc is, run only on a GPU machine (scripts/gpu_check.sh).
+# GPU tests: built everywhere nvcc is, run only on a GPU machine (scripts/gpu/gpu_check.sh).
 $(BUILD)/gpu_tests/%: tests/gpu/%.cu $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@.o

@@ -58,7 +58,7 @@ static void usage(FILE *f) {
           "  --print-config            print the effective config as YAML and exit\n"
           "  --dry-run                 print the model size and FLOPs per token and exit\n"
           "  --compare-dump DIR        write params, one batch, its logits, loss, gradients and 10 AdamW\n"
-          "                            steps to DIR for scripts/hf_compare.py, and exit\n"
+          "                            steps to DIR for scripts/hf/hf_compare.py, and exit\n"
           "  --eval-only               validation loss and eval.tasks of the (resumed) model, then exit\n"
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
@@ -93,7 +93,7 @@ static void write_floats(const char *dir, const char *name, const float *p, size
   fclose(f);
 }
 
-// --compare-dump DIR: what an outside oracle (scripts/hf_compare.py runs HF transformers) needs to
+// --compare-dump DIR: what an outside oracle (scripts/hf/hf_compare.py runs HF transformers) needs to
 // check this engine: the initial parameters and their layout, one micro-batch, its logits, loss
 // and every gradient, then the losses of 10 AdamW steps on that same batch.
 static void compare_dump(Run *r, const char *dir) {

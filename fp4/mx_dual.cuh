@@ -11,7 +11,7 @@
 // through a 128x128 BF16 tile in shared memory (16-byte-chunk swizzle, conflict-free both ways); there
 // four consecutive lanes hold the four 32-row blocks of one column pair, so the transposed stores are
 // contiguous per column and the FP8 group exponent is again two shuffles. The producers are bound by
-// instruction issue (scripts/ncu_producers.sh), so every per-element step is kept to the rule itself:
+// instruction issue (scripts/gpu/ncu_producers.sh), so every per-element step is kept to the rule itself:
 // RNE and SR on the FMA pipe (quant_dev.cuh), the FP8 bytes by one table permute per 4 codes, templates
 // for the output kinds and SR, no index divisions.
 #pragma once

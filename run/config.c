@@ -116,7 +116,7 @@ static const Key KEYS[] = {
     KBOOL("checkpoint.resume", resume, "false", "resume from the latest checkpoint in checkpoint.dir, if any"),
     KSTR("checkpoint.init_from", init_from, "",
          "start from the \"params\" of this file instead of the random init: a model imported by "
-         "scripts/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes precedence"),
+         "scripts/hf/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes precedence"),
 
     KINT("logging.interval", log_interval, "1", 1, BIG, "steps between log lines"),
     KSTR("logging.file", log_file, "", "JSONL metrics file; empty: none"),

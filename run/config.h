@@ -54,7 +54,7 @@ typedef struct {
   int ckpt_interval;        // steps between checkpoints (0: only at the end)
   int ckpt_keep;            // how many to keep
   int resume;               // 1: resume from the latest checkpoint in ckpt_dir if there is one
-  char init_from[CFG_PATH]; // parameters to start from instead of the random init (scripts/import_hf.py)
+  char init_from[CFG_PATH]; // parameters to start from instead of the random init (scripts/hf/import_hf.py)
 
   // logging
   int log_interval;        // steps between log lines

@@ -25,7 +25,7 @@ typedef struct {
 #define META_VERSION 1
 
 // What a file for checkpoint.init_from says about its parameters, saved as "init_meta" by
-// scripts/import_hf.py (ckpt_io.pack_init_meta): 60 bytes, no padding. A training checkpoint can
+// scripts/hf/import_hf.py (ckpt_io.pack_init_meta): 60 bytes, no padding. A training checkpoint can
 // serve as well: its "meta" holds the same LlamaConfig.
 typedef struct {
   uint32_t version;

@@ -392,7 +392,7 @@ static void bench(void) {
 
 int main(int argc, char **argv) {
   rng_seed(&rng, 2024);
-  if (argc > 1 && !strcmp(argv[1], "--bench-only")) {  // for profilers (scripts/ncu_producers.sh)
+  if (argc > 1 && !strcmp(argv[1], "--bench-only")) {  // for profilers (scripts/gpu/ncu_producers.sh)
     bench();
     return 0;
   }

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 kills_wanted=${CRASH_KILLS:-30} steps=${CRASH_STEPS:-150}
 # CRASH_BACKEND=cuda CRASH_ARGS="--set precision.recipe=mxfp4" runs the same test on a GPU
-# (scripts/gpu_check.sh crash): parallel.deterministic makes GPU runs bit-reproducible.
+# (scripts/gpu/gpu_check.sh crash): parallel.deterministic makes GPU runs bit-reproducible.
 backend=${CRASH_BACKEND:-cpu}
 RANDOM=12345  # the kill steps follow a fixed sequence
 C=(configs/tiny.yaml --set parallel.backend=$backend --set parallel.threads=2 --set logging.interval=1

@@ -12,7 +12,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 base=(--set batch.micro_batch=4 --set batch.global_batch=16 --set schedule.total_steps=30 --set schedule.warmup_steps=5
       --set parallel.threads=1 --set parallel.backend=cpu --set logging.interval=1 --set eval.interval=0
       --set parallel.timeout_s=5)
-launch() { LOG_DIR="$1" scripts/launch_local.sh "${@:2}" >/dev/null 2>&1; }
+launch() { LOG_DIR="$1" scripts/runs/launch_local.sh "${@:2}" >/dev/null 2>&1; }
 losses() { grep -o '"step": [0-9]*, "loss": [^,]*' "$1"; }
 # max |a - b| over the steps both JSONL logs have losses for (the later line of a step wins)
 maxdiff() {
@@ -96,7 +96,7 @@ out=$(RANK=1 WORLD_SIZE=2 MASTER_PORT=$((port + 1)) ./train "${long[@]}" --set p
 check "a rank whose rank 0 never comes up stops after parallel.timeout_s" '[ $rc -ne 0 ] && echo "$out" | grep -q "rank 1: could not reach rank 0 at 127.0.0.1 within 1 s"'
 out=$(RANK=0 WORLD_SIZE=2 MASTER_PORT=$((port + 2)) ./train "${long[@]}" --set parallel.timeout_s=1 2>&1); rc=$?
 check "rank 0 alone stops after parallel.timeout_s" '[ $rc -ne 0 ] && echo "$out" | grep -q "rank 0: not every rank connected within 1 s"'
-out=$(LOG_DIR="$tmp/l6" scripts/launch_local.sh 2 configs/tiny.yaml "${base[@]}" --set parallel.rendezvous=bogus 2>&1); rc=$?
+out=$(LOG_DIR="$tmp/l6" scripts/runs/launch_local.sh 2 configs/tiny.yaml "${base[@]}" --set parallel.rendezvous=bogus 2>&1); rc=$?
 check "launch_local.sh propagates a rank's failure" '[ $rc -ne 0 ] && echo "$out" | grep -q "launch_local: rank [01] exited with status"'
 
 # 6. The world size must be the one the config planned the global batch for.
@@ -147,7 +147,7 @@ check "an injected NaN gradient skips step 5 on both ranks and the run goes on" 
   '[ $rc -eq 0 ] && grep -q "step      5: .*not finite, skipping" "$tmp/nan/rank_0.log" && grep -q "step      5: .*not finite, skipping" "$tmp/nan/rank_1.log" && grep -q "\"step\": 8, \"loss\"" "$tmp/nan.jsonl"'
 
 # 10. launch_local.sh with KEEP_GOING=1 leaves the survivors to notice a SIGKILLed rank themselves.
-KEEP_GOING=1 LOG_DIR="$tmp/kg" scripts/launch_local.sh 2 "${long[@]}" >/dev/null 2>&1 & lpid=$!
+KEEP_GOING=1 LOG_DIR="$tmp/kg" scripts/runs/launch_local.sh 2 "${long[@]}" >/dev/null 2>&1 & lpid=$!
 wait_for "$tmp/kg/rank_0.log" "step .*loss"; wait_until '[ -s "$tmp/kg/rank_1.pid" ]'
 { kill -KILL "$(cat "$tmp/kg/rank_1.pid")"; t0=$SECONDS; wait "$lpid"; rc=$?; } 2>/dev/null
 check "KEEP_GOING: the launcher reports both exits, rank 0 names the dead rank 1 ($((SECONDS - t0)) s)" \

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# scripts/estimate_run.py: reads ./train --bench lines and turns throughput into time and GPU-hours;
-# scripts/profile_summary.py: the per-layer sums of a bench log's profile table (docs/ quotes them).
+# scripts/runs/estimate_run.py: reads ./train --bench lines and turns throughput into time and GPU-hours;
+# scripts/gpu/profile_summary.py: the per-layer sums of a bench log's profile table (docs/ quotes them).
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'BENCH cuda mxfp4 optimizer every step:        12000 tok/s/GPU  MFU  70.3%%\nBENCH cuda mxfp4 optimizer amortized /512 :    13000 tok/s/GPU  MFU  76.1%%\n' >"$tmp/b.log"
-out=$(python3 scripts/estimate_run.py "$tmp/b.log" --gpus 32 --tokens 160e9 2>&1)
+out=$(python3 scripts/runs/estimate_run.py "$tmp/b.log" --gpus 32 --tokens 160e9 2>&1)
 # 160e9 / (12000 * 32) / 3600 = 115.74 h; x 32 GPUs = 3,704 GPU-hours
 check "every-step rate: 116 h, 3,704 GPU-hours" 'echo "$out" | grep -q "| mxfp4 | every step | 12,000 | 116 h (4.8 days) | 3,704 |"'
 check "amortized rate read too" 'echo "$out" | grep -q "| mxfp4 | amortized | 13,000 |"'
-out=$(python3 scripts/estimate_run.py --tok-per-s 10000 --gpus 8 --tokens 1e9 --scaling 0.5 2>&1)
+out=$(python3 scripts/runs/estimate_run.py --tok-per-s 10000 --gpus 8 --tokens 1e9 --scaling 0.5 2>&1)
 # 1e9 / (10000 * 8 * 0.5) / 3600 = 6.94 h
 check "scaling efficiency divides the rate" 'echo "$out" | grep -q "6.9 h | 56 |"'
-out=$(python3 scripts/estimate_run.py "$tmp/nothing.log" 2>&1); rc=$?
+out=$(python3 scripts/runs/estimate_run.py "$tmp/nothing.log" 2>&1); rc=$?
 check "a missing log is a one-line error naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "^error: .*nothing.log: No such file"'
 echo "step 1 | loss 3.0" >"$tmp/train.log"
-out=$(python3 scripts/estimate_run.py "$tmp/train.log" 2>&1); rc=$?
+out=$(python3 scripts/runs/estimate_run.py "$tmp/train.log" 2>&1); rc=$?
 check "a log without BENCH lines is an error" '[ $rc -ne 0 ] && echo "$out" | grep -q "no .BENCH"'
 # A three-kernel table at 2 layers: per layer, GEMM forward (1.0 + 3.0) / 2, attention 0.5.
 cat >"$tmp/p.log" <<'T'
@@ -27,20 +27,20 @@ attention bwd                2.00      1.000   16.7%   400.00 TFLOP/s           
 gemm fwd head                2.00      1.000   16.6%   700.00 TFLOP/s   700.00 TFLOP/s  100.0%
 total                                  6.000  100.0%
 T
-out=$(python3 scripts/profile_summary.py "$tmp/p.log" 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py "$tmp/p.log" 2>&1)
 check "profile_summary: per-layer GEMM forward without the head" 'echo "$out" | grep -Eq "GEMM forward +2.00$"'
 check "profile_summary: attention per layer, head per step" 'echo "$out" | grep -Eq "attention +0.50$" && echo "$out" | grep -Eq "output head +1.00$"'
-out=$(python3 scripts/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log 2>&1)
 check "profile_summary: docs/results_bf16.md's 14.8 ms of GEMMs (4.60 + 5.13 + 5.10)" 'echo "$out" | grep -Eq "GEMM forward +4.60$" && echo "$out" | grep -Eq "GEMM dgrad +5.13$"'
 # --bound: GEMMs at max(measured, ceiling) summed per layer, AdamW 30 B x 8.03e9 / 4.28 TB/s = 56.3 ms.
-out=$(python3 scripts/profile_summary.py --bound 12000 "$tmp/p.log" 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p.log" 2>&1)
 # per layer: (gate 3.0 ms at 800 > ceiling 700, kept + q 1.0) / 2 layers = 2.0; head 1.0;
 # step 32 * (2.0 + 3.6) + 1.0 + 56.3 = 236.5 ms
 check "profile_summary --bound: GEMMs per layer and the optimizer" 'echo "$out" | grep -q "GEMMs 2.00 ms/layer, head 1.0 ms, optimizer 56.3 ms"'
 check "profile_summary --bound: the every-step step time" 'echo "$out" | grep -Eq "optimizer every step +236.5 ms/step"'
-out=$(python3 scripts/profile_summary.py --bound 12000 docs/results/2026-11-30_mxfp4_bench_38675d0.log 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30_mxfp4_bench_38675d0.log 2>&1)
 check "profile_summary --bound counts the FP8 GEMMs (docs/results_fp4.md: 16,403 tok/s)" 'echo "$out" | grep -Eq "optimizer every step +499.4 ms/step +16403 tok/s/GPU"'
-# scripts/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
+# scripts/gpu/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
 # 20-30 (none), 25-30 inside the previous one, 9,000,040-.. after a 9 ms host pause (left out):
 # 2 us idle against 10 + 8 + 10 + 7 = 35 us busy, 2 / 37 = 5.41%.
 cat >"$tmp/trace.csv" <<'T'
@@ -51,7 +51,7 @@ cat >"$tmp/trace.csv" <<'T'
 25000,5000,"overlapped"
 9000040,7000,"after_pause"
 T
-out=$(python3 scripts/gap_summary.py "$tmp/trace.csv" 2>&1)
+out=$(python3 scripts/gpu/gap_summary.py "$tmp/trace.csv" 2>&1)
 check "gap_summary: busy and idle time, the host pause left out" 'echo "$out" | grep -q "5 GPU operations, busy 0.0 ms, idle gaps under 5.0 ms 0.0 ms (5.41% of busy + gaps)"'
 check "gap_summary: the gap and its neighbours" 'echo "$out" | grep -Eq "^ +2.0  gemm_a -> rmsnorm"'
 echo "$pass passed, $fail failed"

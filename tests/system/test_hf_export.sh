@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# scripts/export_hf.py and scripts/ckpt_io.py without torch (python3 + numpy): the Python hash64
+# scripts/hf/export_hf.py and scripts/hf/ckpt_io.py without torch (python3 + numpy): the Python hash64
 # port against C-computed values and against checkpoints the engine wrote; RunMeta parsing; the
 # exported safetensors against the engine's own tensor table and parameters (from --compare-dump);
 # bf16 rounding; corrupted and truncated checkpoints refused, naming what is wrong. Then the way
-# back: scripts/import_hf.py turns the export into a checkpoint.init_from file, ./train starts from
+# back: scripts/hf/import_hf.py turns the export into a checkpoint.init_from file, ./train starts from
 # it with exactly the original parameters (fp32) or their bf16 roundings, and bad files, other
 # models and unsupported HF configs are refused, naming what is wrong.
-# (scripts/hf_compare.py does the torch/transformers side: from_pretrained and logits.)
+# (scripts/hf/hf_compare.py does the torch/transformers side: from_pretrained and logits.)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 # numpy: python3's own, or the copy `make test` puts in .deps/py when python3 has none.
@@ -16,7 +16,7 @@ if ! python3 -c "import numpy" 2>/dev/null; then
   echo "0 passed, 1 failed"; exit 1
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py() { PYTHONPATH="scripts${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$1" "${@:2}"; }  # a Python check: exit status 0 means it holds
+py() { PYTHONPATH="scripts/hf${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$1" "${@:2}"; }  # a Python check: exit status 0 means it holds
 
 # A tiny run with Llama-3.1 RoPE scaling on, 2 steps, checkpointed; then the engine dumps that
 # checkpoint's parameters and tensor table (resume runs before --compare-dump).
@@ -59,9 +59,9 @@ assert all(m[k] == v for k, v in want.items()), {k: m[k] for k in want if m[k] !
 assert abs(m[\"norm_eps\"] - 1e-5) < 1e-12
 " "$ck"'
 
-out=$(python3 scripts/export_hf.py "$ck" "$tmp/hf32" --dtype fp32 2>&1)
+out=$(python3 scripts/hf/export_hf.py "$ck" "$tmp/hf32" --dtype fp32 2>&1)
 check "export fp32 succeeds and says verified" 'echo "$out" | grep -q "verified"'
-python3 scripts/export_hf.py "$ck" "$tmp/hf16" >/dev/null 2>&1
+python3 scripts/hf/export_hf.py "$ck" "$tmp/hf16" >/dev/null 2>&1
 check "config.json is a LlamaForCausalLM config with llama3 rope scaling" 'py "
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -126,23 +126,23 @@ assert (ckpt_io.fp32_to_bf16_bits(np.array([np.nan], np.float32))[0] & 0x7FFF) >
 # Damage: a flipped bit in the parameters, in the header, a truncated file.
 cp "$ck" "$tmp/bad.bin"
 printf '\x01' | dd of="$tmp/bad.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null  # inside "params" (768..657408)
-out=$(python3 scripts/export_hf.py "$tmp/bad.bin" "$tmp/x" 2>&1); rc=$?
+out=$(python3 scripts/hf/export_hf.py "$tmp/bad.bin" "$tmp/x" 2>&1); rc=$?
 check "a damaged params section is refused, naming the section" '[ $rc -ne 0 ] && echo "$out" | grep -q "section .params. checksum mismatch"'
-out=$(python3 scripts/export_hf.py "$tmp/bad.bin" "$tmp/x" --no-verify 2>&1); rc=$?
+out=$(python3 scripts/hf/export_hf.py "$tmp/bad.bin" "$tmp/x" --no-verify 2>&1); rc=$?
 check "--no-verify exports it anyway" '[ $rc -eq 0 ] && echo "$out" | grep -q "NOT verified"'
 cp "$ck" "$tmp/bad.bin"
 printf '\x07' | dd of="$tmp/bad.bin" bs=1 seek=16 conv=notrunc 2>/dev/null  # the step field
-out=$(python3 scripts/export_hf.py "$tmp/bad.bin" "$tmp/x" 2>&1); rc=$?
+out=$(python3 scripts/hf/export_hf.py "$tmp/bad.bin" "$tmp/x" 2>&1); rc=$?
 check "a damaged header is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "header checksum mismatch"'
 head -c 4000 "$ck" >"$tmp/short.bin"
-out=$(python3 scripts/export_hf.py "$tmp/short.bin" "$tmp/x" 2>&1); rc=$?
+out=$(python3 scripts/hf/export_hf.py "$tmp/short.bin" "$tmp/x" 2>&1); rc=$?
 check "a truncated checkpoint is refused, with both sizes" '[ $rc -ne 0 ] && echo "$out" | grep -q "truncated: 4000 bytes on disk, its header says"'
 
 # ---- import: HF directory -> checkpoint.init_from file -> ./train ---------------------------------
 dump_params() {  # $1: init_from file, $2: dump dir, then extra ./train options; prints ./train's output
   ./train configs/tiny.yaml "${sets[@]}" --set checkpoint.init_from="$1" --compare-dump "$2" "${@:3}" 2>&1
 }
-imp=$(python3 scripts/import_hf.py "$tmp/hf32" "$tmp/imp32.bin" 2>&1)
+imp=$(python3 scripts/hf/import_hf.py "$tmp/hf32" "$tmp/imp32.bin" 2>&1)
 check "import fp32 succeeds and prints the model keys" 'echo "$imp" | grep -q "^imported .*164160 parameters, F32 -> fp32" && echo "$imp" | grep -q "^  rope_original_max_pos: 16$"'
 check "the imported file is a step-0 checkpoint: init_meta (the run's model config) and params, verified" 'py "
 import ckpt_io, sys
@@ -158,7 +158,7 @@ out=$(./train "$tmp/imported.yaml" "${sets[@]}" --set checkpoint.init_from="$tmp
 check "./train starts from the fp32 import (config from the printed keys), saying so" 'echo "$out" | grep -q "^initialized from $tmp/imp32.bin$"'
 check "export fp32 -> import -> ./train: the parameters equal the checkpoint's bit for bit" 'cmp -s "$tmp/d32/params.bin" "$tmp/dump/params.bin"'
 
-python3 scripts/import_hf.py "$tmp/hf16" "$tmp/imp16.bin" >/dev/null 2>&1
+python3 scripts/hf/import_hf.py "$tmp/hf16" "$tmp/imp16.bin" >/dev/null 2>&1
 dump_params "$tmp/imp16.bin" "$tmp/d16" >/dev/null
 check "export bf16 -> import -> ./train: each parameter is the checkpoint's, rounded to the nearest bf16" 'py "
 import ckpt_io, numpy as np, sys
@@ -180,7 +180,7 @@ for fn, part in parts.items():
 json.dump({\"metadata\": {}, \"weight_map\": {n: fn for fn, part in parts.items() for n in part}}, open(d + \"/model.safetensors.index.json\", \"w\"))
 os.system(\"cp %s/config.json %s/\" % (src, d))
 " "$tmp/hf32" "$tmp/hfsh"
-python3 scripts/import_hf.py "$tmp/hfsh" "$tmp/impsh.bin" >/dev/null 2>&1
+python3 scripts/hf/import_hf.py "$tmp/hfsh" "$tmp/impsh.bin" >/dev/null 2>&1
 check "a sharded export (index.json + 2 files) imports to the same file byte for byte" 'cmp -s "$tmp/impsh.bin" "$tmp/imp32.bin"'
 check "F16 and BF16 tensors widen to fp32 exactly" 'py "
 import ckpt_io, json, struct, numpy as np, os, sys
@@ -241,6 +241,6 @@ for change, msg in cases:
         assert re.search(msg, str(e)), (change, str(e))
 " "$tmp/hf32" "$tmp/hfbad"'
 rm -f "$tmp/hfbad/model.safetensors"
-out=$(python3 scripts/import_hf.py "$tmp/hfbad" "$tmp/x.bin" 2>&1); rc=$?
+out=$(python3 scripts/hf/import_hf.py "$tmp/hfbad" "$tmp/x.bin" 2>&1); rc=$?
 check "a directory without safetensors is refused by the CLI, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "^import_hf: error: .$tmp/hfbad. has neither model.safetensors"'
 echo "$pass passed, $fail failed"

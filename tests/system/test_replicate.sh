@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/replicate.sh end to end on the CPU (BUDGET=smoke: a dim-32 model with the Llama-3
+# scripts/runs/replicate.sh end to end on the CPU (BUDGET=smoke: a dim-32 model with the Llama-3
 # vocabulary, 4 steps, two runs at a time, one document per downstream task): the shards are made
 # from the repo's own docs by the script's tokenize step, and the outputs (table, CSV, JSONL logs,
 # PNG, log tarball) are checked for sane numbers. The CPU backend computes every recipe in fp32,
@@ -28,7 +28,7 @@ env_common=(TRAIN="$tmp/train" BUDGET=smoke SHARDS="$tmp/shards" CORPUS="$tmp/co
             EVALS="$evals" TASKS="$tasks" CKPT_DIR="$tmp/ck" THREADS=1)
 
 t0=$SECONDS
-out=$(env "${env_common[@]}" OUT="$tmp/out" GPUS=2 bash scripts/replicate.sh 2>&1); rc=$?
+out=$(env "${env_common[@]}" OUT="$tmp/out" GPUS=2 bash scripts/runs/replicate.sh 2>&1); rc=$?
 d=$tmp/out/replicate
 check "replicate.sh BUDGET=smoke GPUS=2 exits 0 ($((SECONDS - t0))s)" '[ $rc -eq 0 ]' || printf '%s\n' "$out" | tail -n 30
 check "the shards were made with the validation split" '[ -s "$tmp/shards/nv_train_000000.bin" ] && [ -s "$tmp/shards/nv_val_000000.bin" ]'
@@ -79,18 +79,18 @@ fi
 
 # plot_metrics.py without matplotlib: tables written, a clear one-line error, exit status 3
 mkdir -p "$tmp/nompl/matplotlib"; echo 'raise ImportError("no matplotlib here")' >"$tmp/nompl/matplotlib/__init__.py"
-out=$(PYTHONPATH="$tmp/nompl" python3 scripts/plot_metrics.py "$d/bf16.jsonl" "$d/mxfp4_h32.jsonl" --labels a,b \
+out=$(PYTHONPATH="$tmp/nompl" python3 scripts/runs/plot_metrics.py "$d/bf16.jsonl" "$d/mxfp4_h32.jsonl" --labels a,b \
       --table "$tmp/t.md" --combined --out "$tmp/p" 2>&1); rc=$?
 check "plot_metrics.py without matplotlib: exit 3, says so, writes the table" '[ $rc -eq 3 ] && echo "$out" | grep -q "matplotlib is not installed" && grep -q "^| b | 4 |" "$tmp/t.md" && [ ! -e "$tmp/p.png" ]'
 
 # errors before any training, each naming the problem
-out=$(env "${env_common[@]}" OUT="$tmp/o2" RECIPES="bf16 fp8" bash scripts/replicate.sh 2>&1); rc=$?
+out=$(env "${env_common[@]}" OUT="$tmp/o2" RECIPES="bf16 fp8" bash scripts/runs/replicate.sh 2>&1); rc=$?
 check "an unknown recipe is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "unknown recipe .fp8."'
-out=$(env "${env_common[@]}" OUT="$tmp/o2" TASKS=hellaswag:10 EVALS="$tmp/nothing" bash scripts/replicate.sh 2>&1); rc=$?
+out=$(env "${env_common[@]}" OUT="$tmp/o2" TASKS=hellaswag:10 EVALS="$tmp/nothing" bash scripts/runs/replicate.sh 2>&1); rc=$?
 check "missing eval data is refused before training" '[ $rc -ne 0 ] && echo "$out" | grep -q "no folder $tmp/nothing" && ! echo "$out" | grep -q "training on"'
-out=$(env "${env_common[@]}" OUT="$tmp/o2" SHARDS="$tmp/none" CORPUS="$tmp/none.jsonl" bash scripts/replicate.sh 2>&1); rc=$?
+out=$(env "${env_common[@]}" OUT="$tmp/o2" SHARDS="$tmp/none" CORPUS="$tmp/none.jsonl" bash scripts/runs/replicate.sh 2>&1); rc=$?
 check "missing shards and corpus are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "no shards in $tmp/none"'
-out=$(env "${env_common[@]}" OUT="$tmp/o2" BUDGET=huge bash scripts/replicate.sh 2>&1); rc=$?
+out=$(env "${env_common[@]}" OUT="$tmp/o2" BUDGET=huge bash scripts/runs/replicate.sh 2>&1); rc=$?
 check "an unknown budget is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "BUDGET=huge: expected default, short or smoke"'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

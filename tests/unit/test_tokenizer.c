@@ -1,5 +1,5 @@
 // tests/unit/test_tokenizer.c: the Llama-3 tokenizer against tiktoken's ids (tests/data/
-// tokenizer_vectors.txt, from scripts/gen_tokenizer_vectors.py), its loading errors, the JSON
+// tokenizer_vectors.txt, from scripts/dev/gen_tokenizer_vectors.py), its loading errors, the JSON
 // field reader, and the data-preparation round trip through real shards.
 // Run from the repo root; TOKENIZER_MODEL overrides ../shared/data/tokenizer/tokenizer.model.
 #include <stdlib.h>

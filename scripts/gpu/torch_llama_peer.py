@@ -1,5 +1,5 @@
 """(A copy of ../shared/peers/torch_llama_peer.py, the project's reference peer, unchanged but for this note; kept
-here so that scripts/gpu_check.sh can run it on the GPU machine, where ../shared is not present.)
+here so that scripts/gpu/gpu_check.sh can run it on the GPU machine, where ../shared is not present.)
 
 PyTorch peer for the throughput benchmark: HF transformers LlamaForCausalLM with Llama-3 8B shapes.
 

@@ -19,9 +19,9 @@
 #   logs.tar.gz       each run's stdout, its log as CSV, its effective config (PACK=0: a folder logs/)
 # (8 files: what one device call brings back.) Exit status: 0 when all runs trained and were scored.
 #
-#   bash scripts/replicate.sh                          # BUDGET=default: ~19 min on one H200
-#   GPUS=2 BUDGET=short bash scripts/replicate.sh      # ~6 min wall on two H200s (2 runs at a time)
-#   SHARDS=.deps/novels EVALS=.deps/evals TOKENIZER=.deps/tokenizer.model GPUS=2 BUDGET=short bash scripts/replicate.sh
+#   bash scripts/runs/replicate.sh                          # BUDGET=default: ~19 min on one H200
+#   GPUS=2 BUDGET=short bash scripts/runs/replicate.sh      # ~6 min wall on two H200s (2 runs at a time)
+#   SHARDS=.deps/novels EVALS=.deps/evals TOKENIZER=.deps/tokenizer.model GPUS=2 BUDGET=short bash scripts/runs/replicate.sh
 #
 # Knobs (environment):
 #   BUDGET      default (1280 steps = 41.9M tokens, 2.3 epochs, 8 validation points, GPUS 1),
@@ -63,7 +63,7 @@
 #   PACK        1: stdout logs, per-run CSVs and configs go into logs.tar.gz; 0: a folder logs/
 #   TRAIN       the binary (./train)
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 t_begin=$SECONDS
 die() { echo "replicate: error: $*" >&2; exit 1; }
@@ -122,7 +122,7 @@ read -r -a recipes <<<"$RECIPES"
 for r in "${recipes[@]}"; do [ -n "${LABEL[$r]:-}" ] || die "RECIPES: unknown recipe '$r' (bf16 mxfp4_h32 mxfp4_noh nvfp4_last)"; done
 
 # ---- preflight: everything a run needs, checked before any GPU time is spent ---------------------
-[ -x "$TRAIN" ] || die "$TRAIN not found: build first (make -j all; on the GPU machine as scripts/gpu_check.sh build does)"
+[ -x "$TRAIN" ] || die "$TRAIN not found: build first (make -j all; on the GPU machine as scripts/gpu/gpu_check.sh build does)"
 command -v python3 >/dev/null || die "python3 is needed for the table and the plot"
 train_shard=$SHARDS/nv_train_000000.bin val_shard=$SHARDS/nv_val_000000.bin
 if [ ! -f "$train_shard" ] || [ ! -f "$val_shard" ]; then
@@ -341,14 +341,14 @@ py_args=("${logs[@]}" --labels "$label_csv" --allow-missing --last "$LAST_N" --t
          --csv "$dir/results.csv" --run-csv-dir "$work" --combined --out "$dir/replicate"
          --smooth "$(( STEPS >= 200 ? 20 : 1 ))" --title "$(printf '%s\n' "$dry" | head -n 1 | sed 's/^model: //'), $tokens tokens, $gpu_name")
 [[ " ${recipes[*]} " == *" bf16 "* ]] && py_args+=(--baseline "${LABEL[bf16]}")
-python3 scripts/plot_metrics.py "${py_args[@]}" >"$work/plot.log" 2>&1
+python3 scripts/runs/plot_metrics.py "${py_args[@]}" >"$work/plot.log" 2>&1
 plot_rc=$?
 cat "$dir/table_rows.md" >>"$dir/table.md" 2>/dev/null
 rm -f "$dir/table_rows.md"
 if [ $plot_rc -eq 3 ]; then
   plot_msg="WARNING: matplotlib is not installed (pip install matplotlib): NO PNG was written; the table and CSV were"
 elif [ $plot_rc -ne 0 ]; then
-  plot_msg="ERROR: scripts/plot_metrics.py failed (exit $plot_rc): $(tail -n 3 "$work/plot.log" | tr '\n' ' ')"
+  plot_msg="ERROR: scripts/runs/plot_metrics.py failed (exit $plot_rc): $(tail -n 3 "$work/plot.log" | tr '\n' ' ')"
 else plot_msg=""; fi
 
 # timings and the orderings, next to the paper's (docs/replication.md)

@@ -2,7 +2,7 @@
 """Tokenizer throughput: `./train tokenize` against tiktoken (built from the same tokenizer.model and
 pattern, no download) on the same corpus, and whether the ids agree.
 
-    python3 scripts/bench_tokenizer.py [--tokenizer DIR] [--corpus FILE.jsonl.zst] [--threads N]
+    python3 scripts/dev/bench_tokenizer.py [--tokenizer DIR] [--corpus FILE.jsonl.zst] [--threads N]
 """
 import argparse, io, json, os, subprocess, sys, tempfile, time
 

@@ -2,13 +2,13 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
 # (default: all but crash; gputests skips the CPU tests, which CI runs). BENCH_LAYERS (default 4,8)
 # sets the two depths of the engine's and the peer's benchmark.
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
 # keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
 steps=${*:-build tests hf bench benchfp4 fp4train peer}
@@ -43,7 +43,7 @@ fi
 
 if has hf; then
   for be in cuda cpu; do
-    timeout 400 python3 scripts/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
+    timeout 400 python3 scripts/hf/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
     tail -n 45 "$OUT/hf_$be.log"
     note "hf_compare --backend $be: $(grep -E '^hf_compare:' "$OUT/hf_$be.log" | tail -n 1)"
   done
@@ -61,14 +61,14 @@ if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, sy
     timeout 400 "$NSYS" profile -o "$OUT/trace" --force-overwrite true ./train configs/llama3_8b.yaml --bench \
       --layers "$layers" ${NSYS_ARGS:-} >"$OUT/nsys_bench.log" 2>&1
     "$NSYS" stats --report cuda_gpu_trace --format csv --output "$OUT/trace" "$OUT/trace.nsys-rep" >/dev/null 2>&1
-    python3 scripts/gap_summary.py "$OUT"/trace*cuda_gpu_trace*.csv 2>&1 | tee "$OUT/gaps.txt"
+    python3 scripts/gpu/gap_summary.py "$OUT"/trace*cuda_gpu_trace*.csv 2>&1 | tee "$OUT/gaps.txt"
     note "nsys: $(head -n 1 "$OUT/gaps.txt" | sed 's/^[^:]*: //')"
     rm -f "$OUT"/trace*.nsys-rep "$OUT"/trace*.sqlite; gzip -f "$OUT"/trace*.csv 2>/dev/null
   else note "nsys: not installed"; fi
 fi
 
 if has fp4train; then  # the scaled-down recipe comparison on the novels corpus (pre-tokenized in .deps/novels)
-  OUT=$OUT SHARDS=.deps/novels timeout 560 bash scripts/fp4_compare.sh "${FP4_STEPS:-300}" >"$OUT/fp4_compare.log" 2>&1
+  OUT=$OUT SHARDS=.deps/novels timeout 560 bash scripts/gpu/fp4_compare.sh "${FP4_STEPS:-300}" >"$OUT/fp4_compare.log" 2>&1
   tail -n 8 "$OUT/fp4_compare.log"
   while read -r l; do note "FP4TRAIN $l"; done < <(grep -E '^(\| |- )' "$OUT/fp4_compare.log" | tail -n +3)
 fi
@@ -96,7 +96,7 @@ if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact loss
 fi
 
 if has peer; then
-  timeout 500 python3 scripts/torch_llama_peer.py --layers "$layers" >"$OUT/peer.log" 2>&1
+  timeout 500 python3 scripts/gpu/torch_llama_peer.py --layers "$layers" >"$OUT/peer.log" 2>&1
   tail -n 5 "$OUT/peer.log"
   while read -r l; do note "PEER $l"; done < <(grep '^pytorch' "$OUT/peer.log")
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scripts/gpu_multi.sh: data parallelism on one 2-GPU node (issue #6), in one call of at most
+# scripts/gpu/gpu_multi.sh: data parallelism on one 2-GPU node (issue #6), in one call of at most
 # BUDGET seconds (default 415, under 7 minutes). No internet needed: novels shards in .deps/novels.
-#   bash scripts/gpu_multi.sh [build] [a] [b] [c] [d] [e] [h]      (default: all of them, in order)
+#   bash scripts/gpu/gpu_multi.sh [build] [a] [b] [c] [d] [e] [h]      (default: all of them, in order)
 # Steps, each ending with one "== ..." summary line (all collected again at the end):
 #   build  make ./train (a no-op when it is up to date)
 #   a      loss curves, small model on novels, 30 steps, global batch 32: 1 GPU vs 2 GPUs (fp32
@@ -21,7 +21,7 @@
 # (also on a timeout's SIGTERM). SMOKE=1 runs the same logic on the
 # CPU backend with a toy model (for checking this script without a GPU).
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 T0=$SECONDS
 BUDGET=${BUDGET:-415}
@@ -75,10 +75,10 @@ run1() {
   CUDA_VISIBLE_DEVICES=$gpu timeout -k 5 "$secs" ./train "$@" --set logging.file="$L/$name.jsonl" >"$L/$name.log" 2>&1 &
   echo $! >"$W/$name.pid"
 }
-# N ranks through scripts/launch_local.sh: runN NAME N SECONDS ARGS...; returns launch_local's status.
+# N ranks through scripts/runs/launch_local.sh: runN NAME N SECONDS ARGS...; returns launch_local's status.
 runN() {
   local name=$1 n=$2 secs=$3; shift 3
-  LOG_DIR="$W/$name" timeout -k 5 "$secs" scripts/launch_local.sh "$n" "$@" --set parallel.data_parallel="$n" \
+  LOG_DIR="$W/$name" timeout -k 5 "$secs" scripts/runs/launch_local.sh "$n" "$@" --set parallel.data_parallel="$n" \
     --set logging.file="$L/$name.jsonl" \
     >"$L/$name.log" 2>&1
   local rc=$? f
@@ -205,7 +205,7 @@ fi
 # error line); rank 0's log is kept as $L/NAME_rank_0.log.
 fault_run() {  # NAME SIGNAL TIMEOUT_S CAP_S
   local name=$1 sig=$2 tmo=$3 cap=$4 lpid tk
-  KEEP_GOING=1 LOG_DIR="$W/$name" timeout -k 5 "$(limit "$cap")" scripts/launch_local.sh 2 "${SMALL[@]}" \
+  KEEP_GOING=1 LOG_DIR="$W/$name" timeout -k 5 "$(limit "$cap")" scripts/runs/launch_local.sh 2 "${SMALL[@]}" \
     --set schedule.total_steps=100000 --set parallel.timeout_s="$tmo" --set parallel.data_parallel=2 \
     --set logging.file="$L/$name.jsonl" >"$L/$name.log" 2>&1 &
   lpid=$!

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Trains the same small Llama-3-architecture model on the same tokens with several precision
 # recipes and prints the final losses against BF16 (the paper's comparison, scaled down).
-# The full scaled-down replication (downstream evals, plot, 2-GPU mode) is scripts/replicate.sh.
-#   bash scripts/fp4_compare.sh [STEPS] [TOKENIZER_DIR] [CORPUS]
+# The full scaled-down replication (downstream evals, plot, 2-GPU mode) is scripts/runs/replicate.sh.
+#   bash scripts/gpu/fp4_compare.sh [STEPS] [TOKENIZER_DIR] [CORPUS]
 # Defaults: 300 steps of 32 x 1024 tokens (~10M tokens, half an epoch of the novels corpus) on the
 # "small" preset (12 blocks, dim 1024, 135M parameters in the blocks, Llama-3 vocabulary).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 steps=${1:-300}
 tok=${2:-../shared/data/tokenizer}
 corpus=${3:-../shared/data/corpus/novels.jsonl.zst}

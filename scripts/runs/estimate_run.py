@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Time and GPU-hours of a training run from measured throughput.
 
-    python3 scripts/estimate_run.py BENCH_LOG [--gpus 32] [--tokens 160e9] [--scaling 0.95]
-    python3 scripts/estimate_run.py --tok-per-s 12124 [--gpus 32] ...
+    python3 scripts/runs/estimate_run.py BENCH_LOG [--gpus 32] [--tokens 160e9] [--scaling 0.95]
+    python3 scripts/runs/estimate_run.py --tok-per-s 12124 [--gpus 32] ...
 
 BENCH_LOG is the output of `./train CONFIG --bench` (its "BENCH ..." lines: tokens/s/GPU with the
 optimizer every step, and amortized over gradient accumulation, which is what a real run with

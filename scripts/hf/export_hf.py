@@ -2,7 +2,7 @@
 """export_hf.py: converts one of the engine's checkpoints into a Hugging Face LlamaForCausalLM
 directory (config.json + model.safetensors) that transformers' from_pretrained loads as is.
 
-    python3 scripts/export_hf.py runs/x/ckpt_00001000.bin OUTDIR [--dtype bf16|fp32] [--no-verify]
+    python3 scripts/hf/export_hf.py runs/x/ckpt_00001000.bin OUTDIR [--dtype bf16|fp32] [--no-verify]
 
 The model config comes from the checkpoint's "meta" section and the weights from "params" (fp32
 master weights, written as bf16 by default, rounded to nearest even). The header and the sections

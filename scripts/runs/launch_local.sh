@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/launch_local.sh N CONFIG [train args...]: N data-parallel ranks of ./train on this node.
+# scripts/runs/launch_local.sh N CONFIG [train args...]: N data-parallel ranks of ./train on this node.
 #
 # Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (its GPU), MASTER_ADDR=127.0.0.1 and a free
 # MASTER_PORT (dist/comm.h), and --set parallel.data_parallel=N unless the arguments set it.
@@ -9,12 +9,12 @@
 # KEEP_GOING=1 they are left to notice on their own (how a real failure looks to them; the fault
 # tests use it). Each rank's pid goes to LOG_DIR/rank_<r>.pid, its exit status to rank_<r>.status.
 # NCCL_NVLS_ENABLE is exported as 0 (NVLink multicast stays off; ./train forces it too).
-#   scripts/launch_local.sh 8 configs/paper/bf16.yaml --resume
+#   scripts/runs/launch_local.sh 8 configs/paper/bf16.yaml --resume
 set -u
 if [ $# -lt 2 ]; then echo "usage: $0 N CONFIG [train args...]" >&2; exit 2; fi
 N=$1; shift
 case $N in ''|*[!0-9]*|0) echo "$0: N must be a positive number, got '$N'" >&2; exit 2;; esac
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 TRAIN=${TRAIN:-./train}
 LOG_DIR=${LOG_DIR:-$(mktemp -d /tmp/launch_local.XXXXXX)}
 mkdir -p "$LOG_DIR"

@@ -5,7 +5,7 @@ for the host (launch gaps, synchronizations) rather than computes. Reads the CSV
 
     nsys profile -o trace ./train configs/llama3_8b.yaml --bench --layers 4,8
     nsys stats --report cuda_gpu_trace --format csv --output . trace.nsys-rep   # trace_cuda_gpu_trace.csv
-    python3 scripts/gap_summary.py trace_cuda_gpu_trace.csv
+    python3 scripts/gpu/gap_summary.py trace_cuda_gpu_trace.csv
 
 Gaps longer than --max-gap-ms (default 5) are the host's own pauses between timed steps (syncs,
 timers, printing) and are left out; the rest is time the GPU could have been busy.

@@ -10,7 +10,7 @@ reference ids are tiktoken's on bytes.decode("utf-8", "replace"), which is what 
 documents). ESCAPED_TEXT uses \\\\ \\t \\n \\r and \\xHH (control bytes, and every byte >= 0x80 of
 a "bytes" case); other UTF-8 is written raw. IDS are space-separated (empty for the empty string).
 
-Usage: python3 scripts/gen_tokenizer_vectors.py [--shared ../shared] [--out tests/data/tokenizer_vectors.txt]
+Usage: python3 scripts/dev/gen_tokenizer_vectors.py [--shared ../shared] [--out tests/data/tokenizer_vectors.txt]
 """
 import argparse
 import json
@@ -162,8 +162,8 @@ def invalid_cases(rng):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=os.path.join(here, "..", "..", "shared"))
-    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "tokenizer_vectors.txt"))
+    ap.add_argument("--shared", default=os.path.join(here, "..", "..", "..", "shared"))
+    ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "tokenizer_vectors.txt"))
     args = ap.parse_args()
 
     tok_dir = os.path.join(args.shared, "data", "tokenizer")

@@ -2,11 +2,11 @@
 # Nsight Compute on the FP4 producers at 8192 x 4096 (the first shape of gpu_test_fp4_mx's benchmark):
 # where each kernel's time goes (issue slots, pipes, warp stalls, memory). Needs ncu (the GPU
 # machine's CUDA toolkit has it) and a built build/gpu_tests/gpu_test_fp4_mx. Reports go to $OUT.
-#   bash scripts/ncu_producers.sh [skip:name ...]
+#   bash scripts/gpu/ncu_producers.sh [skip:name ...]
 # Each argument is LAUNCH_SKIP:NAME, the number of matching launches to skip before the one profiled
 # (each benchmark case runs 3 + 15 times, in the order of the table) and a label.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEST=${OUT:-out}; mkdir -p "$DEST"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 cases=${*:-"18:dual_fp8_sr_h32 54:dual_fp8_sr_rows_only 72:dual_fp8_h32_cols_only 90:dual_fp8_cols_only"}

@@ -3,7 +3,7 @@
 or sharded model-0000x-of-0000y.safetensors with model.safetensors.index.json) into a file that
 `./train` starts from with `checkpoint.init_from: OUT.bin`.
 
-    python3 scripts/import_hf.py HF_DIR OUT.bin
+    python3 scripts/hf/import_hf.py HF_DIR OUT.bin
 
 OUT.bin is a checkpoint container (docs/checkpoint_format.md, step 0) with two sections:
 "init_meta" (the model config, train.c's InitMeta: uint32 version 1, then the 14 LlamaConfig fields,

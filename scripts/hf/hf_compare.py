@@ -2,7 +2,7 @@
 """hf_compare.py: checks the engine against Hugging Face transformers' LlamaForCausalLM, a Llama
 implementation nobody here wrote, and checks the checkpoint -> HF export.
 
-    python3 scripts/hf_compare.py [--backend cpu|cuda] [--device cpu|cuda] [--train ./train] [--keep DIR]
+    python3 scripts/hf/hf_compare.py [--backend cpu|cuda] [--device cpu|cuda] [--train ./train] [--keep DIR]
 
 1. `./train --compare-dump` on a small model that exercises every feature (GQA, Llama-3.1 RoPE
    scaling with all three frequency bands in play, untied head, several layers) writes its initial
@@ -10,7 +10,7 @@ implementation nobody here wrote, and checks the checkpoint -> HF export.
 2. The same parameters go into LlamaForCausalLM (fp32, eager attention), which computes the same
    things: logits, loss, every parameter's gradient, and 10 torch.optim.AdamW steps (decay and
    no-decay groups, clip_grad_norm_, the engine's per-step learning rates).
-3. Export: a 3-step run saves a checkpoint; scripts/export_hf.py converts it; from_pretrained loads
+3. Export: a 3-step run saves a checkpoint; scripts/hf/export_hf.py converts it; from_pretrained loads
    it; its logits must match the engine's on the checkpoint's parameters (`--resume --compare-dump`).
 
 The reference is always HF in fp32. HF under torch.autocast(bfloat16) is measured against that
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckpt_io  # noqa: E402
 import export_hf  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The comparison run: configs/tiny.yaml with these overrides. head_dim 32 and rope_theta 500000 give
 # wavelengths 6.3 (< 32/4: kept), 14.3 (between: interpolated) and >= 32.4 (> 32/1: divided by 8)
@@ -272,7 +272,7 @@ def check_export(args, work, device, checks):
     ckpt = os.path.join(ck_dir, f"ckpt_{EXPORT_STEPS:08d}.bin")
     run_train(args, ck_sets + ["--resume", "--compare-dump", dump_dir], "compare dump of the checkpoint")
     dump = ckpt_io.CompareDump(dump_dir)
-    print(f"\nExport of {os.path.relpath(ckpt, work)} (step {EXPORT_STEPS}) with scripts/export_hf.py")
+    print(f"\nExport of {os.path.relpath(ckpt, work)} (step {EXPORT_STEPS}) with scripts/hf/export_hf.py")
 
     # The engine dumped the checkpoint's parameters (resume runs before compare_dump).
     ck_params = ckpt_io.Checkpoint(ckpt).section("params").view("<f4")

@@ -7,10 +7,10 @@ metrics named "eval/<task>/<metric>" (e.g. "eval/hellaswag/acc_norm", with "eval
 number of documents). Lines without a "step", and non-numeric values (e.g. "event"), are skipped.
 Several logs (one per run) are overlaid, labelled by file name, or by --labels.
 
-    python3 scripts/plot_metrics.py runs/bf16/log.jsonl runs/mxfp4/log.jsonl --out plots/cmp
+    python3 scripts/runs/plot_metrics.py runs/bf16/log.jsonl runs/mxfp4/log.jsonl --out plots/cmp
     # writes plots/cmp_loss.png and, if the logs have eval metrics, plots/cmp_evals.png
 
-    python3 scripts/plot_metrics.py a.jsonl b.jsonl --labels bf16,mxfp4 --combined --out plots/cmp \\
+    python3 scripts/runs/plot_metrics.py a.jsonl b.jsonl --labels bf16,mxfp4 --combined --out plots/cmp \\
         --table plots/cmp.md --csv plots/cmp.csv --run-csv-dir plots --last 50 --smooth 20
     # one figure plots/cmp.png (loss curves with validation points, loss excess over the first run
     # (or --baseline), final downstream scores with binomial error bars, throughput), a markdown
