@@ -251,8 +251,8 @@ static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   Recipe r;
   char err[256], desc[256];
   int cc = ops->device_cc ? ops->device_cc() : 0;
-  if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
-                     c->bf16_first_blocks, c->bf16_last_blocks, cc, err, sizeof err))
+  RecipeSpec spec = config_recipe_spec(c);
+  if (recipe_resolve(&r, &spec, cc, err, sizeof err))
     die("%s", err);
   recipe_describe(&r, desc, sizeof desc);
   if (ops->set_recipe) ops->set_recipe(&r, n_layers, c->seed);

@@ -4,60 +4,70 @@
 #include <stdio.h>
 #include <string.h>
 
-static int is(const char *a, const char *b) { return !strcmp(a, b); }
+// The index of value in a '|'-separated list, or -1.
+static int pick(const char *value, const char *list) {
+  size_t n = strlen(value);
+  for (int i = 0; *list; i++) {
+    const char *bar = strchr(list, '|');
+    size_t len = bar ? (size_t)(bar - list) : strlen(list);
+    if (len == n && !strncmp(value, list, n)) return i;
+    if (!bar) break;
+    list = bar + 1;
+  }
+  return -1;
+}
 
-int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *hadamard, const char *weight_2d,
-                   const char *scale_rounding, const char *gemm, const char *wgrad_2d, int bf16_first, int bf16_last,
-                   int cc, char *err, int errlen) {
+#define PICK(var, key, value, list)                                                                 \
+  int var = pick(value, list);                                                                      \
+  if (var < 0) return snprintf(err, errlen, "%s: unknown value '%s' (expected %s)", key, value, list), -1
+
+int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen) {
   memset(r, 0, sizeof *r);
-  if (is(recipe, "bf16")) r->format = FMT_BF16;
-  else if (is(recipe, "mxfp4")) r->format = FMT_MXFP4;
-  else if (is(recipe, "nvfp4")) r->format = FMT_NVFP4;
-  else return snprintf(err, errlen, "precision.recipe: unknown recipe '%s'", recipe), -1;
-  int nv = r->format == FMT_NVFP4;
+  PICK(format, "precision.recipe", s->recipe, RECIPE_FORMATS);
+  r->format = format == 0 ? FMT_BF16 : format == 1 ? FMT_MXFP4 : FMT_NVFP4;
+  const int nv = r->format == FMT_NVFP4;
 
-  if (is(sr, "auto")) r->sr_dgrad = 1, r->sr_wgrad = nv;
-  else if (is(sr, "none")) r->sr_dgrad = r->sr_wgrad = 0;
-  else if (is(sr, "dgrad")) r->sr_dgrad = 1, r->sr_wgrad = 0;
-  else if (is(sr, "dgrad_wgrad")) r->sr_dgrad = r->sr_wgrad = 1;
-  else return snprintf(err, errlen, "precision.sr: unknown value '%s'", sr), -1;
+  PICK(sr, "precision.sr", s->sr, RECIPE_SR);  // auto none dgrad dgrad_wgrad
+  r->sr_dgrad = sr != 1;
+  r->sr_wgrad = sr == 0 ? nv : sr == 3;
 
-  if (is(hadamard, "auto")) r->hadamard = nv ? 16 : 32;
-  else if (is(hadamard, "none")) r->hadamard = 0;
-  else if (is(hadamard, "h16")) r->hadamard = 16;
-  else if (is(hadamard, "h32")) r->hadamard = 32;
-  else return snprintf(err, errlen, "precision.hadamard: unknown value '%s'", hadamard), -1;
+  PICK(had, "precision.hadamard", s->hadamard, RECIPE_HADAMARD);  // auto none h16 h32
+  r->hadamard = had == 0 ? (nv ? 16 : 32) : had == 1 ? 0 : had == 2 ? 16 : 32;
 
-  if (is(weight_2d, "auto") || is(weight_2d, "on")) r->weight_2d = 1;
-  else if (is(weight_2d, "off")) r->weight_2d = 0;
-  else return snprintf(err, errlen, "precision.weight_2d: unknown value '%s'", weight_2d), -1;
+  PICK(w2d, "precision.weight_2d", s->weight_2d, RECIPE_WEIGHT_2D);  // auto on off
+  r->weight_2d = w2d != 2;
 
-  if (is(scale_rounding, "auto") || is(scale_rounding, "up")) r->scale_round_up = 1;
-  else if (is(scale_rounding, "down")) r->scale_round_up = 0;
-  else return snprintf(err, errlen, "precision.scale_rounding: unknown value '%s'", scale_rounding), -1;
-  if (!r->scale_round_up && nv)
-    return snprintf(err, errlen, "precision.scale_rounding: 'down' is an MXFP4 option; NVFP4 scales are E4M3"), -1;
+  PICK(round, "precision.scale_rounding", s->scale_rounding, RECIPE_SCALE_ROUNDING);  // auto up down
+  r->scale_round_up = round != 2;
 
-  if (is(gemm, "auto")) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && !nv ? GEMM_FP8_EMBED : GEMM_REFERENCE;
-  else if (is(gemm, "reference")) r->gemm = GEMM_REFERENCE;
-  else if (is(gemm, "fp8")) r->gemm = GEMM_FP8_EMBED;
-  else if (is(gemm, "fp4")) r->gemm = GEMM_FP4_NATIVE;
-  else return snprintf(err, errlen, "precision.fp4_gemm: unknown value '%s'", gemm), -1;
-  // NVFP4's E2M1 x E4M3 products need 6 significant bits: exact in BF16, not in E4M3 (docs/formats.md §3).
-  if (nv && r->gemm == GEMM_FP8_EMBED)
-    return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"), -1;
+  PICK(gemm, "precision.fp4_gemm", s->fp4_gemm, RECIPE_FP4_GEMM);  // auto reference fp8 fp4
+  if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && !nv ? GEMM_FP8_EMBED : GEMM_REFERENCE;
+  else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 2 ? GEMM_FP8_EMBED : GEMM_FP4_NATIVE;
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
     return snprintf(err, errlen, "precision.fp4_gemm: fp4 needs an sm_100 GPU (this one is sm_%d)", cc), -1;
 
-  if (is(wgrad_2d, "auto") || is(wgrad_2d, "dy")) r->wgrad_2d = WGRAD_2D_DY;
-  else if (is(wgrad_2d, "off")) r->wgrad_2d = WGRAD_2D_OFF;
-  else if (is(wgrad_2d, "x")) r->wgrad_2d = WGRAD_2D_X;
-  else return snprintf(err, errlen, "precision.wgrad_2d: unknown value '%s'", wgrad_2d), -1;
+  PICK(wg, "precision.wgrad_2d", s->wgrad_2d, RECIPE_WGRAD_2D);  // auto off dy x
+  r->wgrad_2d = wg == 1 ? WGRAD_2D_OFF : wg == 3 ? WGRAD_2D_X : WGRAD_2D_DY;
   if (r->gemm != GEMM_FP8_EMBED || r->format != FMT_MXFP4) r->wgrad_2d = WGRAD_2D_OFF;  // an FP8-embedding choice
 
-  if (bf16_first < 0 || bf16_last < 0)
+  r->bf16_first = s->bf16_first, r->bf16_last = s->bf16_last;
+  return recipe_check(r, err, errlen);
+}
+
+int recipe_check(const Recipe *r, char *err, int errlen) {
+  if (r->format == FMT_BF16) return 0;
+  const int nv = r->format == FMT_NVFP4;
+  if (r->hadamard != 0 && r->hadamard != 16 && r->hadamard != 32)
+    return snprintf(err, errlen, "precision.hadamard: %d points: expected 0, 16 or 32", r->hadamard), -1;
+  if (nv && r->hadamard == 32)
+    return snprintf(err, errlen, "precision.hadamard: h32 with nvfp4: the NVFP4 Wgrad producers rotate 16-blocks (h16 or none)"), -1;
+  if (nv && !r->scale_round_up)
+    return snprintf(err, errlen, "precision.scale_rounding: 'down' is an MXFP4 option; NVFP4 scales are E4M3"), -1;
+  // NVFP4's E2M1 x E4M3 products need 6 significant bits: exact in BF16, not in E4M3 (docs/formats.md §3).
+  if (nv && r->gemm == GEMM_FP8_EMBED)
+    return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"), -1;
+  if (r->bf16_first < 0 || r->bf16_last < 0)
     return snprintf(err, errlen, "precision.bf16_first_blocks/bf16_last_blocks must be >= 0"), -1;
-  r->bf16_first = bf16_first, r->bf16_last = bf16_last;
   return 0;
 }
 

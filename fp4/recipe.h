@@ -27,15 +27,34 @@ typedef struct {
   int bf16_first, bf16_last;  // blocks kept in BF16 at either end
 } Recipe;
 
-// Fills *r from the config's strings (the precision.* keys; "auto" = the recipe's default):
+// The allowed values of each precision.* key, in one place: the config's reference and checks
+// (run/config.c) and recipe_resolve read these lists. "auto" is the recipe's default.
+#define RECIPE_FORMATS "bf16|mxfp4|nvfp4"
+#define RECIPE_SR "auto|none|dgrad|dgrad_wgrad"
+#define RECIPE_HADAMARD "auto|none|h16|h32"
+#define RECIPE_WEIGHT_2D "auto|on|off"
+#define RECIPE_SCALE_ROUNDING "auto|up|down"
+#define RECIPE_WGRAD_2D "auto|off|dy|x"
+#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4"
+
+// A recipe as the config spells it: the precision.* keys.
+typedef struct {
+  const char *recipe, *sr, *hadamard, *weight_2d, *scale_rounding, *fp4_gemm, *wgrad_2d;
+  int bf16_first, bf16_last;
+} RecipeSpec;
+
+// Fills *r from the spec ("auto" = the recipe's default):
 //   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
 //   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
-// gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90, the
-// reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on the FP8
-// path) | off | dy | x; other back ends ignore it. Returns 0, or -1 with err.
-int recipe_resolve(Recipe *r, const char *recipe, const char *sr, const char *hadamard, const char *weight_2d,
-                   const char *scale_rounding, const char *gemm, const char *wgrad_2d, int bf16_first, int bf16_last,
-                   int cc, char *err, int errlen);
+// fp4_gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90,
+// the reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on
+// the FP8 path) | off | dy | x; other back ends ignore it. Then recipe_check. Returns 0, or -1 with
+// err naming the key.
+int recipe_resolve(Recipe *r, const RecipeSpec *spec, int cc, char *err, int errlen);
+
+// The combinations no back end runs, however r was made (recipe_resolve, or a test by hand): 0, or
+// -1 with err naming the precision key. The one validation of a recipe; the linear layers call it too.
+int recipe_check(const Recipe *r, char *err, int errlen);
 
 // The format block `layer` of `n_layers` runs in (BF16 when overridden).
 FP4Format recipe_block_format(const Recipe *r, int layer, int n_layers);

@@ -56,9 +56,8 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   if (op->set_recipe) {  // the recipe's BF16 block overrides count from this depth's ends; set before
     Recipe r;             // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
-    if (recipe_resolve(&r, cfg->recipe, cfg->sr, cfg->hadamard, cfg->weight_2d, cfg->scale_rounding, cfg->fp4_gemm,
-                       cfg->wgrad_2d, cfg->bf16_first_blocks, cfg->bf16_last_blocks,
-                       op->device_cc ? op->device_cc() : 0, err, sizeof err))
+    RecipeSpec spec = config_recipe_spec(cfg);
+    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc() : 0, err, sizeof err))
       die("%s", err);
     op->set_recipe(&r, layers, cfg->seed);
   }

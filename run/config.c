@@ -92,19 +92,19 @@ static const Key KEYS[] = {
     KSTR("data.val", val_data, "", "validation shards, same form; empty: no validation"),
     KSTR("data.tokenizer", tokenizer_path, "", "tiktoken-format tokenizer.model (needed by eval.tasks)"),
 
-    KENUM("precision.recipe", recipe, "bf16", "bf16|mxfp4|nvfp4",
+    KENUM("precision.recipe", recipe, "bf16", RECIPE_FORMATS,
           "linear-layer recipe (the CPU backend computes in fp32)"),
-    KENUM("precision.sr", sr, "auto", "auto|none|dgrad|dgrad_wgrad",
+    KENUM("precision.sr", sr, "auto", RECIPE_SR,
           "stochastic rounding of dY: for Dgrad only (mxfp4 default), or Dgrad and Wgrad (nvfp4 default)"),
-    KENUM("precision.hadamard", hadamard, "auto", "auto|none|h16|h32",
+    KENUM("precision.hadamard", hadamard, "auto", RECIPE_HADAMARD,
           "Hadamard on both Wgrad operands along tokens (mxfp4: h32, nvfp4: h16)"),
-    KENUM("precision.weight_2d", weight_2d, "auto", "auto|on|off",
+    KENUM("precision.weight_2d", weight_2d, "auto", RECIPE_WEIGHT_2D,
           "2D weight scales (32x32 MXFP4, 16x16 NVFP4) so W and W^T share codes (default on)"),
-    KENUM("precision.scale_rounding", scale_rounding, "auto", "auto|up|down",
+    KENUM("precision.scale_rounding", scale_rounding, "auto", RECIPE_SCALE_ROUNDING,
           "MXFP4 block exponent: up = the paper's encode-centric 2^ceil(log2 amax), down = OCP's floor - 2"),
-    KENUM("precision.wgrad_2d", wgrad_2d, "auto", "auto|off|dy|x",
+    KENUM("precision.wgrad_2d", wgrad_2d, "auto", RECIPE_WGRAD_2D,
           "fp8 back end: embed one Wgrad operand per 128x128 tile for cuBLASLt's faster mode (auto = dy)"),
-    KENUM("precision.fp4_gemm", fp4_gemm, "auto", "auto|reference|fp8|fp4",
+    KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
           "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding), fp4 (Blackwell native)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
@@ -497,8 +497,8 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   {  // the recipe's own consistency rules (fp4/recipe.c), with the GPU unknown here (cc 0)
     Recipe r;
     char msg[256];
-    if (recipe_resolve(&r, c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
-                       c->bf16_first_blocks, c->bf16_last_blocks, 0, msg, sizeof msg)) {
+    RecipeSpec spec = config_recipe_spec(c);
+    if (recipe_resolve(&r, &spec, 0, msg, sizeof msg)) {
       const char *colon = strchr(msg, ':');  // messages start with their key
       char key[64];
       snprintf(key, sizeof key, "%.*s", colon ? (int)(colon - msg) : 0, msg);
@@ -806,4 +806,9 @@ void config_print_reference(FILE *f) {
     range_text(k, range, sizeof range);
     fprintf(f, "%-29s %-7s %-11s %-21s %s\n", k->name, TYPE_NAMES[k->type], def, range, k->help);
   }
+}
+
+RecipeSpec config_recipe_spec(const TrainConfig *c) {
+  return (RecipeSpec){c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
+                      c->bf16_first_blocks, c->bf16_last_blocks};
 }

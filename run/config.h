@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fp4/recipe.h"
 #include "model/llama_config.h"
 
 #define CFG_PATH 1024
@@ -115,3 +116,5 @@ int config_validate(const TrainConfig *c, const char *where, char *err, size_t e
 void config_write_yaml(const TrainConfig *c, FILE *f);
 // Writes the key reference: key, type, default, range, one-line description (for --help-config).
 void config_print_reference(FILE *f);
+// The precision.* keys as fp4/recipe.h's spec (for recipe_resolve).
+RecipeSpec config_recipe_spec(const TrainConfig *c);

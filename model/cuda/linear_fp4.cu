@@ -55,14 +55,8 @@ void linear_fp4_set_recipe(const Recipe *r, int n_layers, uint64_t seed) {
   if (!r) r = &bf16;
   if (r->format != FMT_BF16) {
     if (n_layers <= 0) die("cuda_set_recipe: n_layers = %d must be positive", n_layers);
-    if (r->hadamard != 0 && r->hadamard != 16 && r->hadamard != 32)
-      die("cuda_set_recipe: hadamard = %d: expected 0, 16 or 32", r->hadamard);
-    if (r->format == FMT_NVFP4 && r->hadamard == 32)
-      die("cuda_set_recipe: precision.hadamard h32 with nvfp4: the NVFP4 Wgrad producers rotate 16-blocks (h16 or none)");
-    if (r->format == FMT_NVFP4 && r->gemm == GEMM_FP8_EMBED)
-      die("cuda_set_recipe: precision.fp4_gemm fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4");
-    if (r->format == FMT_NVFP4 && !r->scale_round_up)
-      die("cuda_set_recipe: precision.scale_rounding down is an MXFP4 option; NVFP4 scales are E4M3");
+    char err[256];
+    if (recipe_check(r, err, sizeof err)) die("cuda_set_recipe: %s", err);  // fp4/recipe.c: the one validation
     if (r->gemm == GEMM_FP4_NATIVE && !fp4_gemm_native_available())
       die("cuda_set_recipe: precision.fp4_gemm fp4 needs a compute capability 10.x GPU with the sm_100a code built "
           "in; use fp8 (MXFP4 on Hopper) or reference");

@@ -6,7 +6,8 @@
 
 static int resolve(Recipe *r, const char *recipe, const char *sr, const char *had, const char *w2d, const char *sc,
                    const char *gemm, int first, int last, int cc, char *err) {
-  return recipe_resolve(r, recipe, sr, had, w2d, sc, gemm, "auto", first, last, cc, err, 256);
+  RecipeSpec spec = {recipe, sr, had, w2d, sc, gemm, "auto", first, last};
+  return recipe_resolve(r, &spec, cc, err, 256);
 }
 
 int main(void) {
@@ -38,13 +39,13 @@ int main(void) {
         "auto on the FP8 path tiles dY^T (got %d)", r.wgrad_2d);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_OFF,
         "the reference back end has no embedding (got %d)", r.wgrad_2d);
-  CHECK(!recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0, 90, err, 256) &&
+  CHECK(!recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0}, 90, err, 256) &&
             r.wgrad_2d == WGRAD_2D_X,
         "x tiles x^T: %s", err);
-  CHECK(!recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0, 90, err, 256) &&
+  CHECK(!recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0}, 90, err, 256) &&
             r.wgrad_2d == WGRAD_2D_OFF,
         "off: both VEC128: %s", err);
-  CHECK(recipe_resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0, 90, err, 256) &&
+  CHECK(recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0}, 90, err, 256) &&
             strstr(err, "precision.wgrad_2d"),
         "an unknown value names the key: %s", err);
 
@@ -65,6 +66,26 @@ int main(void) {
   CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "down", "auto", 0, 0, 90, err) &&
             strstr(err, "precision.scale_rounding"),
         "round-down is MXFP4's: %s", err);
+
+  CHECK(resolve(&r, "nvfp4", "auto", "h32", "auto", "auto", "reference", 0, 0, 90, err) && strstr(err, "precision.hadamard"),
+        "nvfp4 with h32 (its producers rotate 16-blocks): %s", err);
+  CHECK(resolve(&r, "mxfp4", "auto", "h8", "auto", "auto", "auto", 0, 0, 90, err) &&
+            strstr(err, "precision.hadamard: unknown value 'h8'") && strstr(err, RECIPE_HADAMARD),
+        "an unknown value is refused with the allowed list: %s", err);
+
+  TEST_SECTION("recipe_check: the one validation, also of recipes built by hand");
+  {
+    Recipe h = {0};
+    h.format = FMT_NVFP4, h.gemm = GEMM_FP8_EMBED, h.hadamard = 16, h.scale_round_up = 1;
+    CHECK(recipe_check(&h, err, 256) && strstr(err, "precision.fp4_gemm"), "nvfp4 on the fp8 path: %s", err);
+    h.gemm = GEMM_REFERENCE, h.hadamard = 24;
+    CHECK(recipe_check(&h, err, 256) && strstr(err, "precision.hadamard"), "a 24-point Hadamard: %s", err);
+    h.hadamard = 16;
+    CHECK(!recipe_check(&h, err, 256), "nvfp4, H16, reference GEMM passes: %s", err);
+    Recipe bf = {0};
+    bf.hadamard = 24;  // a BF16 recipe quantizes nothing: nothing to check
+    CHECK(!recipe_check(&bf, err, 256), "bf16 passes whatever its unused fields: %s", err);
+  }
 
   TEST_SECTION("through the config");
   TrainConfig c;
