@@ -14,12 +14,13 @@
 # cannot be built is not an error: the build goes on with the CPU backend and says why.
 # Environment (the Makefile passes it): CC, CXX, NVCC, CUDA_HOME, CUDNN_FE, DEPS (a prefix holding
 # usr/include and usr/lib/<triplet>, set by hand: then the C libraries are taken from there).
-# AUTO_DEPS=0: find only, install nothing.
+# AUTO_DEPS=0: find only, install nothing. DEPS_LOCAL_ROOT: the unpack prefix (.deps/root).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}  # the build folder (the Makefile's BUILD): deps.mk and the log go there
 mkdir -p "$BUILD"
 LOG=$BUILD/deps.log
+LOCAL_ROOT=${DEPS_LOCAL_ROOT:-.deps/root}  # where the C libraries are unpacked without root
 CC=${CC:-cc} CXX=${CXX:-g++}
 CUDNN_FE_VERSION=1.32.0
 say() { echo "deps: $*" >&2; }
@@ -91,12 +92,12 @@ deps_build() {
     [ -n "$miss" ] && { say "error: DEPS=$root lacks" $miss "(run: bash scripts/deps.sh fetch)"; return 1; }
   else
     miss=$(missing_c_libs "")
-    if [ -n "$miss" ] && [ -z "$(missing_c_libs .deps/root)" ]; then root=.deps/root; miss=; fi
+    if [ -n "$miss" ] && [ -z "$(missing_c_libs "$LOCAL_ROOT")" ]; then root=$LOCAL_ROOT; miss=; fi
     if [ -n "$miss" ]; then
       # shellcheck disable=SC2086
       if apt_install $miss && [ -z "$(missing_c_libs "")" ]; then miss=
-      elif apt_unpack .deps/root libyaml-dev libzstd-dev libpcre2-dev &&
-           [ -z "$(missing_c_libs .deps/root)" ]; then root=.deps/root; miss=
+      elif apt_unpack "$LOCAL_ROOT" libyaml-dev libzstd-dev libpcre2-dev &&
+           [ -z "$(missing_c_libs "$LOCAL_ROOT")" ]; then root=$LOCAL_ROOT; miss=
       fi
     fi
     if [ -n "$miss" ]; then
