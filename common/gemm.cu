@@ -79,7 +79,7 @@ static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, 
                         lt->ws_bytes, cuda_stream());
 }
 
-// One GEMM call with fixed operands, for lt_plan_choose and lt_pick_fastest.
+// One GEMM call with fixed operands, for lt_plan_choose and lt_plan_best_ms.
 typedef struct {
   const LtPlan *p;
   void *out;
@@ -144,23 +144,20 @@ double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) 
   fill_uniform_bf16<<<1024, 256, 0, cuda_stream()>>>((__nv_bfloat16 *)B, (size_t)K * N, 2);
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
-  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  cublasStatus_t st;
-  int n = lt_candidates(lt_context()->handle, p.desc, p.la, p.lb, p.lout, 256, lt_context()->ws_bytes, res, CANDIDATES,
-                        &st);
-  double ms[CANDIDATES];
   TuneCall c = {&p, out, A, B, 1.0f, out_fp32 ? 1.0f : 0.0f};
-  int best = n ? lt_pick_fastest(launch_tune, &c, res, n, CEIL_ROUNDS, CEIL_TARGET_MS, ms) : -1;
+  int n;
+  cublasStatus_t st;
+  double ms = lt_plan_best_ms(&p, CANDIDATES, launch_tune, &c, CEIL_ROUNDS, CEIL_TARGET_MS, &n, &st);
   CUDA_CHECK(cudaFree(out));
   CUDA_CHECK(cudaFree(B));
   CUDA_CHECK(cudaFree(A));
   lt_plan_destroy(&p);
-  if (best < 0) {
+  if (ms < 0) {
     char d[160];
     describe(d, sizeof d, &key);
     die("gemm_ceiling_tflops: no cuBLASLt algorithm ran for %s (%d candidates, heuristic status %d)", d, n, (int)st);
   }
-  return 2.0 * M * N * K / (ms[best] * 1e-3) / 1e12;
+  return 2.0 * M * N * K / (ms * 1e-3) / 1e12;
 }
 
 // An algorithm configuration attribute as an integer (the attributes are 16- or 32-bit).

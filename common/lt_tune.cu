@@ -33,9 +33,14 @@ void lt_context_release(void) {
   memset(&g_ctx, 0, sizeof g_ctx);
 }
 
-int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                  cublasLtMatrixLayout_t lout, int align, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
-                  int max, cublasStatus_t *status) {
+// Up to `max` heuristic results with state SUCCESS, in the heuristic's order, for buffers aligned to
+// `align` bytes and a workspace of ws_bytes. Split-K only with fp32 partial sums reduced in a fixed
+// order: the "in place" and "output type" schemes would sum partials in a BF16 output (and "in
+// place" orders them at run time), so results would be neither fp32-accurate nor deterministic.
+// *status gets the heuristic call's status (for messages). Returns the count (0 if none).
+static int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lout, int align, size_t ws_bytes,
+                         cublasLtMatmulHeuristicResult_t *res, int max, cublasStatus_t *status) {
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -77,8 +82,11 @@ static double time_calls(LtLaunch launch, void *ctx, const cublasLtMatmulAlgo_t 
   return ms / reps;
 }
 
-int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
-                    double target_ms, double *ms) {
+// Times candidates 0..n-1 (n <= 16): a warm-up call each sizes the passes to ~target_ms, then
+// `rounds` interleaved passes keep each candidate's best per-call time in ms[i] (-1: it refused to
+// run). Returns the fastest's index, or -1 if none ran. Syncs: call outside the hot path.
+static int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
+                           double target_ms, double *ms) {
   int reps[16];
   if (n > 16) n = 16;
   for (int i = 0; i < n; i++) {  // warm-up call; its time (first-call costs included) sizes the passes
@@ -177,6 +185,18 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
   }
   if (best < 0) { p->untuned = "no candidate ran"; return; }
   p->chosen = best, p->algo = res[best].algo, p->ms = ms[best], p->ms_h0 = ms[0];
+}
+
+double lt_plan_best_ms(const LtPlan *p, int max, LtLaunch launch, void *ctx, int rounds, double target_ms, int *n,
+                       cublasStatus_t *status) {
+  cublasLtMatmulHeuristicResult_t res[16];
+  double ms[16];
+  const LtContext *lt = lt_context();
+  int got = lt_candidates(lt->handle, p->desc, p->la, p->lb, p->lout, p->align, lt->ws_bytes, res, max > 16 ? 16 : max,
+                          status);
+  if (n) *n = got;
+  int best = got ? lt_pick_fastest(launch, ctx, res, got, rounds, target_ms, ms) : -1;
+  return best < 0 ? -1 : ms[best];
 }
 
 int lt_alignment(const char *who, const void *const *ptrs, const char *const *names, int n) {

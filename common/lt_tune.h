@@ -19,23 +19,8 @@ const LtContext *lt_context(void);
 // creates them again. The callers' cached descriptors stay valid.
 void lt_context_release(void);
 
-// Up to `max` heuristic results with state SUCCESS, in the heuristic's order, for buffers aligned to
-// `align` bytes and a workspace of ws_bytes. Split-K only with fp32 partial sums reduced in a fixed
-// order: the "in place" and "output type" schemes would sum partials in a BF16 output (and "in
-// place" orders them at run time), so results would be neither fp32-accurate nor deterministic.
-// *status gets the heuristic call's status (for messages). Returns the count (0 if none).
-int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                  cublasLtMatrixLayout_t lout, int align, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
-                  int max, cublasStatus_t *status);
-
 // Runs one call of the GEMM being tuned with `algo` on cuda_stream().
 typedef cublasStatus_t (*LtLaunch)(void *ctx, const cublasLtMatmulAlgo_t *algo);
-
-// Times candidates 0..n-1 (n <= 16): a warm-up call each sizes the passes to ~target_ms, then
-// `rounds` interleaved passes keep each candidate's best per-call time in ms[i] (-1: it refused to
-// run). Returns the fastest's index, or -1 if none ran. Syncs: call outside the hot path.
-int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
-                    double target_ms, double *ms);
 
 // ---- the plan cache -----------------------------------------------------------------------------
 // A plan: one GEMM kind's descriptors at one key and the algorithm kept. The key is ints (compared
@@ -71,6 +56,13 @@ void lt_plans_release(void);
 // run on a scratch copy (out_bytes) swapped in there and back. launch NULL: no call to time. Sets
 // n_candidates (0: none, algo unset), chosen, ms, ms_h0, untuned. Syncs when it times.
 void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate);
+
+// Benchmarks (allocates nothing, syncs): the best time per call in ms among the first `max` (<= 16)
+// heuristic candidates of p (a plan built outside the cache, for buffers aligned to p->align), each
+// timed `rounds` passes of about target_ms by launch(ctx); -1 when none ran. *n gets the candidates
+// the heuristic offered, *status its status (either may be NULL), for messages.
+double lt_plan_best_ms(const LtPlan *p, int max, LtLaunch launch, void *ctx, int rounds, double target_ms, int *n,
+                       cublasStatus_t *status);
 
 // The largest power of two in [16, 256] dividing every pointer (the heuristic filters algorithms on
 // it). Dies naming `who` and the first pointer that is NULL or not 16-byte aligned.

@@ -1,10 +1,7 @@
 // dist/zero.c: the ZeRO-1 optimizer step (see dist/zero.h).
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/common.h"
 #include "model/adamw.h"

@@ -257,24 +257,21 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
   CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
   float alpha = 1.0f, beta = out_fp32 ? 1.0f : 0.0f;
   Call c = {out, a, b, sa, sb, &alpha, &beta};
-  cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-  int n = lt_candidates(lt_context()->handle, p.desc, p.la, p.lb, p.lout, 256, lt_context()->ws_bytes, res, CANDIDATES,
-                        NULL);
-  double ms[CANDIDATES];
   TuneCall t = {&p, c};
-  int best = n ? lt_pick_fastest(launch_tune, &t, res, n, BENCH_ROUNDS, BENCH_TARGET_MS, ms) : -1;
+  int n;
+  double ms = lt_plan_best_ms(&p, CANDIDATES, launch_tune, &t, BENCH_ROUNDS, BENCH_TARGET_MS, &n, NULL);
   CUDA_CHECK(cudaFree(out));
   CUDA_CHECK(cudaFree(sb));
   CUDA_CHECK(cudaFree(sa));
   CUDA_CHECK(cudaFree(b));
   CUDA_CHECK(cudaFree(a));
   lt_plan_destroy(&p);
-  if (best < 0) {
+  if (ms < 0) {
     char d[200];
     describe(d, sizeof d, &key);
     die("fp4_gemm_fp8_tflops: no cuBLASLt algorithm ran for %s (%d candidates)", d, n);
   }
-  return 2.0 * M * N * K / (ms[best] * 1e-3) / 1e12;
+  return 2.0 * M * N * K / (ms * 1e-3) / 1e12;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ int manifest_write(const char *dir, const Manifest *m, int keep, char *err, size
   FILE *f = fopen(tmp, "w");
   if (!f) return set_err(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
   size_t dl = strlen(dir);
-  fprintf(f, "# sharded checkpoint: shard RANK FILE LO HI BYTES CHECKSUM (dist/zero.h)\n");
+  fprintf(f, "# sharded checkpoint: shard RANK FILE LO HI BYTES CHECKSUM (run/manifest.h)\n");
   fprintf(f, "step %lld\nworld %d\nn_params %zu\n", (long long)m->step, m->world, m->n);
   for (int r = 0; r < m->world; r++) {
     const ShardFile *s = &m->files[r];

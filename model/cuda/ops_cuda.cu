@@ -536,9 +536,6 @@ static int g_grad_overwrite;
 static void cu_set_grad_overwrite(int on) { g_grad_overwrite = on; }
 
 void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed) { linear_fp4_set_recipe(r, n_layers, seed); }
-void cuda_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks) {
-  linear_fp4_tile_stats(rounded, blocks);
-}
 
 static double cu_grad_sumsq(const float *g, size_t n) {
   int mk = cuda_prof_begin();

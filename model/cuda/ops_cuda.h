@@ -76,9 +76,6 @@ const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim);
 // The head always stays BF16. Dies on a recipe this backend cannot run; drops quantized weights.
 // The table's set_step(step, micro) then keys the stochastic rounding on the run's position.
 void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed);
-// linear_fp4_tile_stats: the Wgrad operand 32-blocks in 128x128 tiles so far, and those outside the
-// FP8 embedding's exact range (synchronizes).
-void cuda_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks);
 int cuda_device_cc(void);  // compute capability as major*10 + minor of the current device (0 if none)
 
 // Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)

@@ -15,11 +15,12 @@ exec gcc "$@"
 CC
 chmod +x "$tmp/cc"
 
-out=$(AUTO_DEPS=0 DEPS_LOCAL_ROOT="$tmp/none" make -n CC="$tmp/cc" BUILD="$tmp/b1" 2>&1); rc=$?
+# A real make (not -n): were the check to pass wrongly, it would compile into $tmp/b1.
+out=$(AUTO_DEPS=0 DEPS_LOCAL_ROOT="$tmp/none" make CC="$tmp/cc" BUILD="$tmp/b1" 2>&1); rc=$?
 check "a missing libzstd-dev stops make" '[ $rc -ne 0 ] && echo "$out" | grep -q "missing build dependencies"'
 check "the message names the package and the install command" \
   'echo "$out" | grep -q "error: missing libzstd-dev" && echo "$out" | grep -q "sudo apt-get install libzstd-dev"'
-check "nothing was compiled" '! find "$tmp/b1" -name "*.o" | grep -q .'
+check "nothing was compiled" '! find "$tmp/b1" -name "*.o" | grep -q . && ! echo "$out" | grep -q -- " -c "'
 check "AUTO_DEPS=0 is said to install nothing" 'echo "$out" | grep -q "AUTO_DEPS=0 installs nothing"'
 
 nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)

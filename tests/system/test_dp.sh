@@ -91,7 +91,10 @@ check "... within the timeout ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 10
 port=$((port + 1)); start_pair hang
 { kill -STOP "$pid1"; t0=$SECONDS; wait "$pid0"; rc=$?; kill -KILL "$pid1"; wait "$pid1"; } 2>/dev/null
 check "a hung rank 1 stops rank 0 after parallel.timeout_s, naming rank 1" '[ $rc -ne 0 ] && grep -q "rank 0: no progress from rank 1 for 3 s" "$tmp/hang0.out"'
-check "... within the timeout plus a step ($((SECONDS - t0)) s)" '[ $((SECONDS - t0)) -le 12 ]'
+# At least 2 whole seconds of $SECONDS: the 3 s count from rank 1's last progress, a step before
+# the stop, and $SECONDS has 1 s steps.
+check "... after the timeout, not before, and within it plus a step ($((SECONDS - t0)) s)" \
+  '[ $((SECONDS - t0)) -ge 2 ] && [ $((SECONDS - t0)) -le 12 ]'
 out=$(RANK=1 WORLD_SIZE=2 MASTER_PORT=$((port + 1)) ./train "${long[@]}" --set parallel.timeout_s=1 2>&1); rc=$?
 check "a rank whose rank 0 never comes up stops after parallel.timeout_s" '[ $rc -ne 0 ] && echo "$out" | grep -q "rank 1: could not reach rank 0 at 127.0.0.1 within 1 s"'
 out=$(RANK=0 WORLD_SIZE=2 MASTER_PORT=$((port + 2)) ./train "${long[@]}" --set parallel.timeout_s=1 2>&1); rc=$?
