@@ -104,7 +104,7 @@ static void compare_dump(Run *r, const char *dir) {
   const Ops *op = r->ops;
   size_t n = llama_param_count(r->model), N = (size_t)c->micro_batch * c->seq_len;
   float *host = xmalloc((n > N * mc->vocab_size ? n : N * mc->vocab_size) * sizeof(float));
-  op->download(host, llama_params(r->model), n * sizeof(float));
+  op->download(op->ctx, host, llama_params(r->model), n * sizeof(float));
   write_floats(dir, "params.bin", host, n);
 
   snprintf(path, sizeof path, "%s/model.json", dir);
@@ -142,13 +142,13 @@ static void compare_dump(Run *r, const char *dir) {
   llama_zero_grad(r->model);
   float loss0 = llama_forward(r->model, r->inputs, r->targets, c->ignore_index);
   llama_backward(r->model, 1.0f);
-  op->download(host, llama_grads(r->model), n * sizeof(float));
+  op->download(op->ctx, host, llama_grads(r->model), n * sizeof(float));
   write_floats(dir, "grads.bin", host, n);
 
   enum { STEPS = 10 };
   float losses[STEPS], lrs[STEPS], norms[STEPS];
   for (int s = 0; s < STEPS; s++) {  // AdamW on the same batch: the loss must fall the same way
-    op->set_step(r->step, 0);
+    op->set_step(op->ctx, r->step, 0);
     llama_zero_grad(r->model);
     losses[s] = llama_forward_backward(r->model, r->inputs, r->targets, c->ignore_index, 1.0f);
     lrs[s] = lr_at(c, r->step);
@@ -250,12 +250,12 @@ static void check_spike(LossWindow *w, float factor, int64_t step, double loss, 
 static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   Recipe r;
   char err[256], desc[256];
-  int cc = ops->device_cc ? ops->device_cc() : 0;
+  int cc = ops->device_cc ? ops->device_cc(ops->ctx) : 0;
   RecipeSpec spec = config_recipe_spec(c);
   if (recipe_resolve(&r, &spec, cc, err, sizeof err))
     die("%s", err);
   recipe_describe(&r, desc, sizeof desc);
-  if (ops->set_recipe) ops->set_recipe(&r, n_layers, c->seed);
+  if (ops->set_recipe) ops->set_recipe(ops->ctx, &r, n_layers, c->seed);
   if (!ops->set_recipe && r.format != FMT_BF16) printf("recipe %s: the %s backend computes it in fp32\n", desc, ops->name);
   else printf("recipe %s\n", desc);
   return r;
@@ -468,8 +468,8 @@ static void log_step(const Run *run, FILE *log, double loss, float lr, float nor
   const int world = run->world;
   const double tps = (double)cfg->global_batch * cfg->seq_len * cfg->log_interval / seconds;
   double mem_gb = 0, dev_gb = 0;  // GPU memory: our tracked peak, and the device's use now
-  if (run->ops->mem_peak) mem_gb = run->ops->mem_peak() / 1e9;
-  if (run->ops->device_used) dev_gb = run->ops->device_used() / 1e9;
+  if (run->ops->mem_peak) mem_gb = run->ops->mem_peak(run->ops->ctx) / 1e9;
+  if (run->ops->device_used) dev_gb = run->ops->device_used(run->ops->ctx) / 1e9;
   char eta[32];
   format_eta(avg_step_s * (cfg->total_steps - run->step), eta, sizeof eta);
   printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run->step, cfg->total_steps, loss,
@@ -505,7 +505,7 @@ static void train(Run *run, FILE *log, int64_t max_steps) {
     double loss = 0;
     for (int a = 0; a < accum; a++) {
       zero_begin_micro(run->zero, a, accum);  // the last one reduces its gradients during its backward
-      run->ops->set_step(run->step, a);
+      run->ops->set_step(run->ops->ctx, run->step, a);
       loader_next(run->train, run->inputs, run->targets);
       zero_note_tokens(run->zero, run->inputs, B * T);  // the embedding rows to reduce
       loss += llama_forward_backward(run->model, run->inputs, run->targets, cfg->ignore_index, 1.0f / accum) / accum;
@@ -515,7 +515,7 @@ static void train(Run *run, FILE *log, int64_t max_steps) {
     // After the reduction, so that it lands in rank 0's shard (element 0) on every transport.
     if (run->step + 1 >= inject.first && run->step + 1 <= inject.last) {  // test hook
       float nan = NAN;
-      if (inject.grad) run->ops->upload(llama_grads(run->model), &nan, sizeof nan);
+      if (inject.grad) run->ops->upload(run->ops->ctx, llama_grads(run->model), &nan, sizeof nan);
       else loss = NAN;
     }
     // The ranks agree on the step's loss (the mean over ranks) and on whether any of them was
@@ -619,7 +619,7 @@ int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN);  // a file-size limit then fails the write (EFBIG), which we report
   print_run(&run);
   train(&run, log, cli.max_steps);
-  if (run.ops->end_report) run.ops->end_report(run.rank);
+  if (run.ops->end_report) run.ops->end_report(run.ops->ctx, run.rank);
   close_run(&run);
   if (log) fclose(log);
   return 0;

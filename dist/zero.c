@@ -21,10 +21,10 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
   z->n = llama_param_count(model);
   comm_shard_range(z->n, comm_world(comm), comm_rank(comm), &z->lo, &z->hi);
   size_t bytes = (z->hi - z->lo) * sizeof(float);
-  z->m = ops->alloc(bytes ? bytes : sizeof(float));  // a tiny model over many ranks may own nothing
-  z->v = ops->alloc(bytes ? bytes : sizeof(float));
-  ops->zero(z->m, bytes);
-  ops->zero(z->v, bytes);
+  z->m = ops->alloc(ops->ctx, bytes ? bytes : sizeof(float));  // a tiny model over many ranks may own nothing
+  z->v = ops->alloc(ops->ctx, bytes ? bytes : sizeof(float));
+  ops->zero(ops->ctx, z->m, bytes);
+  ops->zero(ops->ctx, z->v, bytes);
   const ParamTensor *emb = llama_find_tensor(model, "tok_embedding");
   if (emb && z->opt.overlap && comm_world(comm) > 1) {  // only the overlapped reduction goes by rows
     z->embed_off = emb->offset, z->embed_len = emb->numel, z->embed_dim = (size_t)emb->shape[1];
@@ -45,7 +45,7 @@ Zero *zero_create(Llama *model, const Ops *ops, Comm *comm, const ZeroOptions *o
       off[nk] = t->offset, len[nk] = t->numel, nk++;
       z->fp32_ranges[z->nfp32++] = (CommRange){t->offset, t->numel};
     }
-    z->released = ops->shard_params(off, len, nk);
+    z->released = ops->shard_params(ops->ctx, off, len, nk);
     z->sharded = 1;
     free(off), free(len);
     llama_set_param_wait(model, on_param_wait, z);
@@ -57,8 +57,8 @@ void zero_free(Zero *z) {
   if (!z) return;
   llama_set_grad_hook(z->model, NULL, NULL);
   llama_set_param_wait(z->model, NULL, NULL);
-  z->ops->release(z->m);
-  z->ops->release(z->v);
+  z->ops->release(z->ops->ctx, z->m);
+  z->ops->release(z->ops->ctx, z->v);
   free(z->bucket);
   free(z->fp32_ranges);
   free(z->rows);
@@ -164,7 +164,7 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
   const int world = comm_world(z->comm);
   zero_reduce_grads(z);
   z->state = ZERO_IDLE;
-  double sumsq = op->grad_sumsq(g + z->lo, z->hi - z->lo);
+  double sumsq = op->grad_sumsq(op->ctx, g + z->lo, z->hi - z->lo);
   comm_allreduce_sum_f64(z->comm, &sumsq, 1);
   // The sum over ranks of mean gradients, divided by world: the mean (see zero.h).
   float norm = (float)(sqrt(sumsq) / world);
@@ -176,7 +176,7 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
     size_t a = tn->offset > z->lo ? tn->offset : z->lo, b = tn->offset + tn->numel;
     if (b > z->hi) b = z->hi;
     if (a >= b) continue;  // this tensor lies outside the shard
-    op->adamw(p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
+    op->adamw(op->ctx, p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
               tn->decay ? h->weight_decay : 0.0f, scale, t);
   }
   if (world > 1 && z->sharded) {
@@ -192,12 +192,12 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
     for (int gi = 0; gi < groups; gi++) {
       int nr = llama_param_group(z->model, gi, off, len);
       for (int i = 0; i < nr; i++) r[i] = (CommRange){off[i], len[i]};
-      comm_all_gather_bf16_stage(z->comm, op->params_bf16(), z->n, r, nr, gi);
+      comm_all_gather_bf16_stage(z->comm, op->params_bf16(op->ctx), z->n, r, nr, gi);
     }
-    op->params_bf16_changed();
+    op->params_bf16_changed(op->ctx);
   } else if (world > 1) {
     comm_all_gather(z->comm, p, z->n);
-    op->params_changed();  // the other ranks' shards arrived as plain fp32 values
+    op->params_changed(op->ctx);  // the other ranks' shards arrived as plain fp32 values
   }
   return 0;
 }

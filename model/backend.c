@@ -10,7 +10,7 @@
 #endif
 
 const Ops *backend_open(const char *want, const BackendOptions *o) {
-  if (!strcmp(want, "cpu")) return &ops_cpu;
+  if (!strcmp(want, "cpu")) return cpu_backend_open();
 #ifdef HAVE_CUDA
   char err[512];
   const Ops *cuda = cuda_backend_open(o, err, sizeof err);
@@ -22,5 +22,5 @@ const Ops *backend_open(const char *want, const BackendOptions *o) {
   if (!strcmp(want, "cuda"))
     die("parallel.backend: cuda, but this binary was built without the CUDA backend (make printed why)");
 #endif
-  return &ops_cpu;
+  return cpu_backend_open();
 }

@@ -237,7 +237,7 @@ static void assign_slots(Llama *m, int plain) {
     int own = 0, shared = 0;
     for (int l = 0; l < L; l++) {
       int saved = saving;
-      for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input((LinearId){l, INPUT_USERS[b][u]});
+      for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input(op->ctx, (LinearId){l, INPUT_USERS[b][u]});
       if (per_layer[b] == L && !saved) slots[b][l] = own++;
       else slots[b][l] = -1, shared = 1;
       if (per_layer[b] == L && saved) m->input_saved[l] |= (unsigned char)(1u << b);
@@ -290,18 +290,18 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->recompute = recompute;
   layout_params(m);
   // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (dist/zero.h).
-  m->params = ops->alloc_params ? ops->alloc_params(m->n_params * sizeof(float)) : ops->alloc(m->n_params * sizeof(float));
-  m->grads = ops->alloc(m->n_params * sizeof(float));
-  ops->bind_params(m->params, m->n_params);
-  ops->zero(m->grads, m->n_params * sizeof(float));
+  m->params = ops->alloc_params ? ops->alloc_params(ops->ctx, m->n_params * sizeof(float)) : ops->alloc(ops->ctx, m->n_params * sizeof(float));
+  m->grads = ops->alloc(ops->ctx, m->n_params * sizeof(float));
+  ops->bind_params(ops->ctx, m->params, m->n_params);
+  ops->zero(ops->ctx, m->grads, m->n_params * sizeof(float));
 
   // RoPE tables for positions 0..T-1, computed once on the host.
   size_t half = (size_t)m->hd / 2, tb = (size_t)T * half * sizeof(float);
   float *cos_h = xmalloc(tb), *sin_h = xmalloc(tb);
   rope_tables(cos_h, sin_h, T, m->hd, c);
-  m->rope_cos = ops->alloc(tb), m->rope_sin = ops->alloc(tb);
-  ops->upload(m->rope_cos, cos_h, tb);
-  ops->upload(m->rope_sin, sin_h, tb);
+  m->rope_cos = ops->alloc(ops->ctx, tb), m->rope_sin = ops->alloc(ops->ctx, tb);
+  ops->upload(ops->ctx, m->rope_cos, cos_h, tb);
+  ops->upload(ops->ctx, m->rope_sin, sin_h, tb);
   free(cos_h);
   free(sin_h);
 
@@ -309,7 +309,7 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->head_chunk = chunk < 1 ? 1 : chunk > m->N ? m->N : chunk;
   // Saved tensors kept quantized (FP4 recipes on the CUDA backend): only worth it when the forward
   // keeps every block's activations; the recomputing modes keep the inputs' BF16 scratch instead.
-  if (ops->set_input_saving) ops->set_input_saving(recompute == LLAMA_RECOMPUTE_NONE);
+  if (ops->set_input_saving) ops->set_input_saving(ops->ctx, recompute == LLAMA_RECOMPUTE_NONE);
   m->attn_in_slot = xcalloc((size_t)c->n_layers, sizeof(int));
   m->ffn_in_slot = xcalloc((size_t)c->n_layers, sizeof(int));
   m->swi_slot = xcalloc((size_t)c->n_layers, sizeof(int));
@@ -318,7 +318,7 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->arena_bytes_plain = layout_acts(m, NULL);
   assign_slots(m, 0);
   m->arena_bytes = layout_acts(m, NULL);
-  m->arena = ops->alloc(m->arena_bytes);
+  m->arena = ops->alloc(ops->ctx, m->arena_bytes);
   layout_acts(m, m->arena);
   return m;
 }
@@ -326,11 +326,11 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
 void llama_free(Llama *m) {
   if (!m) return;
   const Ops *op = m->ops;
-  op->release(m->params);
-  op->release(m->grads);
-  op->release(m->rope_cos);
-  op->release(m->rope_sin);
-  op->release(m->arena);
+  op->release(op->ctx, m->params);
+  op->release(op->ctx, m->grads);
+  op->release(op->ctx, m->rope_cos);
+  op->release(op->ctx, m->rope_sin);
+  op->release(op->ctx, m->arena);
   free(m->attn_in_slot), free(m->ffn_in_slot), free(m->swi_slot), free(m->input_saved);
   free(m);
 }
@@ -359,7 +359,7 @@ void llama_zero_grad(Llama *m) { m->grads_stale = 1; }
 // The grads are read (after a backward, or by a caller right after llama_zero_grad): make them real.
 float *llama_grads(Llama *m) {
   if (m->grads_stale) {
-    m->ops->zero(m->grads, m->n_params * sizeof(float));
+    m->ops->zero(m->ops->ctx, m->grads, m->n_params * sizeof(float));
     m->grads_stale = 0;
   }
   return m->grads;
@@ -371,15 +371,15 @@ static void backward_all(Llama *m, float dloss, int head_done) {
   const Ops *op = m->ops;
   Acts *a = &m->a;
   int overwrite = m->grads_stale;
-  if (overwrite) op->set_grad_overwrite(1);
+  if (overwrite) op->set_grad_overwrite(op->ctx, 1);
   m->grads_stale = 0;
   // embed_bwd adds (a scatter): its table is the one gradient that still needs zeroing
-  if (overwrite) op->zero(whole(m, m->grads, T_EMBED), m->tensors[T_EMBED].numel * sizeof(float));
+  if (overwrite) op->zero(op->ctx, whole(m, m->grads, T_EMBED), m->tensors[T_EMBED].numel * sizeof(float));
   if (!head_done)  // head + loss again (llama_forward kept no logits) -> d(final norm output) in dnorm
-    op->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
+    op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
                 m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
   backward_blocks(m);
-  if (overwrite) op->set_grad_overwrite(0);
+  if (overwrite) op->set_grad_overwrite(op->ctx, 0);
 }
 
 void llama_init(Llama *m, uint64_t seed) {
@@ -405,11 +405,11 @@ void llama_init(Llama *m, uint64_t seed) {
           for (size_t i = c0; i < end; i++) host[i] = 0.02f * rng_normal(&r);
         }
       }
-      m->ops->upload(m->params + t->offset + b0, host, nb * sizeof(float));
+      m->ops->upload(m->ops->ctx, m->params + t->offset + b0, host, nb * sizeof(float));
     }
   }
   free(host);
-  m->ops->params_changed();
+  m->ops->params_changed(m->ops->ctx);
 }
 
 // ---- the graph ----------------------------------------------------------------------------------
@@ -430,17 +430,17 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
   const int B = m->B, T = m->T, N = m->N, D = m->c.dim, H = m->c.n_heads, KV = m->c.n_kv_heads;
   const int hd = m->hd, Q = m->qdim, K = m->kvdim;
   if (op->rmsnorm_fwd_into)  // the backend may compute attn_in inside the producer of q/k/v's FP4 input
-    op->rmsnorm_fwd_into(lin(l, LIN_Q), s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_Q), s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
   else
-    op->rmsnorm_fwd(s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd(op->ctx, s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_Q), s->q, s->attn_in, w->wq, N, D, Q);
   op->matmul_fwd(op->ctx, lin(l, LIN_K), s->k, s->attn_in, w->wk, N, D, K);
   op->matmul_fwd(op->ctx, lin(l, LIN_V), s->v, s->attn_in, w->wv, N, D, K);
-  op->rope_fwd(s->q, m->rope_cos, m->rope_sin, B, T, H, hd);
-  op->rope_fwd(s->k, m->rope_cos, m->rope_sin, B, T, KV, hd);
-  op->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KV, hd);
+  op->rope_fwd(op->ctx, s->q, m->rope_cos, m->rope_sin, B, T, H, hd);
+  op->rope_fwd(op->ctx, s->k, m->rope_cos, m->rope_sin, B, T, KV, hd);
+  op->attention_fwd(op->ctx, s->att, s->lse, s->q, s->k, s->v, B, T, H, KV, hd);
   op->matmul_fwd(op->ctx, lin(l, LIN_O), m->a.tmp, s->att, w->wo, N, Q, D);
-  op->residual_fwd(s->res_mid, s->res_in, m->a.tmp, (size_t)N * D);
+  op->residual_fwd(op->ctx, s->res_mid, s->res_in, m->a.tmp, (size_t)N * D);
 }
 
 // Feed-forward half up to w_down's input: swi = silu(w_gate x) * (w_up x), x = rmsnorm(res_mid).
@@ -449,13 +449,13 @@ static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerAc
   const Ops *op = m->ops;
   const int N = m->N, D = m->c.dim, F = m->c.ffn_dim;
   if (op->rmsnorm_fwd_into)  // likewise ffn_in for gate/up, and swi for down (format-aware fusion)
-    op->rmsnorm_fwd_into(lin(l, LIN_GATE), s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_GATE), s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
   else
-    op->rmsnorm_fwd(s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd(op->ctx, s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s->gate, s->ffn_in, w->w_gate, N, D, F);
   op->matmul_fwd(op->ctx, lin(l, LIN_UP), s->up, s->ffn_in, w->w_up, N, D, F);
-  if (op->swiglu_fwd_into) op->swiglu_fwd_into(lin(l, LIN_DOWN), s->swi, s->gate, s->up, N, F);
-  else op->swiglu_fwd(s->swi, s->gate, s->up, (size_t)N * F);
+  if (op->swiglu_fwd_into) op->swiglu_fwd_into(op->ctx, lin(l, LIN_DOWN), s->swi, s->gate, s->up, N, F);
+  else op->swiglu_fwd(op->ctx, s->swi, s->gate, s->up, (size_t)N * F);
 }
 
 // Embedding, the blocks and the final norm: fills every saved activation up to a->final.
@@ -467,9 +467,9 @@ static void forward_blocks(Llama *m, const int *inputs) {
   Acts *a = &m->a;
   const int N = m->N, D = c->dim, F = c->ffn_dim;
 
-  op->upload(a->inputs, inputs, (size_t)N * sizeof(int));
+  op->upload(op->ctx, a->inputs, inputs, (size_t)N * sizeof(int));
   param_wait(m, 0);
-  op->embed_fwd(a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
+  op->embed_fwd(op->ctx, a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
   for (int l = 0; l < c->n_layers; l++) {
     param_wait(m, 1 + l);
     LayerWeights w = layer_weights(m, m->params, l);
@@ -478,22 +478,22 @@ static void forward_blocks(Llama *m, const int *inputs) {
     // feed-forward: res_out = res_mid + w_down(swi)
     ffn_hidden_fwd(m, l, &w, &s);
     op->matmul_fwd(op->ctx, lin(l, LIN_DOWN), a->tmp, s.swi, w.w_down, N, F, D);
-    op->residual_fwd(s.res_out, s.res_mid, a->tmp, (size_t)N * D);
+    op->residual_fwd(op->ctx, s.res_out, s.res_mid, a->tmp, (size_t)N * D);
   }
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
   param_wait(m, c->n_layers + 1);  // the final norm and the head (every caller's next op)
-  op->rmsnorm_fwd(a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, c->norm_eps);
+  op->rmsnorm_fwd(op->ctx, a->final, a->final_rstd, res_last, whole(m, m->params, T_FINAL_NORM), N, D, c->norm_eps);
 }
 
 float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_index) {
   if (!inputs || !targets) die("llama_forward: inputs and targets are required (use llama_logits for logits only)");
   const Ops *op = m->ops;
   forward_blocks(m, inputs);
-  op->upload(m->a.targets, targets, (size_t)m->N * sizeof(int));
+  op->upload(op->ctx, m->a.targets, targets, (size_t)m->N * sizeof(int));
   m->have_targets = 1;
   m->ignore_index = ignore_index;
   // loss only: the backward recomputes the logits, so no [N, V] buffer is kept between the passes
-  return op->head_ce(NULL, NULL, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N,
+  return op->head_ce(op->ctx, NULL, NULL, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N,
                      m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, 0.0f);
 }
 
@@ -553,7 +553,7 @@ static void check_saved_inputs(const Llama *m) {
     for (int l = 0; l < m->c.n_layers; l++) {
       if (!(m->input_saved[l] >> b & 1)) continue;  // block l keeps its own BF16 input
       for (int u = 0; u < 3; u++)
-        if (!m->ops->linear_saves_input((LinearId){l, INPUT_USERS[b][u]}))
+        if (!m->ops->linear_saves_input(m->ops->ctx, (LinearId){l, INPUT_USERS[b][u]}))
           die("model: block %d's BF16 %s was not kept because the backend kept a quantized copy when the model "
               "was created; its recipe or input saving has changed since: create the model after setting the "
               "recipe (and recompute mode) it trains with", l, what[b]);
@@ -569,9 +569,9 @@ static void backward_blocks(Llama *m) {
   const int hd = m->hd, Q = m->qdim, K = m->kvdim;
   float *p = m->params, *g = m->grads;
 
-  op->zero(a->dres, (size_t)N * D * op->act_bytes);
+  op->zero(op->ctx, a->dres, (size_t)N * D * op->act_bytes);
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
-  op->rmsnorm_bwd(a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
+  op->rmsnorm_bwd(op->ctx, a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
                   N, D);
   grad_ready(m, T_HEAD, -1);  // the fused head ran before this function
   grad_ready(m, T_FINAL_NORM, -1);
@@ -586,23 +586,23 @@ static void backward_blocks(Llama *m) {
     if (m->recompute != LLAMA_RECOMPUTE_NONE) ffn_hidden_fwd(m, l, &w, &s);
     // feed-forward
     op->matmul_bwd(op->ctx, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
-    op->swiglu_bwd(a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
+    op->swiglu_bwd(op->ctx, a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
     op->matmul_bwd(op->ctx, lin(l, LIN_GATE), a->dnorm, dw.w_gate, a->dgate, s.ffn_in, w.w_gate, N, D, F, 0);
     op->matmul_bwd(op->ctx, lin(l, LIN_UP), a->dnorm, dw.w_up, a->dup, s.ffn_in, w.w_up, N, D, F, 1);
-    op->rmsnorm_bwd(a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);
+    op->rmsnorm_bwd(op->ctx, a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);
     // attention
     op->matmul_bwd(op->ctx, lin(l, LIN_O), a->datt, dw.wo, a->dres, s.att, w.wo, N, Q, D, 0);
-    op->attention_bwd(a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, B, T, H, KV, hd);
-    op->rope_bwd(a->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
-    op->rope_bwd(a->dk, m->rope_cos, m->rope_sin, B, T, KV, hd);
+    op->attention_bwd(op->ctx, a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, B, T, H, KV, hd);
+    op->rope_bwd(op->ctx, a->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
+    op->rope_bwd(op->ctx, a->dk, m->rope_cos, m->rope_sin, B, T, KV, hd);
     op->matmul_bwd(op->ctx, lin(l, LIN_Q), a->dnorm, dw.wq, a->dq, s.attn_in, w.wq, N, D, Q, 0);
     op->matmul_bwd(op->ctx, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
     op->matmul_bwd(op->ctx, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
-    op->rmsnorm_bwd(a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
+    op->rmsnorm_bwd(op->ctx, a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
     static const int block_tensors[] = {T_DOWN, T_GATE, T_UP, T_FFN_NORM, T_WO, T_WQ, T_WK, T_WV, T_ATTN_NORM};
     for (size_t i = 0; i < sizeof block_tensors / sizeof *block_tensors; i++) grad_ready(m, block_tensors[i], l);
   }
-  op->embed_bwd(whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
+  op->embed_bwd(op->ctx, whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
   grad_ready(m, T_EMBED, -1);
 }
 
@@ -617,15 +617,15 @@ float llama_forward_backward(Llama *m, const int *inputs, const int *targets, in
   const Ops *op = m->ops;
   Acts *a = &m->a;
   forward_blocks(m, inputs);
-  op->upload(a->targets, targets, (size_t)m->N * sizeof(int));
+  op->upload(op->ctx, a->targets, targets, (size_t)m->N * sizeof(int));
   m->have_targets = 1;
   m->ignore_index = ignore_index;
   // one pass of the fused head: the loss and its gradient together, no logits recomputed
   int overwrite = m->grads_stale;
-  if (overwrite) op->set_grad_overwrite(1);
-  float loss = op->head_ce(a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
+  if (overwrite) op->set_grad_overwrite(op->ctx, 1);
+  float loss = op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
                            a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, dloss);
-  if (overwrite) op->set_grad_overwrite(0);
+  if (overwrite) op->set_grad_overwrite(op->ctx, 0);
   backward_all(m, dloss, 1);
   return loss;
 }
@@ -634,8 +634,8 @@ void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore
   const Ops *op = m->ops;
   forward_blocks(m, inputs);
   m->have_targets = 0;  // a backward would need llama_forward's bookkeeping
-  op->upload(m->a.targets, targets, (size_t)m->N * sizeof(int));
-  op->head_nll(nll, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N, m->c.dim,
+  op->upload(op->ctx, m->a.targets, targets, (size_t)m->N * sizeof(int));
+  op->head_nll(op->ctx, nll, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N, m->c.dim,
                m->c.vocab_size, m->head_chunk, ignore_index);
 }
 
@@ -648,6 +648,6 @@ void llama_logits(Llama *m, const int *inputs, float *out) {
     int nc = N - n0 < m->head_chunk ? N - n0 : m->head_chunk;
     op->matmul_fwd(op->ctx, lin(-1, LIN_HEAD), m->a.logits, act(m, m->a.final, (size_t)n0 * D),
                    whole(m, m->params, T_HEAD), nc, D, V);
-    op->acts_to_f32(out + (size_t)n0 * V, m->a.logits, (size_t)nc * V);
+    op->acts_to_f32(op->ctx, out + (size_t)n0 * V, m->a.logits, (size_t)nc * V);
   }
 }

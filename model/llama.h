@@ -1,7 +1,7 @@
 // model/llama.h: the Llama-3 model: parameters, activations, forward and backward, computed as
 // Hugging Face transformers' LlamaForCausalLM does (untied head, GQA, RoPE with optional Llama-3.1
 // scaling, SwiGLU, RMSNorm). The math runs through a backend's Ops table (model/ops.h); with
-// ops_cpu everything lives in host memory in fp32.
+// the CPU backend everything lives in host memory in fp32.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -58,7 +58,7 @@ const LlamaConfig *llama_config(const Llama *m);
 // Deterministic in seed, independent of the thread count.
 void llama_init(Llama *m, uint64_t seed);
 
-// The fp32 parameters and gradients, in backend memory (host memory for ops_cpu), laid out as
+// The fp32 parameters and gradients, in backend memory (host memory for the CPU backend), laid out as
 // the tensor table says: tok_embedding [V, D]; attn_norm [L, D]; wq [L, H*hd, D];
 // wk, wv [L, KV*hd, D]; wo [L, D, H*hd]; ffn_norm [L, D]; w_gate, w_up [L, F, D];
 // w_down [L, D, F]; final_norm [D]; head [V, D]. Weights are [out, in] as in PyTorch, so a HF

@@ -2,6 +2,10 @@
 // function pointers, so a CUDA backend (BF16 activations, fp32 master weights and gradients) can
 // fill the same table and reuse the graph unchanged.
 //
+// A backend is an instance: backend_open returns a table of its own whose ctx holds everything the
+// backend keeps between calls (memory, caches, recipe, profiler), so nothing lives in file-level
+// variables and two instances do not share state.
+//
 // Conventions shared by every op:
 // - N = B*T tokens, row-major [N, width] activations; token n is position n % T of sequence n / T.
 // - Activations are void* in the backend's activation type (Ops.act_bytes per element).
@@ -12,7 +16,7 @@
 //   how the graph sums the branches of the residual stream and of q/k/v, gate/up.
 //
 // Below the table are the plain-C CPU reference implementations (one file per op), with typed
-// signatures; tests call them directly, ops_cpu.c wraps them into ops_cpu.
+// signatures; tests call them directly, ops_cpu.c wraps them into the CPU table (cpu_backend_open).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -40,37 +44,38 @@ static inline const char *linear_kind_name(LinearKind k) {
 typedef struct Ops {
   const char *name;  // "cpu", "cuda", ...
   int act_bytes;     // bytes per activation element: 4 (fp32) on the CPU, 2 for BF16
-  void *ctx;         // handed to the linear entry (recipe and quantizer state); NULL on the CPU
+  void *ctx;         // the backend's state (model/cpu/ops_cpu.c's CpuBackend, model/cuda/ops_cuda.h's
+                     // CudaBackend): every entry below takes it first, as op->f(op->ctx, ...)
 
   // What a run asks of the backend beyond the ops (train.c, run/). 0 or NULL where it has none of it:
   // the CPU keeps host memory, computes every recipe in fp32 and has nothing to profile or report.
   int host_memory;                                                   // 1: its buffers are host memory
-  int (*device_cc)(void);                                            // compute capability, major*10 + minor
-  void (*set_recipe)(const Recipe *r, int n_layers, uint64_t seed);  // for the FP4 linears; before llama_create
-  size_t (*mem_peak)(void);         // bytes: the peak of the backend's tracked allocations
-  void (*mem_reset_peak)(void);
-  size_t (*device_used)(void);      // bytes in use on the device now (every process's)
-  size_t (*fp4_saved_bytes)(void);  // the FP4 operand copies the forwards keep
-  void (*profile)(int on);          // on: reset the per-op timers and time each op; off: stop
-  void (*profile_report)(FILE *f, int steps);
-  void (*library_report)(FILE *f);  // the run-time libraries it loaded (a line for the bench)
-  void (*end_report)(int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
+  int (*device_cc)(void *ctx);                                            // compute capability, major*10 + minor
+  void (*set_recipe)(void *ctx, const Recipe *r, int n_layers, uint64_t seed);  // for the FP4 linears; before llama_create
+  size_t (*mem_peak)(void *ctx);         // bytes: the peak of the backend's tracked allocations
+  void (*mem_reset_peak)(void *ctx);
+  size_t (*device_used)(void *ctx);      // bytes in use on the device now (every process's)
+  size_t (*fp4_saved_bytes)(void *ctx);  // the FP4 operand copies the forwards keep
+  void (*profile)(void *ctx, int on);          // on: reset the per-op timers and time each op; off: stop
+  void (*profile_report)(void *ctx, FILE *f, int steps);
+  void (*library_report)(void *ctx, FILE *f);  // the run-time libraries it loaded (a line for the bench)
+  void (*end_report)(void *ctx, int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
 
   // Memory: buffers the ops read and write live where the backend wants them (host or device).
-  void *(*alloc)(size_t bytes);
-  void (*release)(void *p);
-  void (*zero)(void *p, size_t bytes);
-  void (*upload)(void *dst, const void *host_src, size_t bytes);
-  void (*download)(void *host_dst, const void *src, size_t bytes);
-  void (*acts_to_f32)(float *host_dst, const void *src, size_t n);  // n activations -> host floats
-  void (*sync)(void);  // wait for queued work (a no-op on the CPU)
+  void *(*alloc)(void *ctx, size_t bytes);
+  void (*release)(void *ctx, void *p);
+  void (*zero)(void *ctx, void *p, size_t bytes);
+  void (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
+  void (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
+  void (*acts_to_f32)(void *ctx, float *host_dst, const void *src, size_t n);  // n activations -> host floats
+  void (*sync)(void *ctx);  // wait for queued work (a no-op on the CPU)
 
   // Parameters. The model binds its fp32 parameter buffer once after allocating it. A backend may
   // keep derived copies (the CUDA backend keeps BF16 weights for the GEMMs, indexed by the offset of
   // the fp32 pointer an op receives); params_changed() refreshes them after the fp32 values were
   // written from outside (init, checkpoint load). adamw() refreshes them itself.
-  void (*bind_params)(float *params, size_t n);
-  void (*params_changed)(void);
+  void (*bind_params)(void *ctx, float *params, size_t n);
+  void (*params_changed)(void *ctx);
 
   // ZeRO-1 master-weight sharding (dist/zero.c); all NULL where the backend computes with the fp32
   // values themselves (the CPU). alloc_params allocates the parameter buffer in a form whose memory
@@ -82,45 +87,45 @@ typedef struct Ops {
   // kept ranges only, and nothing may read the other fp32 values. params_bf16 is the BF16 copy
   // (same indexing as the buffer) for the all-gather of the updated parameters, and
   // params_bf16_changed says it was written from outside (its own derived copies are then stale).
-  void *(*alloc_params)(size_t bytes);
-  size_t (*shard_params)(const size_t *off, const size_t *len, int n);
-  void *(*params_bf16)(void);
-  void (*params_bf16_changed)(void);
+  void *(*alloc_params)(void *ctx, size_t bytes);
+  size_t (*shard_params)(void *ctx, const size_t *off, const size_t *len, int n);
+  void *(*params_bf16)(void *ctx);
+  void (*params_bf16_changed)(void *ctx);
 
   // Where the run is: the FP4 recipes key their stochastic-rounding random bits on (step, micro-batch)
   // so that a resumed run draws exactly the bits the uninterrupted one would. Call before each
   // micro-batch's forward. A no-op where nothing is random.
-  void (*set_step)(int64_t step, int micro);
+  void (*set_step)(void *ctx, int64_t step, int micro);
 
   // While on, the backward ops below WRITE the parameter gradients they produce instead of adding
   // to them. Each gradient element gets exactly one op call per backward (the head's dw one head_ce
   // call, whatever its chunking), so the graph turns this on for the first backward after
   // llama_zero_grad and needs no memset of the gradient buffer, and the weight-gradient GEMMs need
   // not read it (beta = 0). embed_bwd is a scatter and always adds: the graph zeroes its table first.
-  void (*set_grad_overwrite)(int on);
+  void (*set_grad_overwrite)(void *ctx, int on);
 
   // Saved tensors kept quantized (NULL where not supported). set_input_saving(on): the model says
   // whether it keeps activations for the backward (recompute none); when on, linear_saves_input(id)
   // is 1 for a linear whose forward keeps its own quantized copy of x for its Wgrad, so matmul_bwd
   // ignores x and the model need not keep the BF16 x (model/llama.c reuses one scratch for it).
   // The answer depends on the backend's precision recipe at the time it is asked.
-  void (*set_input_saving)(int on);
-  int (*linear_saves_input)(LinearId id);
+  void (*set_input_saving)(void *ctx, int on);
+  int (*linear_saves_input)(void *ctx, LinearId id);
 
   // Optimizer on backend memory, with model/adamw.h's exact semantics.
-  double (*grad_sumsq)(const float *g, size_t n);
-  void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+  double (*grad_sumsq)(void *ctx, const float *g, size_t n);
+  void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, float grad_scale, int64_t t);
 
   // out[n] = table[tokens[n]]. Dies on a token outside [0, V).
-  void (*embed_fwd)(void *out, const int *tokens, const float *table, int N, int D, int V);
+  void (*embed_fwd)(void *ctx, void *out, const int *tokens, const float *table, int N, int D, int V);
   // dtable[tokens[n]] += dout[n]
-  void (*embed_bwd)(float *dtable, const void *dout, const int *tokens, int N, int D);
+  void (*embed_bwd)(void *ctx, float *dtable, const void *dout, const int *tokens, int N, int D);
 
   // out = x * rsqrt(mean(x^2) + eps) * w; rstd[n] saved for backward.
-  void (*rmsnorm_fwd)(void *out, float *rstd, const void *x, const float *w, int N, int D, float eps);
+  void (*rmsnorm_fwd)(void *ctx, void *out, float *rstd, const void *x, const float *w, int N, int D, float eps);
   // dx += ..., dw += ...
-  void (*rmsnorm_bwd)(void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
+  void (*rmsnorm_bwd)(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
                       int N, int D);
 
   // The single linear entry. out[N, out_dim] = x[N, in] W^T with W [out_dim, in].
@@ -131,47 +136,48 @@ typedef struct Ops {
 
   // In-place rotary embedding of x [B*T, n_heads*hd] with cos/sin tables [T, hd/2]; the backward
   // rotates by the opposite angle (the transpose).
-  void (*rope_fwd)(void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
-  void (*rope_bwd)(void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+  void (*rope_fwd)(void *ctx, void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+  void (*rope_bwd)(void *ctx, void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
 
   // Causal GQA attention: q [N, H*hd], k, v [N, KV*hd] -> out [N, H*hd]; lse [B, H, T] is the
   // log-sum-exp of each row's scaled scores, saved so the backward can rebuild the probabilities.
-  void (*attention_fwd)(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
+  void (*attention_fwd)(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                         int KV, int hd);
-  void (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
+  void (*attention_bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
                         const void *out, const float *lse, int B, int T, int H, int KV, int hd);
 
   // out = silu(gate) * up, elementwise over n values.
-  void (*swiglu_fwd)(void *out, const void *gate, const void *up, size_t n);
+  void (*swiglu_fwd)(void *ctx, void *out, const void *gate, const void *up, size_t n);
 
   // Format-aware fusion (NULL where not supported): rmsnorm_fwd / swiglu_fwd (N x F values) whose output
   // feeds linear `leader` and the linears sharing its input. Where leader keeps its input quantized
   // (linear_saves_input) and the recipe has a fused form, the backend computes the output inside the
   // producer of leader's FP4 copies and leaves `out` unwritten; otherwise these are rmsnorm_fwd /
   // swiglu_fwd. Either way rstd is written.
-  void (*rmsnorm_fwd_into)(LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
+  void (*rmsnorm_fwd_into)(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
                            float eps);
-  void (*swiglu_fwd_into)(LinearId leader, void *out, const void *gate, const void *up, int N, int F);
-  void (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
+  void (*swiglu_fwd_into)(void *ctx, LinearId leader, void *out, const void *gate, const void *up, int N, int F);
+  void (*swiglu_bwd)(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
 
   // out = a + b (out may alias a).
-  void (*residual_fwd)(void *out, const void *a, const void *b, size_t n);
+  void (*residual_fwd)(void *ctx, void *out, const void *a, const void *b, size_t n);
 
   // Output head fused with cross-entropy, `chunk` tokens at a time so the fp32 logits of the
   // whole batch never exist: logits = x W^T per chunk, loss = mean over targets != ignore_index
   // of logsumexp - logit[target] (0 when no target counts). Returns that mean loss. When dx is
   // not NULL it also writes dx (overwrite) and accumulates dw, for d(objective)/d(loss) = dloss.
   // scratch holds chunk*V floats.
-  float (*head_ce)(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets, int N,
+  float (*head_ce)(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets, int N,
                    int D, int V, int chunk, int ignore_index, float dloss);
   // The same head without a backward, returning each token's loss instead of the mean: nll[n] =
   // logsumexp(x_n W^T) - (x_n W^T)[targets[n]], 0 where targets[n] == ignore_index. nll is HOST
   // memory [N] (evaluations read a few positions of each row; no [N, V] logits leave the device).
-  void (*head_nll)(float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D, int V,
+  void (*head_nll)(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D, int V,
                    int chunk, int ignore_index);
 } Ops;
 
-extern const Ops ops_cpu;
+// A new CPU backend instance (model/cpu/ops_cpu.c). Never fails.
+const Ops *cpu_backend_open(void);
 
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has the CUDA backend and one is
 // present, else the CPU, saying why). model/backend.c, the one place that knows which backends this

@@ -40,11 +40,11 @@ static double median(double *v, int n) {
 
 static void optimizer(const Ops *op, Llama *m, float *am, float *av, const TrainConfig *c, int64_t t) {
   float *g = llama_grads(m), *p = llama_params(m);
-  float norm = (float)sqrt(op->grad_sumsq(g, llama_param_count(m)));
+  float norm = (float)sqrt(op->grad_sumsq(op->ctx, g, llama_param_count(m)));
   float scale = clip_scale(norm, c->grad_clip);
   for (int i = 0; i < llama_num_tensors(m); i++) {
     const ParamTensor *pt = llama_tensor(m, i);
-    op->adamw(p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1, c->beta2,
+    op->adamw(op->ctx, p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1, c->beta2,
               c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
   }
 }
@@ -57,16 +57,16 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
     Recipe r;             // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
     RecipeSpec spec = config_recipe_spec(cfg);
-    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc() : 0, err, sizeof err))
+    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err))
       die("%s", err);
-    op->set_recipe(&r, layers, cfg->seed);
+    op->set_recipe(op->ctx, &r, layers, cfg->seed);
   }
   Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
   llama_init(m, cfg->seed);
   size_t n = llama_param_count(m);
-  float *am = op->alloc(n * sizeof(float)), *av = op->alloc(n * sizeof(float));
-  op->zero(am, n * sizeof(float));
-  op->zero(av, n * sizeof(float));
+  float *am = op->alloc(op->ctx, n * sizeof(float)), *av = op->alloc(op->ctx, n * sizeof(float));
+  op->zero(op->ctx, am, n * sizeof(float));
+  op->zero(op->ctx, av, n * sizeof(float));
   int *inputs = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
   Rng r;
   rng_seed(&r, cfg->seed);
@@ -86,16 +86,16 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   double *ts = xmalloc(steps * sizeof(double));
   for (int phase = 0; phase < 3; phase++) {
     for (int s = 0; s < steps; s++) {
-      op->sync();
+      op->sync(op->ctx);
       double t0 = now_seconds();
       if (phase < 2) {
-        op->set_step(t, 0);
+        op->set_step(op->ctx, t, 0);
         llama_zero_grad(m);
         float loss = llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
         if (phase == 0) tm.loss = loss;
       }
       if (phase != 1) optimizer(op, m, am, av, cfg, ++t);
-      op->sync();
+      op->sync(op->ctx);
       ts[s] = now_seconds() - t0;
     }
     double med = median(ts, steps);
@@ -104,24 +104,24 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
     else tm.opt_s = med;
   }
   free(ts);
-  if (op->mem_peak) tm.mem_gb = op->mem_peak() / 1e9;
-  if (op->fp4_saved_bytes) tm.act_gb += op->fp4_saved_bytes() / 1e9;  // the FP4 copies the forwards kept
+  if (op->mem_peak) tm.mem_gb = op->mem_peak(op->ctx) / 1e9;
+  if (op->fp4_saved_bytes) tm.act_gb += op->fp4_saved_bytes(op->ctx) / 1e9;  // the FP4 copies the forwards kept
   if (profile && op->profile) {  // one more profiled step: where the time goes, each kernel against its ceiling
-    op->profile(1);
+    op->profile(op->ctx, 1);
     llama_zero_grad(m);
     llama_forward_backward(m, inputs, targets, cfg->ignore_index, 1.0f);
     optimizer(op, m, am, av, cfg, ++t);
-    op->sync();
-    op->profile(0);
+    op->sync(op->ctx);
+    op->profile(op->ctx, 0);
     printf("\nwhere the time goes: one step at %d layers, B=%d, T=%d\n", layers, B, T);
-    op->profile_report(stdout, 1);
+    op->profile_report(op->ctx, stdout, 1);
   }
   free(inputs);
   free(targets);
-  op->release(am);
-  op->release(av);
+  op->release(op->ctx, am);
+  op->release(op->ctx, av);
   llama_free(m);
-  if (op->mem_reset_peak) op->mem_reset_peak();
+  if (op->mem_reset_peak) op->mem_reset_peak(op->ctx);
   return tm;
 }
 
@@ -134,7 +134,7 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   const int accum = cfg->global_batch / cfg->micro_batch;
   printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
          op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
-  if (op->library_report) op->library_report(stdout);
+  if (op->library_report) op->library_report(op->ctx, stdout);
   fflush(stdout);
   Timing a = time_depth(cfg, op, la, steps, 0);
   Timing b = time_depth(cfg, op, lb, steps, 1);

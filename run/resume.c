@@ -107,7 +107,7 @@ void save_checkpoint(Run *r) {
   // a collective, so every rank calls it.
   const float *params = zero_full_params(r->zero);
   for (int i = 0; i < 3; i++)
-    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(st.host[i], i ? st.state[i] : params, st.bytes[i]);
+    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
   CkptSection secs[6] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
@@ -218,8 +218,8 @@ int resume(Run *r) {
   if (manifest_load_moments(src, nsrc, r->zero->lo, r->zero->hi, st.host[1], st.host[2], err, sizeof err))
     die("resume: %s", err);
   if (!on_host(r))
-    for (int i = 0; i < 3; i++) r->ops->upload(st.state[i], st.host[i], st.bytes[i]);
-  r->ops->params_changed();
+    for (int i = 0; i < 3; i++) r->ops->upload(r->ops->ctx, st.state[i], st.host[i], st.bytes[i]);
+  r->ops->params_changed(r->ops->ctx);
   if (loader_set_state(r->train, &ls, err, sizeof err)) die("checkpoint %s: %s", path, err);
   r->meta.tokens_seen = old.tokens_seen;
   r->step = r->saved_step = step;
@@ -260,7 +260,7 @@ void init_from(Run *r) {
   float *host = on_host(r) ? llama_params(r->model) : r->host_stage;  // the staging buffer starts with the params
   CkptSection params = {"params", host, bytes};
   if (ckpt_load(path, &params, 1, NULL, err, sizeof err)) die("checkpoint.init_from: %s", err);
-  if (!on_host(r)) r->ops->upload(llama_params(r->model), host, bytes);
-  r->ops->params_changed();
+  if (!on_host(r)) r->ops->upload(r->ops->ctx, llama_params(r->model), host, bytes);
+  r->ops->params_changed(r->ops->ctx);
   printf("initialized from %s\n", path);
 }

@@ -42,7 +42,7 @@ typedef struct {
 
 typedef struct {
   TrainConfig cfg;
-  const Ops *ops;  // the backend: ops_cpu, or the CUDA table
+  const Ops *ops;  // the backend instance (model/backend.c): the CPU table or the CUDA one
   Llama *model;
   Comm *comm;    // the data-parallel job (world 1: no other process, no sockets)
   int rank, world;

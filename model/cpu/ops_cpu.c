@@ -8,37 +8,42 @@
 #include "model/adamw.h"
 #include "model/ops.h"
 
-static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
-static void cpu_release(void *p) { free(p); }
-static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_acts_to_f32(float *dst, const void *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void *cpu_alloc(void *ctx, size_t bytes) { return xcalloc(1, bytes); }
+static void cpu_release(void *ctx, void *p) { free(p); }
+static void cpu_zero(void *ctx, void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_acts_to_f32(void *ctx, float *dst, const void *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 
-static void cpu_sync(void) {}
-static void cpu_bind_params(float *params, size_t n) {}
-static void cpu_params_changed(void) {}
-static void cpu_set_step(int64_t step, int micro) {}
+static void cpu_sync(void *ctx) {}
+static void cpu_bind_params(void *ctx, float *params, size_t n) {}
+static void cpu_params_changed(void *ctx) {}
+static void cpu_set_step(void *ctx, int64_t step, int micro) {}
+
+// The CPU backend's state (Ops.ctx): the table itself and the one setting its ops read.
+typedef struct {
+  Ops ops;
+  int grad_overwrite;  // Ops.set_grad_overwrite
+} CpuBackend;
 
 // Ops.set_grad_overwrite: the references add into dw, so in overwrite mode the wrappers clear it
 // first (cheap next to the op on the CPU; the CUDA backend gets a real saving from it).
-static int g_overwrite;
-static void cpu_set_grad_overwrite(int on) { g_overwrite = on; }
-static void clear_if_overwriting(float *dw, size_t n) {
-  if (g_overwrite && dw) memset(dw, 0, n * sizeof(float));
+static void cpu_set_grad_overwrite(void *ctx, int on) { ((CpuBackend *)ctx)->grad_overwrite = on; }
+static void clear_if_overwriting(void *ctx, float *dw, size_t n) {
+  if (((CpuBackend *)ctx)->grad_overwrite && dw) memset(dw, 0, n * sizeof(float));
 }
 
-static void cpu_embed_fwd(void *out, const int *tokens, const float *table, int N, int D, int V) {
+static void cpu_embed_fwd(void *ctx, void *out, const int *tokens, const float *table, int N, int D, int V) {
   embedding_forward(out, tokens, table, N, D, V);
 }
-static void cpu_embed_bwd(float *dtable, const void *dout, const int *tokens, int N, int D) {
+static void cpu_embed_bwd(void *ctx, float *dtable, const void *dout, const int *tokens, int N, int D) {
   embedding_backward(dtable, dout, tokens, N, D);
 }
-static void cpu_rmsnorm_fwd(void *out, float *rstd, const void *x, const float *w, int N, int D, float eps) {
+static void cpu_rmsnorm_fwd(void *ctx, void *out, float *rstd, const void *x, const float *w, int N, int D, float eps) {
   rmsnorm_forward(out, rstd, x, w, N, D, eps);
 }
-static void cpu_rmsnorm_bwd(void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
+static void cpu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
                             int N, int D) {
-  clear_if_overwriting(dw, (size_t)D);
+  clear_if_overwriting(ctx, dw, (size_t)D);
   rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
 }
 static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in,
@@ -47,43 +52,48 @@ static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, con
 }
 static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
                            const float *w, int N, int in, int out_dim, int dx_accumulate) {
-  clear_if_overwriting(dw, (size_t)in * out_dim);
+  clear_if_overwriting(ctx, dw, (size_t)in * out_dim);
   matmul_backward(dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
-static void cpu_rope_fwd(void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
+static void cpu_rope_fwd(void *ctx, void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
   rope_forward(x, cos, sin, B, T, n_heads, hd);
 }
-static void cpu_rope_bwd(void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
+static void cpu_rope_bwd(void *ctx, void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
   rope_backward(dx, cos, sin, B, T, n_heads, hd);
 }
-static void cpu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+static void cpu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
                               int H, int KV, int hd) {
   attention_forward(out, lse, q, k, v, B, T, H, KV, hd);
 }
-static void cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+static void cpu_attention_bwd(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                               const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd) {
   attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, hd);
 }
-static void cpu_swiglu_fwd(void *out, const void *gate, const void *up, size_t n) { swiglu_forward(out, gate, up, n); }
-static void cpu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
+static void cpu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up, size_t n) { swiglu_forward(out, gate, up, n); }
+static void cpu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
   swiglu_backward(dgate, dup, dout, gate, up, n);
 }
-static void cpu_residual_fwd(void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
-static float cpu_head_ce(void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
+static void cpu_residual_fwd(void *ctx, void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
+static float cpu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
                          int N, int D, int V, int chunk, int ignore_index, float dloss) {
-  if (dx) clear_if_overwriting(dw, (size_t)V * D);  // without dx nothing is written to dw
+  if (dx) clear_if_overwriting(ctx, dw, (size_t)V * D);  // without dx nothing is written to dw
   return head_crossentropy(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss);
 }
 
-static void cpu_head_nll(float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
+static void cpu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
                          int V, int chunk, int ignore_index) {
   head_token_nll(nll, scratch, x, w, targets, N, D, V, chunk, ignore_index);
 }
 
-const Ops ops_cpu = {
+static double cpu_grad_sumsq(void *ctx, const float *g, size_t n) { return grad_sumsq(g, n); }
+static void cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+  adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+
+static const Ops CPU_TABLE = {
     .name = "cpu",
     .act_bytes = sizeof(float),
-    .ctx = NULL,
     .host_memory = 1,
     .alloc = cpu_alloc,
     .release = cpu_release,
@@ -96,8 +106,8 @@ const Ops ops_cpu = {
     .params_changed = cpu_params_changed,
     .set_step = cpu_set_step,
     .set_grad_overwrite = cpu_set_grad_overwrite,
-    .grad_sumsq = grad_sumsq,
-    .adamw = adamw_update,
+    .grad_sumsq = cpu_grad_sumsq,
+    .adamw = cpu_adamw,
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
@@ -114,3 +124,10 @@ const Ops ops_cpu = {
     .head_ce = cpu_head_ce,
     .head_nll = cpu_head_nll,
 };
+
+const Ops *cpu_backend_open(void) {
+  CpuBackend *b = (CpuBackend *)xcalloc(1, sizeof *b);
+  b->ops = CPU_TABLE;
+  b->ops.ctx = b;
+  return &b->ops;
+}

@@ -112,19 +112,18 @@ __global__ void __launch_bounds__(SUMSQ_BLOCKS) sumsq_final_kernel(double *out, 
   if (threadIdx.x == 0) out[0] = part[0];
 }
 
-double grad_sumsq_cuda(const float *g, size_t n) {
-  static CudaScratch scratch;
+double grad_sumsq_cuda(CudaBackend *b, const float *g, size_t n) {
   if (!n) return 0.0;
   size_t nvec = aligned16(g) ? n / 4 : 0, work = nvec ? nvec : n;
   size_t blocks = (work + SUMSQ_THREADS - 1) / SUMSQ_THREADS;
   int parts = blocks < SUMSQ_BLOCKS ? (int)blocks : SUMSQ_BLOCKS;
-  double *d = (double *)cuda_scratch(&scratch, (SUMSQ_BLOCKS + 1) * sizeof(double), "grad_sumsq partial sums");
+  double *d = (double *)cuda_scratch(b, &b->sumsq, (SUMSQ_BLOCKS + 1) * sizeof(double), "grad_sumsq partial sums");
   sumsq_kernel<<<parts, SUMSQ_THREADS, 0, cuda_stream()>>>(d + 1, g, nvec, n);
   CUDA_CHECK_LAUNCH();
   sumsq_final_kernel<<<1, SUMSQ_BLOCKS, 0, cuda_stream()>>>(d, d + 1, parts);
   CUDA_CHECK_LAUNCH();
   double s = 0;
-  cuda_download(&s, d, sizeof s);
+  cuda_download(b, &s, d, sizeof s);
   return s;
 }
 

@@ -43,13 +43,16 @@ struct CachedGraph {
 // entries are never evicted because a plan may still be running on the stream. Heap-allocated, so
 // no C++ destructor runs at exit after the CUDA runtime has been torn down.
 enum { MAX_GRAPHS = 32 };
-static CachedGraph *graphs[MAX_GRAPHS];
-static int n_graphs;
 
-static cudnnHandle_t handle;
-static void *workspace;          // shared by all graphs: they run one at a time on one stream
-static size_t workspace_size;
-static int deterministic_bwd;
+// One instance per backend (attention_cudnn.h): its handle, graphs and workspace.
+struct AttnCudnn {
+  CachedGraph *graphs[MAX_GRAPHS];
+  int n_graphs;
+  cudnnHandle_t handle;
+  void *workspace;  // shared by all graphs: they run one at a time on one stream
+  size_t workspace_size;
+  int deterministic_bwd;
+};
 
 static const char *key_str(const AttnKey &k) {
   static char buf[160];
@@ -86,11 +89,11 @@ static void set_stats(fe::graph::Tensor_attributes &t, const AttnKey &k) {
   t.set_uid(UID_STATS).set_dim({B, H, T, 1}).set_stride({H * T, T, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
 }
 
-static void ensure_handle(void) {
-  if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
+static void ensure_handle(AttnCudnn *a) {
+  if (!a->handle) CUDNN_CHECK(cudnnCreate(&a->handle));
 }
 
-static void build_graph(CachedGraph *c) {
+static void build_graph(AttnCudnn *a, CachedGraph *c) {
   const AttnKey &k = c->key;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
@@ -135,22 +138,22 @@ static void build_graph(CachedGraph *c) {
   // Heuristics mode A ranks the engines; FALLBACK adds engines that always exist, in case none of
   // A's candidates supports the graph. build_plans then keeps the first candidate that builds.
   FE_CHECK(g->validate(), k);
-  FE_CHECK(g->build_operation_graph(handle), k);
+  FE_CHECK(g->build_operation_graph(a->handle), k);
   FE_CHECK(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), k);
   FE_CHECK(g->check_support(), k);
   FE_CHECK(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), k);
 
   int64_t ws = 0;
   FE_CHECK(g->get_workspace_size(ws), k);
-  if ((size_t)ws > workspace_size) {  // grow-only; only ever happens while building a graph
-    if (workspace) {
+  if ((size_t)ws > a->workspace_size) {  // grow-only; only ever happens while building a graph
+    if (a->workspace) {
       CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // earlier plans may still read the old one
-      CUDA_CHECK(cudaFree(workspace));
+      CUDA_CHECK(cudaFree(a->workspace));
     }
-    cudaError_t e = cudaMalloc(&workspace, (size_t)ws);
+    cudaError_t e = cudaMalloc(&a->workspace, (size_t)ws);
     if (e != cudaSuccess)
       die("%s: cannot allocate its %.1f MiB cuDNN workspace: %s", key_str(k), ws / 1048576.0, cudaGetErrorString(e));
-    workspace_size = (size_t)ws;
+    a->workspace_size = (size_t)ws;
   }
 
   const int64_t uids_fwd[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS};
@@ -161,25 +164,25 @@ static void build_graph(CachedGraph *c) {
   c->graph = g;
 }
 
-static CachedGraph *get_graph(const AttnKey &k) {
-  for (int i = 0; i < n_graphs; i++) {
-    const AttnKey &c = graphs[i]->key;
+static CachedGraph *get_graph(AttnCudnn *a, const AttnKey &k) {
+  for (int i = 0; i < a->n_graphs; i++) {
+    const AttnKey &c = a->graphs[i]->key;
     if (c.B == k.B && c.T == k.T && c.H == k.H && c.KV == k.KV && c.hd == k.hd && c.backward == k.backward &&
         c.deterministic == k.deterministic)
-      return graphs[i];
+      return a->graphs[i];
   }
-  if (n_graphs == MAX_GRAPHS)
-    die("%s: more than %d distinct attention graphs requested; raise MAX_GRAPHS in model/cuda/attention_cudnn.cpp",
+  if (a->n_graphs == MAX_GRAPHS)
+    die("%s: more than %d distinct attention a->graphs requested; raise MAX_GRAPHS in model/cuda/attention_cudnn.cpp",
         key_str(k), MAX_GRAPHS);
-  ensure_handle();
+  ensure_handle(a);
   CachedGraph *c = new CachedGraph();
   c->key = k;
   try {  // the frontend reports errors through error_t, but a few paths (allocation) throw
-    build_graph(c);
+    build_graph(a, c);
   } catch (const std::exception &e) {
     die("%s: building the cuDNN graph threw: %s", key_str(k), e.what());
   }
-  graphs[n_graphs++] = c;
+  a->graphs[a->n_graphs++] = c;
   return c;
 }
 
@@ -197,12 +200,12 @@ static void check_ptr(const AttnKey &k, const void *p, const char *name, unsigne
   if ((uintptr_t)p % align != 0) die("%s: %s = %p is not %u-byte aligned", key_str(k), name, p, align);
 }
 
-static void run(CachedGraph *c) {
-  CUDNN_CHECK(cudnnSetStream(handle, cuda_stream()));  // cheap; the backend may have switched streams
-  FE_CHECK(c->graph->execute(handle, c->pack, workspace), c->key);
+static void run(AttnCudnn *a, CachedGraph *c) {
+  CUDNN_CHECK(cudnnSetStream(a->handle, cuda_stream()));  // cheap; the backend may have switched streams
+  FE_CHECK(c->graph->execute(a->handle, c->pack, a->workspace), c->key);
 }
 
-extern "C" void attention_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
                                     int H, int KV, int hd) {
   AttnKey key = {B, T, H, KV, hd, 0, 0};
   check_shape(key);
@@ -211,19 +214,19 @@ extern "C" void attention_cudnn_fwd(void *out, float *lse, const void *q, const 
   check_ptr(key, v, "v", 16);
   check_ptr(key, out, "out", 16);
   check_ptr(key, lse, "lse", 4);
-  CachedGraph *c = get_graph(key);
+  CachedGraph *c = get_graph(a, key);
   c->pack[UID_Q] = (void *)q;
   c->pack[UID_K] = (void *)k;
   c->pack[UID_V] = (void *)v;
   c->pack[UID_O] = out;
   c->pack[UID_STATS] = lse;
-  run(c);
+  run(a, c);
 }
 
-extern "C" void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                                     const void *v, const void *out, const float *lse, int B, int T, int H, int KV,
                                     int hd) {
-  AttnKey key = {B, T, H, KV, hd, 1, deterministic_bwd};
+  AttnKey key = {B, T, H, KV, hd, 1, a->deterministic_bwd};
   check_shape(key);
   check_ptr(key, q, "q", 16);
   check_ptr(key, k, "k", 16);
@@ -234,7 +237,7 @@ extern "C" void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *do
   check_ptr(key, dk, "dk", 16);
   check_ptr(key, dv, "dv", 16);
   check_ptr(key, lse, "lse", 4);
-  CachedGraph *c = get_graph(key);
+  CachedGraph *c = get_graph(a, key);
   c->pack[UID_Q] = (void *)q;
   c->pack[UID_K] = (void *)k;
   c->pack[UID_V] = (void *)v;
@@ -244,22 +247,22 @@ extern "C" void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *do
   c->pack[UID_DQ] = dq;
   c->pack[UID_DK] = dk;
   c->pack[UID_DV] = dv;
-  run(c);
+  run(a, c);
 }
 
 extern "C" size_t attention_cudnn_version(void) { return cudnnGetVersion(); }
 
-extern "C" void attention_cudnn_set_deterministic(int on) { deterministic_bwd = on != 0; }
+extern "C" void attention_cudnn_set_deterministic(AttnCudnn *a, int on) { a->deterministic_bwd = on != 0; }
 
-extern "C" size_t attention_cudnn_workspace_bytes(void) { return workspace_size; }
+extern "C" size_t attention_cudnn_workspace_bytes(const AttnCudnn *a) { return a->workspace_size; }
 
-extern "C" void attention_cudnn_free(void) {
-  if (n_graphs > 0 || workspace) CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-  for (int i = 0; i < n_graphs; i++) delete graphs[i];
-  n_graphs = 0;
-  if (workspace) CUDA_CHECK(cudaFree(workspace));
-  workspace = nullptr;
-  workspace_size = 0;
-  if (handle) CUDNN_CHECK(cudnnDestroy(handle));
-  handle = nullptr;
+extern "C" AttnCudnn *attention_cudnn_create(void) { return new AttnCudnn(); }
+
+extern "C" void attention_cudnn_destroy(AttnCudnn *a) {
+  if (!a) return;
+  if (a->n_graphs > 0 || a->workspace) CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  for (int i = 0; i < a->n_graphs; i++) delete a->graphs[i];
+  if (a->workspace) CUDA_CHECK(cudaFree(a->workspace));
+  if (a->handle) CUDNN_CHECK(cudnnDestroy(a->handle));
+  delete a;
 }

@@ -13,8 +13,9 @@
 //
 // Everything is queued on cuda_stream() (common/cuda_common.h); no call synchronizes the host, except
 // the first call for a new shape, which builds and caches the cuDNN graph (tens to hundreds of ms)
-// and may grow the shared workspace (cudaMalloc). One GPU per process: the cuDNN handle is created
-// lazily on the device current at the first call. Not thread-safe. For the frontend's own
+// and may grow the shared workspace (cudaMalloc). An AttnCudnn instance holds the cuDNN handle
+// (created lazily on the device current at its first call), the cached graphs and the workspace;
+// the CUDA backend keeps one in its context. An instance is not thread-safe. For the frontend's own
 // diagnostics run with CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=stderr.
 #pragma once
 #include <stddef.h>
@@ -23,12 +24,17 @@
 extern "C" {
 #endif
 
+typedef struct AttnCudnn AttnCudnn;
+AttnCudnn *attention_cudnn_create(void);
+// Frees the cached graphs, the workspace and the cuDNN handle (after a sync), then the instance.
+void attention_cudnn_destroy(AttnCudnn *a);
+
 // out and lse are overwritten.
-void attention_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
+void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                          int KV, int hd);
 
 // dq, dk, dv are overwritten (not accumulated). out and lse are the forward's outputs.
-void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
+void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
                          const void *out, const float *lse, int B, int T, int H, int KV, int hd);
 
 // Deterministic backward (bit-identical dq/dk/dv from run to run). Off by default: the fast
@@ -36,17 +42,14 @@ void attention_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 // kernel instead materializes dP in a workspace of about B*H*ceil64(T)^2*2 bytes (4 GiB for one
 // Llama-3 8B layer at T=8192) and is slower. Takes effect at the next attention_cudnn_bwd call
 // (each setting has its own cached graph). The forward is always deterministic.
-void attention_cudnn_set_deterministic(int on);
+void attention_cudnn_set_deterministic(AttnCudnn *a, int on);
 
 // The cuDNN library loaded at run time (e.g. 91400 for 9.14), for benchmark reports.
 size_t attention_cudnn_version(void);
 
 // Bytes of the shared device workspace currently held (the largest any cached graph needed so far).
-size_t attention_cudnn_workspace_bytes(void);
+size_t attention_cudnn_workspace_bytes(const AttnCudnn *a);
 
-// Frees the cached graphs, the workspace and the cuDNN handle (optional, at exit; later calls start
-// afresh).
-void attention_cudnn_free(void);
 
 #ifdef __cplusplus
 }

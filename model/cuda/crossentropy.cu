@@ -25,10 +25,6 @@ enum { CE_THREADS = 512, SUM_THREADS = 1024 };
 static const double CE_SCRATCH_BYTES = 4.0 * 1073741824.0;  // bound on 6 * C * V
 static const int CE_MAX_CHUNK = 4096;
 
-static CudaScratch g_logits, g_dlogits, g_row_loss, g_total;
-static int *g_targets_host;
-static size_t g_targets_cap;
-
 // Merges a (max, sum of exp(x - max)) pair into (m, s); a pair with max -inf is empty. Symmetric
 // in its arguments, so butterfly shuffles leave the same bits in every lane.
 __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, float s2) {
@@ -116,18 +112,18 @@ static int chunk_tokens(int N, int V, int forced) {
   return c < N ? c : N;
 }
 
-float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
+float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
                              int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
                              float *nll_host) {
   if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
     die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
-  if (g_targets_cap < (size_t)N) {
-    free(g_targets_host);
-    g_targets_host = (int *)xmalloc((size_t)N * sizeof(int));
-    g_targets_cap = N;
+  if (b->head.targets_cap < (size_t)N) {  // host staging, grow-only
+    free(b->head.targets_host);
+    b->head.targets_host = (int *)xmalloc((size_t)N * sizeof(int));
+    b->head.targets_cap = N;
   }
-  int *tg = g_targets_host, count = 0;
-  cuda_download(tg, targets, (size_t)N * sizeof(int));
+  int *tg = b->head.targets_host, count = 0;
+  cuda_download(b, tg, targets, (size_t)N * sizeof(int));
   for (int n = 0; n < N; n++) {
     if (tg[n] == ignore_index) continue;
     if (tg[n] < 0 || tg[n] >= V)
@@ -139,28 +135,28 @@ float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16
   const float g = count ? dloss / count : 0.0f;
 
   const int C = chunk_tokens(N, V, forced_chunk);
-  float *logits = (float *)cuda_scratch(&g_logits, (size_t)C * V * sizeof(float), "head_ce fp32 logits");
-  bf16 *dlogits = dx ? (bf16 *)cuda_scratch(&g_dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
-  float *row_loss = (float *)cuda_scratch(&g_row_loss, (size_t)N * sizeof(float), "head_ce per-token losses");
-  double *total = (double *)cuda_scratch(&g_total, sizeof(double), "head_ce loss sum");
+  float *logits = (float *)cuda_scratch(b, &b->head.logits, (size_t)C * V * sizeof(float), "head_ce fp32 logits");
+  bf16 *dlogits = dx ? (bf16 *)cuda_scratch(b, &b->head.dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
+  float *row_loss = (float *)cuda_scratch(b, &b->head.row_loss, (size_t)N * sizeof(float), "head_ce per-token losses");
+  double *total = (double *)cuda_scratch(b, &b->head.total, sizeof(double), "head_ce loss sum");
   cudaStream_t s = cuda_stream();
   for (int n0 = 0; n0 < N; n0 += C) {
     const int nc = N - n0 < C ? N - n0 : C;
     const bf16 *xc = x + (size_t)n0 * D;
-    cuda_gemm("gemm fwd head", logits, 1, xc, 0, w16, 1, nc, V, D, 1.0f, 0.0f);
-    int mk = cuda_prof_begin();
+    cuda_gemm(b, "gemm fwd head", logits, 1, xc, 0, w16, 1, nc, V, D, 1.0f, 0.0f);
+    int mk = cuda_prof_begin(b);
     crossentropy_kernel<<<nc, CE_THREADS, 0, s>>>(logits, dlogits, row_loss + n0, targets + n0, V, ignore_index, g);
     CUDA_CHECK_LAUNCH();
-    cuda_prof_end(mk, "head softmax", PROF_MEM, (double)nc * V * (dlogits ? 10 : 4) + 8.0 * nc, 0, NULL);
+    cuda_prof_end(b, mk, "head softmax", PROF_MEM, (double)nc * V * (dlogits ? 10 : 4) + 8.0 * nc, 0, NULL);
     if (!dx) continue;
-    cuda_gemm("gemm dgrad head", dx + (size_t)n0 * D, 0, dlogits, 0, w16, 0, nc, D, V, 1.0f, 0.0f);
+    cuda_gemm(b, "gemm dgrad head", dx + (size_t)n0 * D, 0, dlogits, 0, w16, 0, nc, D, V, 1.0f, 0.0f);
     const float beta = dw_overwrite && n0 == 0 ? 0.0f : 1.0f;  // the first chunk writes, the rest add
-    if (dw) cuda_gemm("gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, beta);
+    if (dw) cuda_gemm(b, "gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, beta);
   }
   sum_kernel<<<1, SUM_THREADS, 0, s>>>(total, row_loss, N);
   CUDA_CHECK_LAUNCH();
   double sum = 0;
-  cuda_download(&sum, total, sizeof sum);
-  if (nll_host) cuda_download(nll_host, row_loss, (size_t)N * sizeof(float));
+  cuda_download(b, &sum, total, sizeof sum);
+  if (nll_host) cuda_download(b, nll_host, row_loss, (size_t)N * sizeof(float));
   return count ? (float)(sum / count) : 0.0f;
 }

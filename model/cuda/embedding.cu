@@ -10,18 +10,14 @@
 #include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
-// Host staging, grow-only.
-static int *g_host;
-static size_t g_host_cap;
-static CudaScratch g_buckets;  // device copy of the grouping (see embedding_backward_cuda)
-
-static int *host_ints(size_t n) {
-  if (n > g_host_cap) {
-    free(g_host);
-    g_host = (int *)xmalloc(n * sizeof(int));
-    g_host_cap = n;
+// Host staging in the backend (CudaBackend.embed), grow-only.
+static int *host_ints(CudaBackend *b, size_t n) {
+  if (n > b->embed.host_cap) {
+    free(b->embed.host);
+    b->embed.host = (int *)xmalloc(n * sizeof(int));
+    b->embed.host_cap = n;
   }
-  return g_host;
+  return b->embed.host;
 }
 
 // out[n, :] = bf16(table[tokens[n], :]); one thread per VEC columns of one row. T: float, or bf16
@@ -40,10 +36,10 @@ __global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const T *
 }
 
 template <typename T>
-static void embedding_forward_any(bf16 *out, const int *tokens, const T *table, int N, int D, int V) {
+static void embedding_forward_any(CudaBackend *b, bf16 *out, const int *tokens, const T *table, int N, int D, int V) {
   if (N <= 0 || D <= 0) die("embedding (cuda): N=%d, D=%d must be positive", N, D);
-  int *tok = host_ints(N);
-  cuda_download(tok, tokens, (size_t)N * sizeof(int));
+  int *tok = host_ints(b, N);
+  cuda_download(b, tok, tokens, (size_t)N * sizeof(int));
   for (int n = 0; n < N; n++)
     if (tok[n] < 0 || tok[n] >= V) die("embedding: token id %d at position %d is outside [0, %d)", tok[n], n, V);
   const int threads = 256;
@@ -57,12 +53,13 @@ static void embedding_forward_any(bf16 *out, const int *tokens, const T *table, 
   CUDA_CHECK_LAUNCH();
 }
 
-void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V) {
-  embedding_forward_any(out, tokens, table, N, D, V);
+void embedding_forward_cuda(CudaBackend *b, bf16 *out, const int *tokens, const float *table, int N, int D, int V) {
+  embedding_forward_any(b, out, tokens, table, N, D, V);
 }
 
-void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V) {
-  embedding_forward_any(out, tokens, table, N, D, V);
+void embedding_forward_bf16_cuda(CudaBackend *b, bf16 *out, const int *tokens, const bf16 *table, int N, int D,
+                                 int V) {
+  embedding_forward_any(b, out, tokens, table, N, D, V);
 }
 
 // CTA (b, y) owns table row token[b], columns [c, c + VEC) per thread: dtable[token[b], c..] +=
@@ -94,13 +91,13 @@ __global__ void embedding_backward_kernel(float *dtable, const bf16 *dout, const
   store_vec<VEC>(row, acc);
 }
 
-int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D) {
+int embedding_backward_cuda(CudaBackend *b, float *dtable, const bf16 *dout, const int *tokens, int N, int D) {
   if (N <= 0 || D <= 0) die("embedding backward (cuda): N=%d, D=%d must be positive", N, D);
   // The grouping, built on the host by a counting sort on the token id (stable, so each token's
   // positions stay increasing). Uploaded as one int array: pos[N], start[nb + 1], token[nb], with
   // bucket b holding pos[start[b] .. start[b+1]), all of token[b].
-  int *tok = host_ints(4 * (size_t)N + 1), *up = tok + N;
-  cuda_download(tok, tokens, (size_t)N * sizeof(int));
+  int *tok = host_ints(b, 4 * (size_t)N + 1), *up = tok + N;
+  cuda_download(b, tok, tokens, (size_t)N * sizeof(int));
   int vmax = 0;
   for (int n = 0; n < N; n++) {
     if (tok[n] < 0) die("embedding backward: token id %d at position %d is negative", tok[n], n);
@@ -117,11 +114,11 @@ int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, 
     if (e > s) start[nb] = s, token[nb++] = t;
   }
   start[nb] = N;
-  for (int b = 0; b < nb; b++) start[nb + 1 + b] = token[b];
+  for (int k = 0; k < nb; k++) start[nb + 1 + k] = token[k];
   free(end);
   size_t count = (size_t)N + 2 * (size_t)nb + 1;
-  int *dev = (int *)cuda_scratch(&g_buckets, (3 * (size_t)N + 1) * sizeof(int), "embedding backward buckets");
-  cuda_upload(dev, up, count * sizeof(int));
+  int *dev = (int *)cuda_scratch(b, &b->embed.buckets, (3 * (size_t)N + 1) * sizeof(int), "embedding backward buckets");
+  cuda_upload(b, dev, up, count * sizeof(int));
   const int *d_pos = dev, *d_start = dev + N, *d_token = dev + N + nb + 1;
 
   // 64 threads of one column vector each per CTA; grid.y covers the row's columns.

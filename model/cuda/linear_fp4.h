@@ -33,32 +33,40 @@
 // Requirements of an FP4 layer (checked, naming the layer): N, in and out multiples of 32; the FP8
 // back end also needs cuBLASLt to take the K of each GEMM (multiples of 128 always work).
 // No host syncs and no allocations after a shape's first call.
+//
+// The state (recipe, operand scratch, weight cache, saved inputs) is a LinearFp4 instance owned by
+// the backend (CudaBackend.lin). What depends on the format is a LinearFormat (below): its block,
+// its producers and its GEMM scale, one implementation file per format (linear_mxfp4.cu,
+// linear_nvfp4.cu), chosen once by set_recipe. This file's code never asks which format it runs.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fp4/recipe.h"
+#include "model/cuda/ops_cuda.h"
 #include "model/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+// A new instance for backend b (its memory and profiler), under the BF16 recipe.
+LinearFp4 *linear_fp4_create(CudaBackend *b);
 // Selects the recipe (copied; NULL or format FMT_BF16 = every linear in BF16, the default) for a model
 // of n_layers blocks, with the SR seed. Dies on a recipe this backend cannot run (naming the field).
 // Drops the quantized-weight cache (after a sync), so it may be called between steps.
-void linear_fp4_set_recipe(const Recipe *r, int n_layers, uint64_t seed);
+void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t seed);
 // Records where the run is, for the SR random bits. step must be in [0, 2^32), micro >= 0.
-void linear_fp4_set_step(int64_t step, int micro);
+void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro);
 // 1 when linear `id` runs in FP4 under the current recipe (never for the head).
-int linear_fp4_active(LinearId id);
+int linear_fp4_active(const LinearFp4 *L, LinearId id);
 // Frees the quantized-weight cache (the parameter buffer is released or rebound).
-void linear_fp4_release_weights(void);
+void linear_fp4_release_weights(LinearFp4 *L);
 // Weight quantizations so far (each refreshes one weight's W and W^T copies). For tests.
-long linear_fp4_weight_quantizations(void);
+long linear_fp4_weight_quantizations(const LinearFp4 *L);
 // k/v reuse q's quantization of x, up reuses gate's (on by default). Off: every linear quantizes its
 // own x (for the test that the sharing changes no bit).
-void linear_fp4_set_share_x(int on);
+void linear_fp4_set_share_x(LinearFp4 *L, int on);
 // Saved tensors kept quantized (off by default; Ops.set_input_saving turns it on for a model that
 // keeps its activations): the forward of q, gate and down also writes x's Wgrad column copy (the
 // MXFP4 dual producer makes it with the Fprop copy from one read of x) into a buffer per (layer,
@@ -66,24 +74,25 @@ void linear_fp4_set_share_x(int on);
 // either way (the copy is RNE). saves_input: 1 when linear id's backward needs no BF16 x (active,
 // saving on, and not o, whose input the attention backward needs in BF16 anyway); saved_bytes:
 // device memory the saved copies hold.
-void linear_fp4_set_save_inputs(int on);
-int linear_fp4_saves_input(LinearId id);
-size_t linear_fp4_saved_bytes(void);
+void linear_fp4_set_save_inputs(LinearFp4 *L, int on);
+int linear_fp4_saves_input(const LinearFp4 *L, LinearId id);
+size_t linear_fp4_saved_bytes(const LinearFp4 *L);
 // The Wgrad operand copies in 128x128 tiles (Recipe.wgrad_2d) made so far by the dual producer: their
 // 32-blocks, and the nonzero ones outside the FP8 embedding's exact range (more than 14 binades below
 // the tile's largest: rounded by at most 2^-17 of the tile maximum). Synchronizes to read the count.
-void linear_fp4_tile_stats(unsigned long long *rounded, unsigned long long *blocks);
+void linear_fp4_tile_stats(const LinearFp4 *L, unsigned long long *rounded, unsigned long long *blocks);
 
-// Format-aware fusion (model/cuda/quant_fused.h), MXFP4 recipes whose Wgrad copies the dual producer makes
-// (H32 or none) with saved inputs on: fusable(leader) says whether the op that makes linear leader's
-// input x (an RMSNorm for q and gate, SwiGLU for down) may run inside the producer of x's FP4 copies.
-// The fused_* calls then make leader's Fprop copy and its saved Wgrad copy straight from the op's
-// inputs, and leader's forward (and its followers', which share x) finds x quantized under x_token, the
-// pointer of the BF16 buffer that is never written. They return 0 and do nothing when not fusable (the
-// caller makes x in BF16 as usual). set_fusion(0) turns it off (the tests compare both ways).
-int linear_fp4_fusable(LinearId leader);
-void linear_fp4_set_fusion(int on);
-long linear_fp4_fused_calls(void);  // fused producers run so far (for tests)
+// Format-aware fusion (model/cuda/quant_fused.h), for formats with fused producers (MXFP4) whose
+// Wgrad copies the dual producer makes (H32 or none) with saved inputs on: fusable(leader) says
+// whether the op that makes linear leader's input x (an RMSNorm for q and gate, SwiGLU for down) may
+// run inside the producer of x's FP4 copies. The fused_* calls then make leader's Fprop copy and its
+// saved Wgrad copy straight from the op's inputs, and leader's forward (and its followers', which
+// share x) finds x quantized under x_token, the pointer of the BF16 buffer that is never written.
+// They return 0 and do nothing when not fusable (the caller makes x in BF16 as usual). set_fusion(0)
+// turns it off (the tests compare both ways).
+int linear_fp4_fusable(const LinearFp4 *L, LinearId leader);
+void linear_fp4_set_fusion(LinearFp4 *L, int on);
+long linear_fp4_fused_calls(const LinearFp4 *L);  // fused producers run so far (for tests)
 
 #ifdef __cplusplus
 }
@@ -91,18 +100,130 @@ long linear_fp4_fused_calls(void);  // fused producers run so far (for tests)
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+
+#include "fp4/mxfp4.h"
+#include "fp4/philox.h"
+
 // The linear entries behind ops_cuda.cu's matmul_fwd / matmul_bwd for an active id (same
 // arguments as the table's, typed), plus the weight's BF16 shadow w16 and the current weights
 // version (a cached quantization older than it is redone). dx or dw may be NULL. dw_overwrite:
 // dW = ... instead of dW += ... (Ops.set_grad_overwrite).
-void linear_fp4_forward(LinearId id, __nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
-                        const __nv_bfloat16 *w16, uint64_t wversion, int N, int in, int out_dim);
-void linear_fp4_backward(LinearId id, __nv_bfloat16 *dx, float *dw, const __nv_bfloat16 *dout,
-                         const __nv_bfloat16 *x, const float *w, const __nv_bfloat16 *w16, uint64_t wversion, int N,
-                         int in, int out_dim, int dx_accumulate, int dw_overwrite);
+void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
+                        uint64_t wversion, int N, int in, int out_dim);
+void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x,
+                         const float *w, const bf16 *w16, uint64_t wversion, int N, int in, int out_dim,
+                         int dx_accumulate, int dw_overwrite);
 // rstd: rmsnorm_forward_cuda's (made first, with out = NULL); w: the norm weight (fp32).
-int linear_fp4_fused_rmsnorm(LinearId leader, const void *x_token, const __nv_bfloat16 *res, const float *rstd,
+int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *res, const float *rstd,
                              const float *w, int N, int D);
-int linear_fp4_fused_swiglu(LinearId leader, const void *x_token, const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
+int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up,
                             int N, int F);
+
+// ---- internal: shared by linear_fp4.cu and the format files ----------------------------------
+
+// One quantized matrix [rows, K] in device memory, in one of two forms:
+//   packed (fp8 = 0): codes [rows, K/2] and scale bytes sb (one per block of the format);
+//   FP8 embedding (fp8 = 1, MXFP4 only): E4M3 [rows, K] and float scales sf, VEC128 or BLK128x128.
+typedef struct {
+  uint8_t *q, *sb;
+  float *sf;
+  int fp8, blk128;
+} QOp;
+
+// A weight's quantized copies, cached per fp32 master pointer.
+typedef struct {
+  const float *w;     // the key: the fp32 master pointer the graph passes
+  int in, out_dim;
+  uint8_t *mem;       // one allocation: W, W^T, and the tensor amax (formats that have one)
+  QOp wq, wtq;        // W [out, in] for Fprop, W^T [in, out] for Dgrad
+  float *amax;        // the tensor amax of W (device; NVFP4)
+  uint64_t version;   // weights version of the quantization (0: never)
+} QWeight;
+
+// The last quantization of an x, per use, for the linears that share it (linear_fp4.cu).
+typedef struct {
+  const void *x;
+  int N, in, layer;
+  LinearKind kind;  // the kind of the linear that last quantized x (or reused it)
+  int fused;        // made by a fused producer for `kind` itself (linear_fp4_fused_*): nothing to quantize
+} XQuant;
+
+// x's Wgrad copy kept from the forward (saved tensors kept quantized, linear_fp4.cu).
+typedef struct {
+  int layer, N, in, fp8, blk;
+  LinearKind group;
+  uint8_t *mem;
+  QOp col;      // x^T [in, N], the Wgrad operand
+  float *amax;  // the tensor amax of the rotated x (device; NVFP4)
+  int valid;    // written by the forward of the current micro-batch
+} SavedX;
+
+enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_N };  // scratch per operand role
+enum { XQ_ROW, XQ_COL, XQ_N };
+// Device scalars (tensor amaxes and the GEMM alpha of formats that scale per tensor), 64 bytes apart.
+enum { D_AMAX_X, D_AMAX_DY, D_AMAX_DY_COL, D_AMAX_X_COL, D_ALPHA, D_N };
+
+typedef struct LinearFormat LinearFormat;
+
+struct LinearFp4 {
+  CudaBackend *b;         // memory and profiler
+  Recipe recipe;          // format FMT_BF16: everything BF16
+  const LinearFormat *f;  // the recipe's format; NULL under BF16
+  int nlayers;
+  uint64_t seed;
+  uint32_t step, micro;
+  unsigned long long *rounded;  // device counter of the tiled Wgrad copies (linear_fp4_tile_stats)
+  unsigned long long tile_blocks;
+  CudaScratch scratch[S_N];
+  float *dev;  // D_N device scalars
+  QWeight *wc;
+  int nwc, capwc;
+  long wquant;
+  XQuant xq[XQ_N];
+  int share_x;
+  SavedX *saved;
+  int nsaved, capsaved;
+  int save_inputs;
+  size_t saved_bytes;
+  int fusion;
+  long fused_calls;
+};
+
+// One FP4 format as the linear layer runs it: data, producers and the GEMM scale. amax arguments are
+// device floats for formats with a tensor scale (the producer writes the amax there first; the
+// others ignore them). A row copy of x [rows, K] is [rows, K] with blocks along K; a column copy is
+// [K, rows] with blocks along rows (the Wgrad operands), with the recipe's Hadamard.
+struct LinearFormat {
+  FP4Format format;
+  const char *name, *tag;  // "mxfp4" for messages, "mx" for profile entries
+  int block;               // elements per scale
+  int reads;               // reads of the source per quantized copy (a tensor amax is a pass of its own)
+  int fp8_embed;           // may run through the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)
+  void (*weight)(LinearFp4 *L, QWeight *e, const bf16 *w16);
+  void (*rows)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr, PhiloxStream s, const QOp &dst, float *amax);
+  void (*cols)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr, PhiloxStream s, const QOp &dst, float *amax);
+  // Whether one producer makes both copies from one read of x under the recipe, for a column copy
+  // with stochastic rounding (sr_col) or without; dual makes them (the row copy skipped when row is
+  // NULL), returning 0 and doing nothing where has_dual says no.
+  int (*has_dual)(const LinearFp4 *L, int sr_col);
+  int (*dual)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr_row, PhiloxStream s_row, const QOp *row,
+              int sr_col, const QOp &col);
+  // The dual producer (RNE columns) with RMSNorm / SwiGLU computed inside it (quant_fused.h); NULL
+  // where the format has none.
+  void (*dual_rmsnorm)(LinearFp4 *L, const bf16 *x, const float *rstd, const float *w, int rows, int K,
+                       const QOp &row, const QOp &col);
+  void (*dual_swiglu)(LinearFp4 *L, const bf16 *gate, const bf16 *up, int rows, int K, const QOp &row,
+                      const QOp &col);
+  // The GEMM's alpha for operands a and b: a host value, or 1 with *alpha_dev set to a device
+  // alpha computed from their tensor amaxes.
+  float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);
+};
+extern const LinearFormat linear_mxfp4, linear_nvfp4;  // linear_mxfp4.cu, linear_nvfp4.cu
+
+// linear_fp4.cu's helpers for the format files.
+int linear_fp8_path(const LinearFp4 *L);  // operands FP8-embedded (the format's and the recipe's choice)
+QOp linear_scratch_op(LinearFp4 *L, int role, int fp8, int blk128, int rows, int K);
+MxOut linear_mx_out(const QOp &o);
+MxOut linear_col_out(LinearFp4 *L, const QOp &o, int rows, int K);  // a column copy (counts tiled ones)
+float *linear_dev_scalar(LinearFp4 *L, int i);
 #endif

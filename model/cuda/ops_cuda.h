@@ -4,10 +4,16 @@
 // that must hand a value or a check to the host (download, head_ce's loss, grad_sumsq, and the
 // token checks of embed_fwd / embed_bwd, which read the N token ids back).
 //
-// The first part is plain C (train.c, run/bench.c): init, profiling, memory statistics. The
-// second part, compiled only by nvcc, is the backend's internal interface between ops_cuda.cu and
-// the kernel files (model/cuda/embedding.cu, rmsnorm.cu, rope.cu, swiglu.cu, residual.cu,
-// crossentropy.cu, adamw.cu, each the GPU twin of the .c file of the same name, and transpose.cu).
+// The backend is an instance, CudaBackend: everything it keeps between calls (tracked memory, the
+// parameter shadow and W^T copies, the FP4 linear layers' recipe and caches, the cuDNN attention
+// graphs, the profiler, the kernels' scratch) lives in it, and its table's ctx points to it.
+// Process-wide and shared by every instance on the device: the stream, the SM count and the
+// cuBLASLt handle with its plan cache (common/), and the reference GEMM's scratch in fp4/.
+//
+// The first part is plain C: init and the calls tests make on an instance. The second part,
+// compiled only by nvcc, is the backend's internal interface between ops_cuda.cu and the kernel
+// files (model/cuda/embedding.cu, rmsnorm.cu, rope.cu, swiglu.cu, residual.cu, crossentropy.cu,
+// adamw.cu, each the GPU twin of the .c file of the same name, transpose.cu, and profile.cu).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -20,38 +26,42 @@
 extern "C" {
 #endif
 
-// Picks the device and creates the stream. Returns the table, or NULL with the CUDA error text in
-// err when there is no usable GPU. Prints nothing.
+typedef struct CudaBackend CudaBackend;
+
+// Picks the device, creates the stream (once per process) and a new backend instance. Returns its
+// table, or NULL with the CUDA error text in err when there is no usable GPU. Prints nothing.
 const Ops *cuda_backend_init(int device, char *err, size_t errlen);
 // backend_open's CUDA case (model/ops.h): the device of LOCAL_RANK (modulo the visible devices, when
 // the launcher already gave each task its own: Slurm's --gpus-per-task shows every task its GPU as
 // device 0), cuda_backend_init, then the options. NULL with the reason in err.
 const Ops *cuda_backend_open(const BackendOptions *o, char *err, size_t errlen);
+// The instance behind a table from cuda_backend_init; dies when ops is not a CUDA table.
+CudaBackend *cuda_backend_of(const Ops *ops);
 
 // Profiling. While enabled, every op of the table records a CUDA event pair around its GPU work
 // and adds the elapsed time, a call, the bytes it moves (reads + writes, from its arguments) and
 // its FLOPs (GEMMs, attention) to an entry named after the op; GEMMs are named per use and layer
 // kind ("gemm fwd q", "gemm dgrad down", "gemm wgrad head"). Timing costs a few microseconds of
 // host time per op; results are collected at sync() and in the report.
-void cuda_profile_enable(int on);
-void cuda_profile_reset(void);
+void cuda_profile_enable(CudaBackend *b, int on);
+void cuda_profile_reset(CudaBackend *b);
 // One row per entry, by time: calls and milliseconds per step (totals / steps), share of the
 // total, achieved TB/s (memory-bound ops) or TFLOP/s (GEMMs, attention), the ceiling and the
 // fraction of it. Ceilings: 4.28 TB/s copy bandwidth; for GEMMs gemm_ceiling_tflops at each shape
 // the entry ran (measured here, once per shape, so call it outside timed regions); none for
 // attention.
-void cuda_profile_report(FILE *f, int steps);
+void cuda_profile_report(CudaBackend *b, FILE *f, int steps);
 
 // Bytes currently held by the table's allocations (alloc, the BF16 shadow and W^T copies, kernel
 // scratch), and the most held at once since the start or the last reset. cuBLASLt's and cuDNN's
 // own workspaces are not included.
-size_t cuda_mem_used(void);
-size_t cuda_mem_peak(void);
-void cuda_mem_reset_peak(void);
+size_t cuda_mem_used(const CudaBackend *b);
+size_t cuda_mem_peak(const CudaBackend *b);
+void cuda_mem_reset_peak(CudaBackend *b);
 
 // The BF16 copy of parameter w (a device pointer into the bound parameter buffer); dies if w is
 // not inside it. For tests and debugging.
-const void *cuda_param_bf16(const float *w);
+const void *cuda_param_bf16(CudaBackend *b, const float *w);
 
 // Transposed weights for the dgrad GEMM. cuBLASLt runs "TN" GEMMs (both operands contiguous along
 // K) 15-20% faster on an H200 than the other layouts, and the forward Y = X W^T is one; the dgrad
@@ -65,22 +75,27 @@ const void *cuda_param_bf16(const float *w);
 // each weight's first dgrad and freed when the parameter buffer is released or rebound.
 // cuda_set_dgrad_transposed(0) frees them and runs the dgrad on W directly (the "NN" layout,
 // profiled as "gemm dgrad <kind> NN"); 1, the default, turns the copies back on.
-void cuda_set_dgrad_transposed(int on);
+void cuda_set_dgrad_transposed(CudaBackend *b, int on);
 // The up-to-date W^T copy [in, out_dim] of the weight w [out_dim, in] (transposing it now if it is
 // stale); dies if w is not inside the bound buffer or was seen before with another shape. For tests.
-const void *cuda_param_bf16_transposed(const float *w, int in, int out_dim);
+const void *cuda_param_bf16_transposed(CudaBackend *b, const float *w, int in, int out_dim);
 
 // The precision recipe of the linear layers (fp4/recipe.h; model/cuda/linear_fp4.h has the design): r is
 // copied; NULL or a bf16 recipe puts every linear on the BF16 path (the default). n_layers is the
 // model's block count (recipe_block_format's BF16 overrides count from both ends), seed the SR seed.
 // The head always stays BF16. Dies on a recipe this backend cannot run; drops quantized weights.
 // The table's set_step(step, micro) then keys the stochastic rounding on the run's position.
-void cuda_set_recipe(const Recipe *r, int n_layers, uint64_t seed);
+void cuda_set_recipe(CudaBackend *b, const Recipe *r, int n_layers, uint64_t seed);
 int cuda_device_cc(void);  // compute capability as major*10 + minor of the current device (0 if none)
 
 // Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
 // picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
-void cuda_head_ce_set_chunk(int tokens);
+void cuda_head_ce_set_chunk(CudaBackend *b, int tokens);
+// cuDNN's deterministic attention backward on (1) or off (0, the default; see attention_cudnn.h).
+void cuda_set_deterministic_attention(CudaBackend *b, int on);
+// The instance's FP4 linear layers (model/cuda/linear_fp4.h), for the tests' switches and counters.
+typedef struct LinearFp4 LinearFp4;
+LinearFp4 *cuda_linear_fp4(CudaBackend *b);
 
 #ifdef __cplusplus
 }
@@ -94,34 +109,103 @@ void cuda_head_ce_set_chunk(int tokens);
 
 typedef __nv_bfloat16 bf16;
 
-// Tracked device memory: dies naming `what`, the bytes asked for and the free memory on failure.
-void *cuda_malloc_tracked(size_t bytes, const char *what);
-void cuda_free_tracked(void *p);  // NULL is fine
-
 // A grow-only device buffer for a kernel's scratch: reallocated only when a call needs more.
 typedef struct {
   void *p;
   size_t bytes;
 } CudaScratch;
-void *cuda_scratch(CudaScratch *s, size_t bytes, const char *what);
+
+typedef struct CudaProfiler CudaProfiler;  // model/cuda/profile.cu
+typedef struct ParamMemory ParamMemory;    // model/cuda/param_memory.cu
+typedef struct AttnCudnn AttnCudnn;        // model/cuda/attention_cudnn.h
+
+typedef struct {
+  void *p;
+  size_t bytes;
+} CudaAllocation;
+
+// A W^T copy for the dgrad GEMM (see cuda_set_dgrad_transposed).
+typedef struct {
+  size_t offset;     // of W in the bound parameter buffer: the key, as for the BF16 shadow
+  int in, out_dim;   // W is [out_dim, in]
+  bf16 *t;           // W^T [in, out_dim]
+  uint64_t version;  // CudaBackend.wversion when t was transposed (0: never)
+} WeightT;
+
+// The backend instance: its table (ops.ctx == this) and all it keeps between calls.
+struct CudaBackend {
+  Ops ops;
+
+  // Tracked device memory (cuda_malloc_tracked): every allocation, the bytes held and the peak.
+  struct {
+    CudaAllocation *v;
+    int n, cap;
+    size_t used, peak;
+  } mem;
+
+  CudaProfiler *prof;
+  ParamMemory *pm;  // the parameter buffers of alloc_params
+  LinearFp4 *lin;   // the FP4 linear layers
+  AttnCudnn *attn;  // cuDNN attention graphs
+
+  // The bound fp32 parameter buffer and its BF16 shadow (bf16(params[i]) at the same index).
+  float *params;
+  size_t nparams;
+  bf16 *shadow;
+  uint64_t wversion;  // bumped whenever the shadow may have changed (W^T, FP4 copies)
+  // ZeRO-1 sharding (Ops.shard_params): the float ranges whose fp32 values still exist, sorted and
+  // disjoint; nkeep < 0 while the buffer is whole. up_stage: device staging for uploads into it.
+  size_t *keep_off, *keep_len;
+  int nkeep;
+  CudaScratch up_stage;
+  WeightT *wt;  // W^T copies for the dgrad
+  int nwt, capwt;
+  int dgrad_transposed;
+
+  int grad_overwrite;  // Ops.set_grad_overwrite
+  int head_chunk;      // cuda_head_ce_set_chunk; 0 = automatic
+
+  // The kernels' scratch, each named after its file.
+  struct {
+    CudaScratch logits, dlogits, row_loss, total;
+    int *targets_host;
+    size_t targets_cap;
+  } head;  // crossentropy.cu
+  struct {
+    int *host;
+    size_t host_cap;
+    CudaScratch buckets;
+  } embed;                   // embedding.cu
+  CudaScratch rms_partial;   // rmsnorm.cu
+  CudaScratch sumsq;         // adamw.cu's grad_sumsq
+  bf16 *acts_host;           // acts_to_f32's host staging
+  size_t acts_cap;
+};
+
+// Tracked device memory: dies naming `what`, the bytes asked for and the free memory on failure.
+void *cuda_malloc_tracked(CudaBackend *b, size_t bytes, const char *what);
+void cuda_free_tracked(CudaBackend *b, void *p);  // NULL is fine
+void *cuda_scratch(CudaBackend *b, CudaScratch *s, size_t bytes, const char *what);
 
 // model/cuda/param_memory.cu: the fp32 parameter buffer (Ops.alloc_params) as a reserved virtual range of
 // fixed-size physical chunks, all mapped by alloc (*mapped = bytes of them). keep unmaps every
 // chunk that holds no byte of the ranges [off[i], off[i] + len[i]) (bytes from the buffer's start)
 // and returns the bytes released; mapped says whether [off, off + len) is all backed (1 for a
 // pointer that is not such a buffer); free returns the bytes still mapped before it.
-void *param_memory_alloc(size_t bytes, size_t *mapped);
-int param_memory_owns(const void *p);
-size_t param_memory_keep(void *p, const size_t *off, const size_t *len, int n);
-int param_memory_mapped(const void *p, size_t off, size_t len);
-size_t param_memory_free(void *p);
+// The buffers are listed in a ParamMemory (one per backend instance).
+ParamMemory *param_memory_create(void);
+void *param_memory_alloc(ParamMemory *pm, size_t bytes, size_t *mapped);
+int param_memory_owns(const ParamMemory *pm, const void *p);
+size_t param_memory_keep(ParamMemory *pm, void *p, const size_t *off, const size_t *len, int n);
+int param_memory_mapped(const ParamMemory *pm, const void *p, size_t off, size_t len);
+size_t param_memory_free(ParamMemory *pm, void *p);
 
 // Host <-> device copies on the stream, returning when done (the host buffer is free at once).
 // An upload into the bound parameter buffer also writes the BF16 shadow; once the buffer is
 // sharded (Ops.shard_params) it writes the fp32 values only where they are kept, and a download
 // from it dies unless all of the range is kept.
-void cuda_upload(void *dst, const void *src, size_t bytes);
-void cuda_download(void *dst, const void *src, size_t bytes);
+void cuda_upload(CudaBackend *b, void *dst, const void *src, size_t bytes);
+void cuda_download(CudaBackend *b, void *dst, const void *src, size_t bytes);
 
 // Profiling hooks (no-ops while disabled): begin records the start event and returns a mark for
 // end, which records the stop event and books the interval to `name`.
@@ -140,28 +224,32 @@ typedef struct {
   int out_fp32, a_t, b_t, M, N, K;
   int engine;  // GemmEngine
 } GemmShape;
-int cuda_prof_begin(void);
-void cuda_prof_end(int mark, const char *name, ProfKind kind, double bytes, double flops, const GemmShape *shape);
+CudaProfiler *cuda_profiler_create(void);
+void cuda_profiler_destroy(CudaProfiler *p);
+int cuda_prof_begin(CudaBackend *b);
+void cuda_prof_end(CudaBackend *b, int mark, const char *name, ProfKind kind, double bytes, double flops,
+                   const GemmShape *shape);
+void cuda_prof_collect(CudaBackend *b);  // books the finished intervals (sync() calls it)
 
 // gemm_bf16 (common/gemm.h), booked to the profile entry `name`.
-void cuda_gemm(const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
+void cuda_gemm(CudaBackend *b, const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
                int N, int K, float alpha, float beta);
 
 // ---- the kernels' host entry points (typed twins of the CPU references in ops.h) ----
 // model/cuda/embedding.cu. Both read the N token ids back to the host: forward to check them (dies on
 // an id outside [0, V)), backward to group the positions by token, so each table row is summed by
 // one CTA in position order (deterministic, no atomics). Backward returns the distinct-token count.
-void embedding_forward_cuda(bf16 *out, const int *tokens, const float *table, int N, int D, int V);
+void embedding_forward_cuda(CudaBackend *b, bf16 *out, const int *tokens, const float *table, int N, int D, int V);
 // The same from a BF16 table (the parameters' shadow: bf16(table) is what the fp32 form writes).
-void embedding_forward_bf16_cuda(bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V);
-int embedding_backward_cuda(float *dtable, const bf16 *dout, const int *tokens, int N, int D);
+void embedding_forward_bf16_cuda(CudaBackend *b, bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V);
+int embedding_backward_cuda(CudaBackend *b, float *dtable, const bf16 *dout, const int *tokens, int N, int D);
 
 // model/cuda/rmsnorm.cu. D must be a multiple of 8 (16-byte rows) and at most 32768. out NULL: rstd only
 // (the fused FP4 producers of quant_fused.cu make the output inside the quantizer).
 void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
 // Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
 // dw_overwrite: dw = ... instead of dw += ... (Ops.set_grad_overwrite).
-int rmsnorm_backward_cuda(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
+int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
                           int N, int D, int dw_overwrite);
 
 // model/cuda/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
@@ -174,7 +262,7 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 
 // model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
 // chunking and its memory.
-float head_crossentropy_cuda(bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
+float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
                              int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
                              float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
 
@@ -185,7 +273,7 @@ void transpose_bf16_cuda(bf16 *dst, const bf16 *src, int rows, int cols);
 // model/cuda/adamw.cu. adamw_update_cuda also writes bf16(p) into p16 when p16 is not NULL.
 void adamw_update_cuda(float *p, bf16 *p16, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                        float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
-double grad_sumsq_cuda(const float *g, size_t n);  // synchronizes to return
+double grad_sumsq_cuda(CudaBackend *b, const float *g, size_t n);  // synchronizes to return
 void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
 
 // ---- device helpers: 16-byte vectors of 8 BF16 or 4 fp32, fp32 math -----------------------------

@@ -68,8 +68,13 @@ typedef struct {
   CUmemGenericAllocationHandle *handle;
 } ParamMem;
 
-static ParamMem *g_pm;
-static int g_npm, g_cappm;
+// The buffers of one backend instance.
+struct ParamMemory {
+  ParamMem *v;
+  int n, cap;
+};
+
+ParamMemory *param_memory_create(void) { return (ParamMemory *)xcalloc(1, sizeof(ParamMemory)); }
 
 static CUmemAllocationProp chunk_prop(void) {
   int dev = 0;
@@ -82,13 +87,13 @@ static CUmemAllocationProp chunk_prop(void) {
   return prop;
 }
 
-static ParamMem *find(const void *p) {
-  for (int i = 0; i < g_npm; i++)
-    if ((CUdeviceptr)p == g_pm[i].base) return &g_pm[i];
+static ParamMem *find(const ParamMemory *pm, const void *p) {
+  for (int i = 0; i < pm->n; i++)
+    if ((CUdeviceptr)p == pm->v[i].base) return &pm->v[i];
   return NULL;
 }
 
-void *param_memory_alloc(size_t bytes, size_t *mapped_out) {
+void *param_memory_alloc(ParamMemory *pm, size_t bytes, size_t *mapped_out) {
   load_driver();
   CUmemAllocationProp prop = chunk_prop();
   size_t gran = 0;
@@ -120,16 +125,16 @@ void *param_memory_alloc(size_t bytes, size_t *mapped_out) {
     CU_CHECK(drv.access(m.base + i * chunk, chunk, &acc, 1));
   }
   m.mapped = m.nchunk * chunk;
-  g_pm = (ParamMem *)grow_array(g_pm, g_npm, &g_cappm, sizeof *g_pm);
-  g_pm[g_npm++] = m;
+  pm->v = (ParamMem *)grow_array(pm->v, pm->n, &pm->cap, sizeof *pm->v);
+  pm->v[pm->n++] = m;
   *mapped_out = m.mapped;
   return (void *)m.base;
 }
 
-int param_memory_owns(const void *p) { return find(p) != NULL; }
+int param_memory_owns(const ParamMemory *pm, const void *p) { return find(pm, p) != NULL; }
 
-size_t param_memory_keep(void *p, const size_t *off, const size_t *len, int n) {
-  ParamMem *m = find(p);
+size_t param_memory_keep(ParamMemory *pm, void *p, const size_t *off, const size_t *len, int n) {
+  ParamMem *m = find(pm, p);
   if (!m) die("param_memory_keep(%p): not a parameter buffer", p);
   CUDA_CHECK(cudaDeviceSynchronize());  // nothing queued may still touch a chunk about to go
   size_t released = 0;
@@ -148,8 +153,8 @@ size_t param_memory_keep(void *p, const size_t *off, const size_t *len, int n) {
   return released;
 }
 
-int param_memory_mapped(const void *p, size_t off, size_t len) {
-  ParamMem *m = find(p);
+int param_memory_mapped(const ParamMemory *pm, const void *p, size_t off, size_t len) {
+  ParamMem *m = find(pm, p);
   if (!m) return 1;  // an ordinary buffer: all of it exists
   if (!len) return 1;
   if (off + len > m->bytes) return 0;
@@ -158,8 +163,8 @@ int param_memory_mapped(const void *p, size_t off, size_t len) {
   return 1;
 }
 
-size_t param_memory_free(void *p) {
-  ParamMem *m = find(p);
+size_t param_memory_free(ParamMemory *pm, void *p) {
+  ParamMem *m = find(pm, p);
   if (!m) die("param_memory_free(%p): not a parameter buffer", p);
   CUDA_CHECK(cudaDeviceSynchronize());
   size_t mapped = m->mapped;
@@ -170,6 +175,6 @@ size_t param_memory_free(void *p) {
     }
   CU_CHECK(drv.afree(m->base, m->nchunk * m->chunk));
   free(m->handle);
-  *m = g_pm[--g_npm];
+  *m = pm->v[--pm->n];
   return mapped;
 }

@@ -34,6 +34,9 @@ typedef struct {
 
 // ---- host helpers ---------------------------------------------------------------------------------
 
+// The attention instance every test runs on (created in main, as the backend creates its own).
+static AttnCudnn *A;
+
 static uint16_t f2bf(float f) {  // round to nearest even
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -136,7 +139,7 @@ static void gpu_fwd(Problem *p) {
   const Shape s = p->s;
   CUDA_CHECK(cudaMemsetAsync(p->d_out, 0xff, p->nq * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_lse, 0xff, p->nl * 4, cuda_stream()));
-  attention_cudnn_fwd(p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
+  attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
 }
 
 static void gpu_bwd(Problem *p) {
@@ -144,7 +147,7 @@ static void gpu_bwd(Problem *p) {
   CUDA_CHECK(cudaMemsetAsync(p->d_dq, 0xff, p->nq * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dk, 0xff, p->nkv * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dv, 0xff, p->nkv * 2, cuda_stream()));
-  attention_cudnn_bwd(p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T, s.H,
+  attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T, s.H,
                       s.KV, s.hd);
 }
 
@@ -207,14 +210,14 @@ static void test_determinism(Shape s, uint64_t seed) {
   TEST_SECTION("repeatability: forward, deterministic backward");
   Problem p;
   problem_init(&p, s, seed);
-  attention_cudnn_set_deterministic(1);
+  attention_cudnn_set_deterministic(A, 1);
   gpu_fwd(&p);
   gpu_bwd(&p);
   Results a = download_results(&p);
   gpu_fwd(&p);
   gpu_bwd(&p);
   Results b = download_results(&p);
-  attention_cudnn_set_deterministic(0);
+  attention_cudnn_set_deterministic(A, 0);
   CHECK(memcmp(a.out, b.out, p.nq * 4) == 0, "forward out differs between two runs");
   CHECK(memcmp(a.lse, b.lse, p.nl * 4) == 0, "forward lse differs between two runs");
   CHECK(memcmp(a.dq, b.dq, p.nq * 4) == 0, "deterministic dq differs between two runs");
@@ -229,7 +232,7 @@ static void test_determinism(Shape s, uint64_t seed) {
   check_close("dq", a.dq, dq, p.nq, TOL_GRAD);
   check_close("dk", a.dk, dk, p.nkv, TOL_GRAD);
   check_close("dv", a.dv, dv, p.nkv, TOL_GRAD);
-  printf("  workspace held: %.1f MiB\n", attention_cudnn_workspace_bytes() / 1048576.0);
+  printf("  workspace held: %.1f MiB\n", attention_cudnn_workspace_bytes(A) / 1048576.0);
   free(dq), free(dk), free(dv), free(out), free(lse);
   results_free(&a);
   results_free(&b);
@@ -421,10 +424,10 @@ static float time_op(Problem *p, int backward, int warmup, int reps) {
   for (int i = 0; i < warmup + reps; i++) {
     if (i == warmup) CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
     if (backward)
-      attention_cudnn_bwd(p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
+      attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
                           s.H, s.KV, s.hd);
     else
-      attention_cudnn_fwd(p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
+      attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
   }
   CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
   float ms = elapsed_ms(e0, e1) / reps;
@@ -470,7 +473,7 @@ static void llama8b_fast(Problem *p, Results *g) {
 // Run last: it needs a multi-GiB workspace on Hopper.
 static void llama8b_deterministic(Problem *p, const Results *g) {
   TEST_SECTION("Llama-3 8B layer: deterministic backward");
-  attention_cudnn_set_deterministic(1);
+  attention_cudnn_set_deterministic(A, 1);
   gpu_bwd(p);
   Results a = download_results(p);
   gpu_bwd(p);
@@ -484,8 +487,8 @@ static void llama8b_deterministic(Problem *p, const Results *g) {
   float det_ms = time_op(p, 1, 1, 5);
   printf("  deterministic backward %.3f ms (%.1f TFLOP/s), workspace %.1f MiB\n", det_ms,
          2.5 * fwd_flop(p->s) / det_ms * 1e-9,
-         attention_cudnn_workspace_bytes() / 1048576.0);
-  attention_cudnn_set_deterministic(0);
+         attention_cudnn_workspace_bytes(A) / 1048576.0);
+  attention_cudnn_set_deterministic(A, 0);
   results_free(&a);
   results_free(&b);
 }
@@ -502,6 +505,7 @@ int main(int argc, char **argv) {
   cudaStream_t stream;  // a stream of our own, as the backend has: the ops must honour cuda_stream()
   CUDA_CHECK(cudaStreamCreate(&stream));
   cuda_set_stream(stream);
+  A = attention_cudnn_create();
 
   const Shape shapes[] = {
       {2, 128, 8, 2, 64},
@@ -522,7 +526,7 @@ int main(int argc, char **argv) {
     problem_free(&big);
   }
 
-  attention_cudnn_free();
+  attention_cudnn_destroy(A);
   CUDA_CHECK(cudaStreamDestroy(stream));
   TEST_END();
 }

@@ -61,21 +61,21 @@ static Lin lin_create(int N, int in, int out, const float *hw, const float *hx, 
   Lin L;
   L.N = N, L.in = in, L.out = out;
   size_t nw = (size_t)in * out;
-  L.w = (float *)G->alloc(nw * sizeof(float));
-  G->bind_params(L.w, nw);
-  G->upload(L.w, hw, nw * sizeof(float));
-  G->params_changed();
+  L.w = (float *)G->alloc(G->ctx, nw * sizeof(float));
+  G->bind_params(G->ctx, L.w, nw);
+  G->upload(G->ctx, L.w, hw, nw * sizeof(float));
+  G->params_changed(G->ctx);
   L.x = dev_bf16(hx, (size_t)N * in);
   L.dy = dev_bf16(hdy, (size_t)N * out);
-  L.y = G->alloc((size_t)N * out * sizeof(bf16));
-  L.dx = G->alloc((size_t)N * in * sizeof(bf16));
-  L.dw = (float *)G->alloc(nw * sizeof(float));
+  L.y = G->alloc(G->ctx, (size_t)N * out * sizeof(bf16));
+  L.dx = G->alloc(G->ctx, (size_t)N * in * sizeof(bf16));
+  L.dw = (float *)G->alloc(G->ctx, nw * sizeof(float));
   return L;
 }
 
 static void lin_free(Lin *L) {
   void *b[] = {L->w, L->x, L->dy, L->y, L->dx, L->dw};
-  for (int i = 0; i < 6; i++) G->release(b[i]);
+  for (int i = 0; i < 6; i++) G->release(G->ctx, b[i]);
 }
 
 typedef struct {
@@ -88,10 +88,10 @@ static const LinearId ID = {0, LIN_Q};
 
 // Fprop, Dgrad and Wgrad under recipe r (NULL: BF16) at (step, micro).
 static LinResult lin_run(Lin *L, const Recipe *r, int64_t step, int micro) {
-  cuda_set_recipe(r, 1, SEED);
-  G->set_step(step, micro);
+  cuda_set_recipe(CB, r, 1, SEED);
+  G->set_step(G->ctx, step, micro);
   G->matmul_fwd(G->ctx, ID, L->y, L->x, L->w, L->N, L->in, L->out);
-  G->zero(L->dw, (size_t)L->in * L->out * sizeof(float));
+  G->zero(G->ctx, L->dw, (size_t)L->in * L->out * sizeof(float));
   G->matmul_bwd(G->ctx, ID, L->dx, L->dw, L->dy, L->x, L->w, L->N, L->in, L->out, 0);
   LinResult res;
   res.y = host_bf16(L->y, (size_t)L->N * L->out);
@@ -161,12 +161,12 @@ static void test_sr(void) {
       expect[(size_t)n * in + i] = (float)s;
     }
   Recipe r = mx_recipe(GEMM_FP8_EMBED);
-  cuda_set_recipe(&r, 1, SEED);
+  cuda_set_recipe(CB, &r, 1, SEED);
   size_t nx = (size_t)N * in;
   double *mean = (double *)xcalloc(nx, sizeof(double));
   float *first = NULL, *meanf = (float *)xmalloc(nx * sizeof(float));
   for (int m = 0; m < draws; m++) {
-    G->set_step(7, m);
+    G->set_step(G->ctx, 7, m);
     G->matmul_bwd(G->ctx, ID, L.dx, NULL, L.dy, L.x, L.w, N, in, out, 0);
     float *d = host_bf16(L.dx, nx);
     for (size_t i = 0; i < nx; i++) mean[i] += d[i] / draws;
@@ -185,7 +185,7 @@ static void test_sr(void) {
   const int64_t steps[4] = {7, 7, 7, 8};
   const int micros[4] = {3, 3, 4, 3};
   for (int k = 0; k < 4; k++) {
-    G->set_step(steps[k], micros[k]);
+    G->set_step(G->ctx, steps[k], micros[k]);
     G->matmul_bwd(G->ctx, ID, L.dx, NULL, L.dy, L.x, L.w, N, in, out, 0);
     run[k] = host_bf16(L.dx, nx);
   }
@@ -231,36 +231,36 @@ static void test_weight_cache(void) {
   float *hdy = randn_bf16((size_t)N * out, 0.01f);
   Lin L = lin_create(N, in, out, hw, hx, hdy);
   Recipe r = mx_recipe(GEMM_FP8_EMBED);
-  cuda_set_recipe(&r, 1, SEED);
+  cuda_set_recipe(CB, &r, 1, SEED);
   size_t ny = (size_t)N * out, nw = (size_t)in * out;
-  long q0 = linear_fp4_weight_quantizations();
+  long q0 = linear_fp4_weight_quantizations(LF);
   G->matmul_fwd(G->ctx, ID, L.y, L.x, L.w, N, in, out);
   float *y1 = host_bf16(L.y, ny);
   G->matmul_fwd(G->ctx, ID, L.y, L.x, L.w, N, in, out);
   G->matmul_bwd(G->ctx, ID, L.dx, L.dw, L.dy, L.x, L.w, N, in, out, 0);
   float *y2 = host_bf16(L.y, ny);
-  long q1 = linear_fp4_weight_quantizations();
+  long q1 = linear_fp4_weight_quantizations(LF);
   CHECK(q1 - q0 == 1, "one weights version, 3 uses: %ld quantizations (expected 1)", q1 - q0);
   CHECK(!memcmp(y1, y2, ny * sizeof(float)), "the same weights gave different Fprop outputs");
   // an AdamW step on the parameters: the next use requantizes
-  float *g = (float *)G->alloc(nw * 4), *m = (float *)G->alloc(nw * 4), *v = (float *)G->alloc(nw * 4);
+  float *g = (float *)G->alloc(G->ctx, nw * 4), *m = (float *)G->alloc(G->ctx, nw * 4), *v = (float *)G->alloc(G->ctx, nw * 4);
   float *hg = randn_bf16(nw, 1.0f);
-  G->upload(g, hg, nw * 4);
-  G->zero(m, nw * 4), G->zero(v, nw * 4);
-  G->adamw(L.w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
+  G->upload(G->ctx, g, hg, nw * 4);
+  G->zero(G->ctx, m, nw * 4), G->zero(G->ctx, v, nw * 4);
+  G->adamw(G->ctx, L.w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
   G->matmul_fwd(G->ctx, ID, L.y, L.x, L.w, N, in, out);
   float *y3 = host_bf16(L.y, ny);
-  long q2 = linear_fp4_weight_quantizations();
+  long q2 = linear_fp4_weight_quantizations(LF);
   CHECK(q2 - q1 == 1, "after adamw: %ld quantizations (expected 1)", q2 - q1);
   CHECK(memcmp(y1, y3, ny * sizeof(float)), "after adamw the Fprop output did not change (stale quantized W)");
-  cuda_set_recipe(&r, 1, SEED);  // drops the cache: a fresh quantization of the same weights
+  cuda_set_recipe(CB, &r, 1, SEED);  // drops the cache: a fresh quantization of the same weights
   G->matmul_fwd(G->ctx, ID, L.y, L.x, L.w, N, in, out);
   float *y4 = host_bf16(L.y, ny);
   CHECK(!memcmp(y3, y4, ny * sizeof(float)), "refreshed and freshly quantized weights give different outputs");
   printf("  weight quantizations: %ld for 3 uses, %ld after adamw, outputs %s\n", q1 - q0, q2 - q1,
          memcmp(y3, y4, ny * sizeof(float)) ? "differ" : "match a fresh quantization");
   void *b[] = {g, m, v};
-  for (int i = 0; i < 3; i++) G->release(b[i]);
+  for (int i = 0; i < 3; i++) G->release(G->ctx, b[i]);
   free(y1), free(y2), free(y3), free(y4), free(hg);
   lin_free(&L);
   free(hw), free(hx), free(hdy);
@@ -274,10 +274,10 @@ typedef struct {
 } Pass;
 
 static Pass model_pass(Llama *m, const Recipe *r, const int *in, const int *tg) {
-  cuda_set_recipe(r, llama_config(m)->n_layers, SEED);
+  cuda_set_recipe(CB, r, llama_config(m)->n_layers, SEED);
   llama_init(m, 1234);
   llama_zero_grad(m);
-  G->set_step(0, 0);
+  G->set_step(G->ctx, 0, 0);
   Pass p;
   p.loss = llama_forward_backward(m, in, tg, -100, 1.0f);
   p.grads = host_f32(llama_grads(m), llama_param_count(m));
@@ -286,18 +286,18 @@ static Pass model_pass(Llama *m, const Recipe *r, const int *in, const int *tg) 
 
 // Losses of `steps` AdamW steps on one batch, from the same init.
 static void train(Llama *m, const Recipe *r, const int *in, const int *tg, int steps, float *losses) {
-  cuda_set_recipe(r, llama_config(m)->n_layers, SEED);
+  cuda_set_recipe(CB, r, llama_config(m)->n_layers, SEED);
   llama_init(m, 1234);
   size_t n = llama_param_count(m);
-  float *mo = (float *)G->alloc(n * 4), *v = (float *)G->alloc(n * 4);
-  G->zero(mo, n * 4), G->zero(v, n * 4);
+  float *mo = (float *)G->alloc(G->ctx, n * 4), *v = (float *)G->alloc(G->ctx, n * 4);
+  G->zero(G->ctx, mo, n * 4), G->zero(G->ctx, v, n * 4);
   for (int t = 0; t < steps; t++) {
     llama_zero_grad(m);
-    G->set_step(t, 0);
+    G->set_step(G->ctx, t, 0);
     losses[t] = llama_forward_backward(m, in, tg, -100, 1.0f);
-    G->adamw(llama_params(m), llama_grads(m), mo, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, t + 1);
+    G->adamw(G->ctx, llama_params(m), llama_grads(m), mo, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, t + 1);
   }
-  G->release(mo), G->release(v);
+  G->release(G->ctx, mo), G->release(G->ctx, v);
 }
 
 static void test_model(void) {
@@ -308,7 +308,7 @@ static void test_model(void) {
   const int B = 4, T = 128, N = B * T;
   // m runs several recipes, so it keeps every BF16 input: created under the BF16 recipe (an FP4
   // recipe left by an earlier test would let it drop them, and the BF16 passes below then die).
-  cuda_set_recipe(NULL, 0, 0);
+  cuda_set_recipe(CB, NULL, 0, 0);
   Llama *m = llama_create(&c, B, T, G);
   int *in = (int *)xmalloc(N * sizeof(int)), *tg = (int *)xmalloc(N * sizeof(int));
   for (int n = 0; n < N; n++) in[n] = (int)(rng_u64(&rng) % c.vocab_size);
@@ -345,12 +345,12 @@ static void test_model(void) {
   Recipe nv = mx;
   nv.format = FMT_NVFP4, nv.gemm = GEMM_REFERENCE, nv.hadamard = 16;
   const Recipe *shared_recipes[2] = {&mx, &nv};
-  attention_cudnn_set_deterministic(1);  // so that only the sharing could make a difference
+  cuda_set_deterministic_attention(CB, 1);  // so that only the sharing could make a difference
   for (int k = 0; k < 2; k++) {
     Pass on = model_pass(m, shared_recipes[k], in, tg);
-    linear_fp4_set_share_x(0);
+    linear_fp4_set_share_x(LF, 0);
     Pass off = model_pass(m, shared_recipes[k], in, tg);
-    linear_fp4_set_share_x(1);
+    linear_fp4_set_share_x(LF, 1);
     CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
           "%s: sharing x's quantization across q/k/v and gate/up changed the loss (%.9g vs %.9g) or gradients",
           k ? "nvfp4" : "mxfp4", on.loss, off.loss);
@@ -361,12 +361,12 @@ static void test_model(void) {
   // activations) the forwards of q, gate and down keep x's Wgrad copy and the backward reads it;
   // off, the backward requantizes the BF16 x. No bit may change.
   for (int k = 0; k < 2; k++) {
-    linear_fp4_set_save_inputs(1);
+    linear_fp4_set_save_inputs(LF, 1);
     Pass on = model_pass(m, shared_recipes[k], in, tg);
-    size_t saved = linear_fp4_saved_bytes();
-    linear_fp4_set_save_inputs(0);
+    size_t saved = linear_fp4_saved_bytes(LF);
+    linear_fp4_set_save_inputs(LF, 0);
     Pass off = model_pass(m, shared_recipes[k], in, tg);
-    linear_fp4_set_save_inputs(1);
+    linear_fp4_set_save_inputs(LF, 1);
     CHECK(saved > 0, "%s: the forward kept no quantized input", k ? "nvfp4" : "mxfp4");
     CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
           "%s: the Wgrad copy of x kept from the forward changed the loss (%.9g vs %.9g) or gradients",
@@ -386,14 +386,14 @@ static void test_model(void) {
     const Recipe *fr[4] = {&mx, &noh, &ref, &xt};
     const char *fname[4] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM",
                             "mxfp4 H32 fp8, x^T in 128x128 tiles"};
-    linear_fp4_set_save_inputs(1);
+    linear_fp4_set_save_inputs(LF, 1);
     for (int k = 0; k < 4; k++) {
-      long before = linear_fp4_fused_calls();
+      long before = linear_fp4_fused_calls(LF);
       Pass on = model_pass(m, fr[k], in, tg);
-      long fused = linear_fp4_fused_calls() - before;
-      linear_fp4_set_fusion(0);
+      long fused = linear_fp4_fused_calls(LF) - before;
+      linear_fp4_set_fusion(LF, 0);
       Pass off = model_pass(m, fr[k], in, tg);
-      linear_fp4_set_fusion(1);
+      linear_fp4_set_fusion(LF, 1);
       CHECK(fused == 3L * c.n_layers, "%s: %ld fused producers ran, expected 3 per block (%d)", fname[k], fused,
             3 * c.n_layers);
       CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
@@ -407,7 +407,7 @@ static void test_model(void) {
 
   {  // the tiled Wgrad copies (dY^T by default, x^T above) were made and counted
     unsigned long long rounded, blocks;
-    linear_fp4_tile_stats(&rounded, &blocks);
+    linear_fp4_tile_stats(LF, &rounded, &blocks);
     printf("  FP8 Wgrad tiles so far: %llu of %llu 32-blocks outside the exact embedding range\n", rounded, blocks);
     CHECK(blocks > 0 && rounded <= blocks, "tile stats: %llu rounded of %llu blocks", rounded, blocks);
   }
@@ -423,20 +423,20 @@ static void test_model(void) {
   // A model created under the mxfp4 recipe keeps no BF16 input of its FP4 linears (one shared
   // scratch instead): less activation memory, and the same loss and gradients as m computes with
   // every BF16 input kept.
-  attention_cudnn_set_deterministic(1);
+  cuda_set_deterministic_attention(CB, 1);
   Pass ref = model_pass(m, &mx, in, tg);
-  cuda_set_recipe(&mx, c.n_layers, SEED);
+  cuda_set_recipe(CB, &mx, c.n_layers, SEED);
   Llama *m2 = llama_create(&c, B, T, G);  // binds its own parameters: m is done
   size_t act = llama_activation_bytes(m2), plain = llama_activation_bytes_plain(m2);
   Pass p2 = model_pass(m2, &mx, in, tg);
-  attention_cudnn_set_deterministic(0);
-  size_t saved = linear_fp4_saved_bytes();
+  cuda_set_deterministic_attention(CB, 0);
+  size_t saved = linear_fp4_saved_bytes(LF);
   printf("  mxfp4 model: activations %.2f MB + %.2f MB kept quantized, against %.2f MB with every BF16 input kept\n",
          act / 1e6, saved / 1e6, plain / 1e6);
   CHECK(act + saved < plain, "keeping quantized inputs saves memory: %zu + %zu vs %zu bytes", act, saved, plain);
   CHECK(p2.loss == ref.loss && !memcmp(p2.grads, ref.grads, np * sizeof(float)),
         "mxfp4 model without BF16 inputs: loss %.9g vs %.9g, or gradients differ", p2.loss, ref.loss);
-  cuda_set_recipe(NULL, 0, 0);
+  cuda_set_recipe(CB, NULL, 0, 0);
   free(warm.grads), free(bf.grads), free(fp.grads), free(ov.grads), free(ref.grads), free(p2.grads);
   free(in), free(tg);
   llama_free(m2);
@@ -444,9 +444,7 @@ static void test_model(void) {
 }
 
 int main(void) {
-  char err[256];
-  G = cuda_backend_init(0, err, sizeof err);
-  CHECK(G != NULL, "cuda_backend_init: %s", err);
+  CHECK(open_backend(), "a CUDA backend instance on device 0");
   if (!G) TEST_END();
   rng_seed(&rng, 42);
 

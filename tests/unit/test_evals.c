@@ -229,7 +229,7 @@ static void test_scoring(void) {
   TEST_SECTION("scoring with a tiny model vs llama_logits");
   const int V = 37, T = 16;
   LlamaConfig c = tiny_config(V, T);
-  Llama *m2 = llama_create(&c, 2, T, &ops_cpu), *m1 = llama_create(&c, 1, T, &ops_cpu);
+  Llama *m2 = llama_create(&c, 2, T, cpu_backend_open()), *m1 = llama_create(&c, 1, T, cpu_backend_open());
   randomize(m2, 11);
   memcpy(llama_params(m1), llama_params(m2), llama_param_count(m2) * sizeof(float));
   int t0[6] = {3, 14, 15, 9, 2, 6}, t1[24], t2[4] = {0, 36, 1, 1};
@@ -256,7 +256,7 @@ static void test_end_to_end(const Tokenizer *tok) {
   TEST_SECTION("eval_task end to end (tiny model, Llama-3 vocabulary)");
   const int V = 128256, T = 64;
   LlamaConfig c = tiny_config(V, T);
-  Llama *m2 = llama_create(&c, 2, T, &ops_cpu), *m1 = llama_create(&c, 1, T, &ops_cpu);
+  Llama *m2 = llama_create(&c, 2, T, cpu_backend_open()), *m1 = llama_create(&c, 1, T, cpu_backend_open());
   llama_init(m2, 3);
   memcpy(llama_params(m1), llama_params(m2), llama_param_count(m2) * sizeof(float));
   EvalResult r2, r1;

@@ -1,4 +1,4 @@
-// tests/unit/test_gradcheck.c: the whole model (model/llama.c over ops_cpu) against an independent
+// tests/unit/test_gradcheck.c: the whole model (model/llama.c over the CPU backend) against an independent
 // double-precision Llama written here from the HF formulas: same loss and logits, and analytic
 // gradients of EVERY entry of EVERY parameter tensor against central differences of the double
 // loss. Also: tensor table, init, gradient accumulation over micro-batches, determinism, and
@@ -177,7 +177,7 @@ static void make_batch(int *in, int *tg, int N, int V, uint64_t seed) {
 static void test_tensor_table(void) {
   TEST_SECTION("tensor table and init");
   LlamaConfig c = tiny_config();
-  Llama *m = llama_create(&c, 2, 7, &ops_cpu);
+  Llama *m = llama_create(&c, 2, 7, cpu_backend_open());
   const char *names[] = {"tok_embedding", "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down",
                          "final_norm", "head"};
   const int64_t L = 2, D = 16, Q = 16, K = 8, F = 24, V = 37;
@@ -235,7 +235,7 @@ static void test_tensor_table(void) {
 static void test_against_reference(void) {
   LlamaConfig c = tiny_config();
   const int B = 2, T = 7, N = B * T, V = c.vocab_size;
-  Llama *m = llama_create(&c, B, T, &ops_cpu);
+  Llama *m = llama_create(&c, B, T, cpu_backend_open());
   randomize(m, 7);
   int in[14], tg[14];
   make_batch(in, tg, N, V, 11);
@@ -311,7 +311,7 @@ static void test_accumulation(void) {
   TEST_SECTION("gradients accumulate over micro-batches");
   LlamaConfig c = tiny_config();
   const int B = 2, T = 7, N = B * T;
-  Llama *m = llama_create(&c, B, T, &ops_cpu);
+  Llama *m = llama_create(&c, B, T, cpu_backend_open());
   randomize(m, 3);
   size_t n = llama_param_count(m);
   int in1[14], tg1[14], in2[14], tg2[14];
@@ -364,7 +364,7 @@ static float run_step(int threads, float *grads_out, int fused) {
   if (llama_preset("tiny", &c)) die("no tiny preset");
   const int B = 4, T = 32, N = B * T;
   omp_set_num_threads(threads);
-  Llama *m = llama_create(&c, B, T, &ops_cpu);
+  Llama *m = llama_create(&c, B, T, cpu_backend_open());
   llama_init(m, 5);
   int *in = xmalloc(N * sizeof(int)), *tg = xmalloc(N * sizeof(int));
   make_batch(in, tg, N, c.vocab_size, 9);
@@ -429,7 +429,7 @@ static RecomputeRun recompute_run_ops(const LlamaConfig *c, int B, int T, int mo
 }
 
 static RecomputeRun recompute_run(const LlamaConfig *c, int B, int T, int mode, float *grads, float *logits) {
-  return recompute_run_ops(c, B, T, mode, grads, logits, &ops_cpu);
+  return recompute_run_ops(c, B, T, mode, grads, logits, cpu_backend_open());
 }
 
 static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
@@ -494,31 +494,35 @@ static int g_saving;
 static float *g_kept[SAVE_MAX_LAYERS][LIN_NKINDS];
 static size_t g_kept_n[SAVE_MAX_LAYERS][LIN_NKINDS];
 
-static void saving_set(int on) { g_saving = on; }
-static int saving_saves(LinearId id) {
+static const Ops *g_base;  // the CPU table the saving one wraps
+
+static void saving_set(void *ctx, int on) { g_saving = on; }
+static int saving_saves_id(LinearId id) {
   return g_saving && id.layer >= 0 && id.layer != SAVE_SKIP && id.kind != LIN_O && id.kind != LIN_HEAD;
 }
+static int saving_saves(void *ctx, LinearId id) { return saving_saves_id(id); }
 static LinearKind saving_group(LinearKind k) { return k == LIN_K || k == LIN_V ? LIN_Q : k == LIN_UP ? LIN_GATE : k; }
 
 static void saving_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in, int out_dim) {
-  if (saving_saves(id) && saving_group(id.kind) == id.kind) {
+  if (saving_saves_id(id) && saving_group(id.kind) == id.kind) {
     size_t n = (size_t)N * in;
     float **k = &g_kept[id.layer][id.kind];
     if (g_kept_n[id.layer][id.kind] != n) free(*k), *k = xmalloc(n * sizeof(float)), g_kept_n[id.layer][id.kind] = n;
     memcpy(*k, x, n * sizeof(float));
   }
-  ops_cpu.matmul_fwd(ctx, id, out, x, w, N, in, out_dim);
+  g_base->matmul_fwd(ctx, id, out, x, w, N, in, out_dim);
 }
 
 static void saving_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
                        int N, int in, int out_dim, int dx_accumulate) {
-  if (saving_saves(id)) x = g_kept[id.layer][saving_group(id.kind)];
-  ops_cpu.matmul_bwd(ctx, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
+  if (saving_saves_id(id)) x = g_kept[id.layer][saving_group(id.kind)];
+  g_base->matmul_bwd(ctx, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
 
 static void test_saved_inputs(void) {
   TEST_SECTION("saved linear inputs: the model keeps no BF16 input a backend keeps; bit-identical results");
-  Ops saving = ops_cpu;
+  g_base = cpu_backend_open();
+  Ops saving = *g_base;  // the same ctx: the wrapped entries get the CPU backend's own state
   saving.name = "cpu+saving";
   saving.set_input_saving = saving_set;
   saving.linear_saves_input = saving_saves;
@@ -531,7 +535,7 @@ static void test_saved_inputs(void) {
   size_t n = (size_t)llama_num_params(&c);
   float *g0 = xmalloc(n * sizeof(float)), *g1 = xmalloc(n * sizeof(float));
   float *l0 = xmalloc((size_t)N * V * sizeof(float)), *l1 = xmalloc((size_t)N * V * sizeof(float));
-  RecomputeRun plain = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_NONE, g0, l0, &ops_cpu);
+  RecomputeRun plain = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_NONE, g0, l0, cpu_backend_open());
   RecomputeRun saved = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_NONE, g1, l1, &saving);
   CHECK(g_saving == 1, "a model that keeps its activations turns input saving on");
   CHECK(saved.train1 == plain.train1 && saved.train2 == plain.train2 && saved.eval == plain.eval,

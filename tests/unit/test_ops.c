@@ -465,14 +465,31 @@ static void test_crossentropy(void) {
 }
 
 static void test_ops_table(void) {
-  TEST_SECTION("ops_cpu table");
-  const Ops *o = &ops_cpu;
+  TEST_SECTION("CPU backend table");
+  const Ops *o = cpu_backend_open();
   int complete = o->alloc && o->release && o->zero && o->upload && o->download && o->acts_to_f32 && o->embed_fwd &&
                  o->embed_bwd && o->rmsnorm_fwd && o->rmsnorm_bwd && o->matmul_fwd && o->matmul_bwd && o->rope_fwd &&
                  o->rope_bwd && o->attention_fwd && o->attention_bwd && o->swiglu_fwd && o->swiglu_bwd &&
                  o->residual_fwd && o->head_ce && o->set_grad_overwrite && o->head_nll;
-  CHECK(complete, "every ops_cpu entry is set");
-  CHECK(o->act_bytes == 4 && !strcmp(o->name, "cpu"), "ops_cpu: %s, act_bytes %d", o->name, o->act_bytes);
+  CHECK(complete, "every CPU table entry is set");
+  CHECK(o->act_bytes == 4 && !strcmp(o->name, "cpu"), "cpu table: %s, act_bytes %d", o->name, o->act_bytes);
+  CHECK(o->ctx != NULL, "the CPU table carries its instance (ctx)");
+
+  // Two instances keep their own state: gradient overwrite on in one leaves the other adding.
+  const Ops *p = cpu_backend_open();
+  CHECK(p != o && p->ctx != o->ctx, "each cpu_backend_open is a new instance");
+  const int N = 2, D = 8;
+  float x[16], w[8], dout[16], dx[16], rstd[2], dw_o[8], dw_p[8];
+  for (int i = 0; i < N * D; i++) x[i] = 0.1f * (i + 1), dout[i] = 0.05f * (i % 5) - 0.1f;
+  for (int i = 0; i < D; i++) w[i] = 1.0f + 0.01f * i, dw_o[i] = dw_p[i] = 100.0f;
+  rmsnorm_forward(dx, rstd, x, w, N, D, 1e-5f);
+  o->set_grad_overwrite(o->ctx, 1);
+  o->rmsnorm_bwd(o->ctx, dx, dw_o, dout, x, w, rstd, N, D);
+  p->rmsnorm_bwd(p->ctx, dx, dw_p, dout, x, w, rstd, N, D);
+  int separate = 1;
+  for (int i = 0; i < D; i++) separate &= fabsf(dw_o[i]) < 50.0f && dw_p[i] > 50.0f;
+  CHECK(separate, "overwrite in one instance (dw[0] %g), adding in the other (dw[0] %g)", dw_o[0], dw_p[0]);
+  o->set_grad_overwrite(o->ctx, 0);
 }
 
 int main(void) {
