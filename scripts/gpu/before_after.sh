@@ -11,6 +11,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0
 src=${1:-.deps/before_src} recipes=${2:-bf16 mxfp4} layers=${3:-4,8} dest=${OUT:-out} root=$PWD
+case $dest in /*) ;; *) dest=$root/$dest ;; esac
 mkdir -p "$dest"
 [ -x train ] || { echo "build ./train first (scripts/gpu/gpu_check.sh build)"; exit 1; }
 [ -f "$src/Makefile" ] || { echo "$src: no source tree there (git archive REV | tar -x -C $src)"; exit 1; }
@@ -18,7 +19,7 @@ ln -sfn "$root/.deps" "$src/.deps"  # its build takes the same carried dependenc
 t0=$SECONDS
 (cd "$src" && AUTO_DEPS=0 make -j"$(nproc)" train DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include \
   CUDA_HOME=/usr/local/cuda NVFLAGS="-O3 -std=c++17 -fmad=false -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA -gencode arch=compute_90a,code=sm_90a" \
-  >"$root/$dest/before_build.log" 2>&1) || { tail -n 30 "$dest/before_build.log"; exit 1; }
+  >"$dest/before_build.log" 2>&1) || { tail -n 30 "$dest/before_build.log"; exit 1; }
 echo "before: built in $((SECONDS - t0)) s"
 i=0
 for rc in $recipes; do
