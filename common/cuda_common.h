@@ -18,6 +18,13 @@
 // After a kernel launch: catches bad launch configurations at once (cheap, no sync).
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// cudaFree of each pointer given, checked.
+#define CUDA_FREE_ALL(...)                                                                         \
+  do {                                                                                             \
+    const void *p_[] = {__VA_ARGS__};                                                              \
+    for (size_t i_ = 0; i_ < sizeof p_ / sizeof *p_; i_++) CUDA_CHECK(cudaFree((void *)p_[i_])); \
+  } while (0)
+
 #define CUBLAS_CHECK(call)                                                                       \
   do {                                                                                           \
     int s_ = (int)(call);                                                                        \

@@ -148,9 +148,7 @@ double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) 
   int n;
   cublasStatus_t st;
   double ms = lt_plan_best_ms(&p, CANDIDATES, launch_tune, &c, CEIL_ROUNDS, CEIL_TARGET_MS, &n, &st);
-  CUDA_CHECK(cudaFree(out));
-  CUDA_CHECK(cudaFree(B));
-  CUDA_CHECK(cudaFree(A));
+  CUDA_FREE_ALL(out, B, A);
   lt_plan_destroy(&p);
   if (ms < 0) {
     char d[160];

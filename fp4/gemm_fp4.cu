@@ -260,11 +260,7 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
   TuneCall t = {&p, c};
   int n;
   double ms = lt_plan_best_ms(&p, CANDIDATES, launch_tune, &t, BENCH_ROUNDS, BENCH_TARGET_MS, &n, NULL);
-  CUDA_CHECK(cudaFree(out));
-  CUDA_CHECK(cudaFree(sb));
-  CUDA_CHECK(cudaFree(sa));
-  CUDA_CHECK(cudaFree(b));
-  CUDA_CHECK(cudaFree(a));
+  CUDA_FREE_ALL(out, sb, sa, b, a);
   lt_plan_destroy(&p);
   if (ms < 0) {
     char d[200];

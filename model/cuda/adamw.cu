@@ -129,18 +129,16 @@ double grad_sumsq_cuda(CudaBackend *b, const float *g, size_t n) {
 
 // ---- fp32 -> BF16 -------------------------------------------------------------------------------
 
-__global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t nvec, size_t n) {
-  const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = tid; i < nvec; i += stride) {
-    store_bf16x4(dst + 4 * i, reinterpret_cast<const float4 *>(src)[i]);
+struct ToBf16 {
+  bf16 *dst;
+  const float *src;
+  template <int W>
+  __device__ __forceinline__ void at(size_t i) const {
+    if constexpr (W == 4) store_bf16x4(dst + i, *reinterpret_cast<const float4 *>(src + i));
+    else dst[i] = __float2bfloat16_rn(src[i]);
   }
-  for (size_t i = 4 * nvec + tid; i < n; i += stride) dst[i] = __float2bfloat16_rn(src[i]);
-}
+};
 
 void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n) {
-  if (!n) return;
-  size_t nvec = aligned16(src) && aligned8(dst) ? n / 4 : 0;
-  const int threads = 256;
-  f32_to_bf16_kernel<<<cuda_grid(nvec ? nvec : n, threads), threads, 0, cuda_stream()>>>(dst, src, nvec, n);
-  CUDA_CHECK_LAUNCH();
+  elementwise<4>(ToBf16{dst, src}, n, aligned16(src) && aligned8(dst));
 }

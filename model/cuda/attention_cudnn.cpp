@@ -205,49 +205,37 @@ static void run(AttnCudnn *a, CachedGraph *c) {
   FE_CHECK(c->graph->execute(a->handle, c->pack, a->workspace), c->key);
 }
 
-extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
-                                    int H, int KV, int hd) {
-  AttnKey key = {B, T, H, KV, hd, 0, 0};
+// One tensor of a call: its variant-pack id, pointer, name (for errors) and required alignment.
+struct Arg {
+  int64_t uid;
+  const void *p;
+  const char *name;
+  unsigned align;
+};
+
+// Checks the shape and every pointer, then runs the graph of `key` on these tensors.
+static void run_call(AttnCudnn *a, const AttnKey &key, const Arg *args, int n) {
   check_shape(key);
-  check_ptr(key, q, "q", 16);
-  check_ptr(key, k, "k", 16);
-  check_ptr(key, v, "v", 16);
-  check_ptr(key, out, "out", 16);
-  check_ptr(key, lse, "lse", 4);
+  for (int i = 0; i < n; i++) check_ptr(key, args[i].p, args[i].name, args[i].align);
   CachedGraph *c = get_graph(a, key);
-  c->pack[UID_Q] = (void *)q;
-  c->pack[UID_K] = (void *)k;
-  c->pack[UID_V] = (void *)v;
-  c->pack[UID_O] = out;
-  c->pack[UID_STATS] = lse;
+  for (int i = 0; i < n; i++) c->pack[args[i].uid] = (void *)args[i].p;
   run(a, c);
 }
 
-extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                                    const void *v, const void *out, const float *lse, int B, int T, int H, int KV,
-                                    int hd) {
-  AttnKey key = {B, T, H, KV, hd, 1, a->deterministic_bwd};
-  check_shape(key);
-  check_ptr(key, q, "q", 16);
-  check_ptr(key, k, "k", 16);
-  check_ptr(key, v, "v", 16);
-  check_ptr(key, out, "out", 16);
-  check_ptr(key, dout, "dout", 16);
-  check_ptr(key, dq, "dq", 16);
-  check_ptr(key, dk, "dk", 16);
-  check_ptr(key, dv, "dv", 16);
-  check_ptr(key, lse, "lse", 4);
-  CachedGraph *c = get_graph(a, key);
-  c->pack[UID_Q] = (void *)q;
-  c->pack[UID_K] = (void *)k;
-  c->pack[UID_V] = (void *)v;
-  c->pack[UID_O] = (void *)out;
-  c->pack[UID_STATS] = (void *)lse;
-  c->pack[UID_DO] = (void *)dout;
-  c->pack[UID_DQ] = dq;
-  c->pack[UID_DK] = dk;
-  c->pack[UID_DV] = dv;
-  run(a, c);
+extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v,
+                                    int B, int T, int H, int KV, int hd) {
+  const Arg args[] = {{UID_Q, q, "q", 16}, {UID_K, k, "k", 16}, {UID_V, v, "v", 16}, {UID_O, out, "out", 16},
+                      {UID_STATS, lse, "lse", 4}};
+  run_call(a, AttnKey{B, T, H, KV, hd, 0, 0}, args, 5);
+}
+
+extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                    const void *k, const void *v, const void *out, const float *lse, int B, int T,
+                                    int H, int KV, int hd) {
+  const Arg args[] = {{UID_Q, q, "q", 16},        {UID_K, k, "k", 16},     {UID_V, v, "v", 16},
+                      {UID_O, out, "out", 16},    {UID_DO, dout, "dout", 16}, {UID_DQ, dq, "dq", 16},
+                      {UID_DK, dk, "dk", 16},     {UID_DV, dv, "dv", 16},  {UID_STATS, lse, "lse", 4}};
+  run_call(a, AttnKey{B, T, H, KV, hd, 1, a->deterministic_bwd}, args, 9);
 }
 
 extern "C" size_t attention_cudnn_version(void) { return cudnnGetVersion(); }

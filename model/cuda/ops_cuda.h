@@ -285,6 +285,26 @@ __device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+// The skeleton of the elementwise kernels: f.at<W>(i) handles elements [i, i + W). Elements
+// [0, W * nvec) go as vectors of W (16-byte accesses), the rest (or everything, when `vectors` is 0
+// because a pointer is misaligned) one by one; grid-stride loops, each element read and written by
+// one thread (so an output may alias an input).
+template <int W, typename F>
+__global__ void elementwise_kernel(F f, size_t nvec, size_t n) {
+  const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t v = tid; v < nvec; v += stride) f.template at<W>(W * v);
+  for (size_t i = W * nvec + tid; i < n; i += stride) f.template at<1>(i);
+}
+
+template <int W, typename F>
+static void elementwise(const F &f, size_t n, int vectors) {
+  if (!n) return;
+  const size_t nvec = vectors ? n / W : 0;
+  const int threads = 256;
+  elementwise_kernel<W><<<cuda_grid(nvec ? nvec : n, threads), threads, 0, cuda_stream()>>>(f, nvec, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 // VEC consecutive elements <-> floats. VEC is 8 (one 16-byte access for BF16, two for fp32) or 1.
 template <int VEC>
 __device__ __forceinline__ void load_vec(float *f, const bf16 *p) {
@@ -340,6 +360,23 @@ __device__ __forceinline__ void store_vec(float *p, const float *f) {
     for (int k = 0; k < VEC; k++) p[k] = f[k];
   }
 }
+
+// For elementwise: out = fn(a, b) in fp32, rounded once to BF16 (fn: a functor of two floats).
+template <typename Fn>
+struct Binary {
+  bf16 *out;
+  const bf16 *a, *b;
+  Fn fn;
+  template <int VEC>
+  __device__ __forceinline__ void at(size_t i) const {
+    float x[VEC], y[VEC];
+    load_vec<VEC>(x, a + i);
+    load_vec<VEC>(y, b + i);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) x[k] = fn(x[k], y[k]);
+    store_vec<VEC>(out + i, x);
+  }
+};
 
 // Sums over a warp / a block, the same bits in every thread (butterflies add the same pairs in
 // every lane), in a fixed order: deterministic. block_sum needs blockDim.x a multiple of 32 and

@@ -31,6 +31,14 @@ static int open_backend(void) {
   return 1;
 }
 
+// The start of main(): a backend instance (the test fails and ends without one), the rng seeded.
+#define GPU_OPS_TEST_BEGIN(seed)                                    \
+  do {                                                              \
+    CHECK(open_backend(), "a CUDA backend instance on device 0");   \
+    if (!G) TEST_END();                                             \
+    rng_seed(&rng, seed);                                           \
+  } while (0)
+
 // n normal values of standard deviation `scale`, BF16-rounded when `round` (activations).
 static float *randn(size_t n, float scale, int round) {
   float *x = (float *)xmalloc(n * sizeof(float));

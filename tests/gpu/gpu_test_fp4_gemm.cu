@@ -105,10 +105,7 @@ static Operand operand_alloc(int rows, int K, int blk) {
 
 static void operand_free(Operand *o) {
   free(o->codes), free(o->scales), free(o->fp8), free(o->scale), free(o->val);
-  CUDA_CHECK(cudaFree(o->d_codes));
-  CUDA_CHECK(cudaFree(o->d_scales));
-  CUDA_CHECK(cudaFree(o->d_fp8));
-  CUDA_CHECK(cudaFree(o->d_scale));
+  CUDA_FREE_ALL(o->d_codes, o->d_scales, o->d_fp8, o->d_scale);
 }
 
 static Fp8Operand fp8_of(const Operand *o) {
@@ -161,19 +158,26 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   CUDA_CHECK(cudaMalloc(&d_out, n * (out_fp32 ? 4 : 2)));
   float *got_fp8 = (float *)xmalloc(n * 4), *got_ref = (float *)xmalloc(n * 4), *got = (float *)xmalloc(n * 4);
 
+  // One back end: out starts as prev, the launch runs, the result comes back into dst; and a result's
+  // error against the fp64 GEMM, printed and checked.
+  auto run = [&](float *dst, auto launch) {
+    set_out(d_out, prev, n, out_fp32);
+    launch();
+    download_floats(dst, d_out, n, out_fp32);
+  };
+  auto vs_fp64 = [&](const char *path, const float *g, double tol) {
+    double e = rel_err_d(g, ref, n);
+    printf("%s %.2e  ", path, e);
+    CHECK(e < tol, "%s: %s vs fp64: rel L2 %.3e >= %.1e", name, path, e, tol);
+  };
   int ok = fp4_gemm_fp8_supported(out_fp32, A->blk, B->blk, M, N, K);
   printf("  %-22s M=%4d N=%4d K=%4d %s%s%s beta=%g: ", name, M, N, K, out_fp32 ? "fp32" : "bf16",
          A->blk ? " A:BLK128x128" : "", B->blk ? " B:BLK128x128" : " B:VEC128", beta);
+  auto fp8 = [&] { fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); };
   if (ok) {
-    set_out(d_out, prev, n, out_fp32);
-    fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-    download_floats(got_fp8, d_out, n, out_fp32);
-    double e = rel_err_d(got_fp8, ref, n);
-    printf("fp8 %.2e  ", e);
-    CHECK(e < tol_fp8, "%s: fp8 path vs fp64: rel L2 %.3e >= %.1e", name, e, tol_fp8);
-    set_out(d_out, prev, n, out_fp32);  // same inputs, same plan: bit-identical
-    fp4_gemm_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-    download_floats(got, d_out, n, out_fp32);
+    run(got_fp8, fp8);
+    vs_fp64("fp8", got_fp8, tol_fp8);
+    run(got, fp8);  // same inputs, same plan: bit-identical
     CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: two fp8 calls on the same inputs differ", name);
   } else {
     printf("fp8 refused by cuBLASLt  ");
@@ -181,16 +185,11 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(K % 128 != 0, "%s: cuBLASLt refused the fp8 GEMM at K = %d, a multiple of 128", name, K);
   }
 
-  set_out(d_out, prev, n, out_fp32);
-  fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
-  download_floats(got_ref, d_out, n, out_fp32);
-  double e = rel_err_d(got_ref, ref, n);
-  printf("ref %.2e  ", e);
-  CHECK(e < tol_ref, "%s: reference (from fp8) vs fp64: rel L2 %.3e >= %.1e", name, e, tol_ref);
-
-  set_out(d_out, prev, n, out_fp32);
-  fp4_gemm_reference_packed(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
-  download_floats(got, d_out, n, out_fp32);
+  run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
+  vs_fp64("ref", got_ref, tol_ref);
+  run(got, [&] {
+    fp4_gemm_reference_packed(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
+  });
   // Both reference forms feed gemm_bf16 the same BF16 operands where the embedding is exact: same bits.
   if (!A->inexact && !B->inexact)
     CHECK(memcmp(got, got_ref, n * 4) == 0, "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)",
@@ -205,12 +204,10 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(d < tol_fp8, "%s: fp8 vs reference: rel L2 %.3e >= %.1e", name, d, tol_fp8);
   }
   if (fp4_gemm_native_available()) {
-    set_out(d_out, prev, n, out_fp32);
-    fp4_gemm_native(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
-    download_floats(got, d_out, n, out_fp32);
-    double en = rel_err_d(got, ref, n);
-    printf("  native %.2e", en);
-    CHECK(en < tol_fp8, "%s: native FP4 vs fp64: rel L2 %.3e >= %.1e", name, en, tol_fp8);
+    run(got, [&] {
+      fp4_gemm_native(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
+    });
+    vs_fp64("  native", got, tol_fp8);
   }
   printf("\n");
   CUDA_CHECK(cudaFree(d_out));
@@ -333,10 +330,7 @@ static void test_dequant(Rng *rng) {
     CUDA_CHECK(cudaFree(d_s));
     free(s);
   }
-  CUDA_CHECK(cudaFree(d_q));
-  CUDA_CHECK(cudaFree(d_out));
-  CUDA_CHECK(cudaFree(d_codes));
-  CUDA_CHECK(cudaFree(d_e8));
+  CUDA_FREE_ALL(d_q, d_out, d_codes, d_e8);
   free(q), free(h), free(codes), free(e8);
 }
 
@@ -411,10 +405,7 @@ static void test_swizzle(Rng *rng) {
     for (int c = 0; c < 24; c++)
       if (h[fp4_swizzled_offset(r, c, cols)] != (r < rows && c < cols ? e4[(size_t)r * cols + c] : 0)) bad++;
   CHECK(bad == 0, "E4M3 swizzle: %ld of %zu bytes wrong", bad, bytes);
-  CUDA_CHECK(cudaFree(d_e8));
-  CUDA_CHECK(cudaFree(d_e4));
-  CUDA_CHECK(cudaFree(d_out));
-  CUDA_CHECK(cudaFree(d_max));
+  CUDA_FREE_ALL(d_e8, d_e4, d_out, d_max);
   free(hit), free(e8), free(e4), free(h);
 }
 
@@ -466,12 +457,7 @@ static void test_nvfp4_reference(Rng *rng) {
     printf("  NVFP4 native: rel L2 %.2e\n", en);
     CHECK(en < TOL_FP8, "NVFP4 native vs fp64: rel L2 %.3e >= %.1e", en, TOL_FP8);
   }
-  CUDA_CHECK(cudaFree(d_alpha));
-  CUDA_CHECK(cudaFree(d_ca));
-  CUDA_CHECK(cudaFree(d_sa));
-  CUDA_CHECK(cudaFree(d_cb));
-  CUDA_CHECK(cudaFree(d_sb));
-  CUDA_CHECK(cudaFree(d_out));
+  CUDA_FREE_ALL(d_alpha, d_ca, d_sa, d_cb, d_sb, d_out);
   free(a), free(b), free(ca), free(sa), free(cb), free(sb), free(da), free(db), free(ref), free(got);
 }
 

@@ -444,9 +444,7 @@ static void test_model(void) {
 }
 
 int main(void) {
-  CHECK(open_backend(), "a CUDA backend instance on device 0");
-  if (!G) TEST_END();
-  rng_seed(&rng, 42);
+  GPU_OPS_TEST_BEGIN(42);
 
   TEST_SECTION("FP8-embedded vs reference vs BF16: Fprop, Dgrad, Wgrad (mxfp4 recipe)");
   test_paths(256, 256, 512);

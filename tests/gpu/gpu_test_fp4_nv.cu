@@ -204,17 +204,11 @@ static void check_case(int kind, int rows, int K, int stale) {
       CHECK(same_bytes("W^T scales", st_gpu, st_cpu, n / 16, rows / 16), "%s: W^T scales (bf16 %d)", tag, from_bf16);
     }
     free(w), free(ct_cpu), free(st_cpu), free(ct_gpu), free(st_gpu);
-    CUDA_CHECK(cudaFree(dw));
-    CUDA_CHECK(cudaFree(dct));
-    CUDA_CHECK(cudaFree(dst));
+    CUDA_FREE_ALL(dw, dct, dst);
   }
 
   free(x), free(c_cpu), free(s_cpu), free(c_gpu), free(s_gpu);
-  CUDA_CHECK(cudaFree(dx));
-  CUDA_CHECK(cudaFree(dc));
-  CUDA_CHECK(cudaFree(ds));
-  CUDA_CHECK(cudaFree(damax));
-  CUDA_CHECK(cudaFree(dgiven));
+  CUDA_FREE_ALL(dx, dc, ds, damax, dgiven);
 }
 
 static void test_alpha(void) {
@@ -310,14 +304,7 @@ static void bench(void) {
     double ms_a = time_ms([&] { nvfp4_amax_f32_cuda(amax, wf, (size_t)n); }, it);
     row("amax (fp32 weight)", WN[i], WK[i], ms_a, 4 * n);
   }
-  CUDA_CHECK(cudaFree(x));
-  CUDA_CHECK(cudaFree(y));
-  CUDA_CHECK(cudaFree(wf));
-  CUDA_CHECK(cudaFree(c));
-  CUDA_CHECK(cudaFree(s));
-  CUDA_CHECK(cudaFree(ct));
-  CUDA_CHECK(cudaFree(st));
-  CUDA_CHECK(cudaFree(amax));
+  CUDA_FREE_ALL(x, y, wf, c, s, ct, st, amax);
 }
 
 int main(int argc, char **argv) {

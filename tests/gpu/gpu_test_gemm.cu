@@ -80,9 +80,7 @@ static double run_case(int out_fp32, int a_t, int b_t, int M, int N, int K, floa
   download_floats(got, dO, no, out_fp32);
   ref_gemm(ref, A, a_t, B, b_t, M, N, K, alpha, beta, C);
   double err = rel_err_d(got, ref, no);
-  CUDA_CHECK(cudaFree(bA));
-  CUDA_CHECK(cudaFree(bB));
-  CUDA_CHECK(cudaFree(bO));
+  CUDA_FREE_ALL(bA, bB, bO);
   free(A), free(B), free(C), free(got), free(Ab), free(Bb), free(Cb), free(ref);
   return err;
 }
@@ -196,10 +194,7 @@ static void check_determinism(int out_fp32, int a_t, int b_t, int M, int N, int 
   CUDA_CHECK(cudaMemcpy(h2, o2, no * es, cudaMemcpyDeviceToHost));
   CHECK(memcmp(h1, h2, no * es) == 0, "two identical calls %s M=%d N=%d K=%d out_fp32=%d differ",
         a_t ? (b_t ? "A^T*B^T" : "A^T*B") : (b_t ? "A*B^T" : "A*B"), M, N, K, out_fp32);
-  CUDA_CHECK(cudaFree(bA));
-  CUDA_CHECK(cudaFree(bB));
-  CUDA_CHECK(cudaFree(o1));
-  CUDA_CHECK(cudaFree(o2));
+  CUDA_FREE_ALL(bA, bB, o1, o2);
   free(f), free(h), free(h1), free(h2);
 }
 
@@ -297,12 +292,7 @@ static void bench_8b(void) {
          block_flop / (block_ms * 1e-3) / 1e12);
   printf("  32 blocks + head per %d tokens: %.1f ms of GEMMs (%.1f TFLOP/s)\n", N, 32 * block_ms + head_ms,
          (32 * block_flop + head_flop) / ((32 * block_ms + head_ms) * 1e-3) / 1e12);
-  CUDA_CHECK(cudaFree(X));
-  CUDA_CHECK(cudaFree(W));
-  CUDA_CHECK(cudaFree(dY));
-  CUDA_CHECK(cudaFree(Y));
-  CUDA_CHECK(cudaFree(dX));
-  CUDA_CHECK(cudaFree(dW));
+  CUDA_FREE_ALL(X, W, dY, Y, dX, dW);
 }
 
 int main(void) {

@@ -798,9 +798,7 @@ static void speed(void) {
 }
 
 int main(void) {
-  CHECK(open_backend(), "a CUDA backend instance on device 0");
-  if (!G) TEST_END();
-  rng_seed(&rng, 42);
+  GPU_OPS_TEST_BEGIN(42);
 
   TEST_SECTION("every op of the table: CPU and CUDA backends compared case by case (OP_CASES)");
   test_op_cases(cpu_backend_open());

@@ -47,12 +47,9 @@ static int fp32_is(const float *p, const float *want, size_t a, size_t b) {
 }
 
 int main(void) {
-  CHECK(open_backend(), "a CUDA backend instance on device 0");
-  if (!G) TEST_END();
+  GPU_OPS_TEST_BEGIN(7);
   CHECK(G->alloc_params && G->shard_params && G->params_bf16 && G->params_bf16_changed,
         "the CUDA table has the sharding entries");
-  Rng rng;
-  rng_seed(&rng, 7);
   const size_t n = 5 * CHUNK + 1000;  // 6 chunks, the last one mostly slack
   float *h = (float *)xmalloc(n * sizeof(float)), *h2 = (float *)xmalloc(n * sizeof(float));
   fill(h, n, &rng);

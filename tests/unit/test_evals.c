@@ -225,13 +225,22 @@ static double direct_logp(Llama *m1, int T, int V, const int *tokens, int n_ctx,
   return sum;
 }
 
+// The same model at batch 2 and at batch 1 on the CPU (the scorer's batching must not matter), its
+// parameters set by init(m2, seed) and copied.
+static void twin_models(const LlamaConfig *c, int T, void (*init)(Llama *, uint64_t), uint64_t seed, Llama **m2,
+                        Llama **m1) {
+  *m2 = llama_create(c, 2, T, cpu_backend_open());
+  *m1 = llama_create(c, 1, T, cpu_backend_open());
+  init(*m2, seed);
+  memcpy(llama_params(*m1), llama_params(*m2), llama_param_count(*m2) * sizeof(float));
+}
+
 static void test_scoring(void) {
   TEST_SECTION("scoring with a tiny model vs llama_logits");
   const int V = 37, T = 16;
   LlamaConfig c = tiny_config(V, T);
-  Llama *m2 = llama_create(&c, 2, T, cpu_backend_open()), *m1 = llama_create(&c, 1, T, cpu_backend_open());
-  randomize(m2, 11);
-  memcpy(llama_params(m1), llama_params(m2), llama_param_count(m2) * sizeof(float));
+  Llama *m2, *m1;
+  twin_models(&c, T, randomize, 11, &m2, &m1);
   int t0[6] = {3, 14, 15, 9, 2, 6}, t1[24], t2[4] = {0, 36, 1, 1};
   for (int i = 0; i < 24; i++) t1[i] = (i * 7 + 3) % V;
   EvalRequest reqs[3] = {{t0, 4, 2}, {t1, 20, 4}, {t2, 1, 3}};  // the second is left-truncated
@@ -256,9 +265,8 @@ static void test_end_to_end(const Tokenizer *tok) {
   TEST_SECTION("eval_task end to end (tiny model, Llama-3 vocabulary)");
   const int V = 128256, T = 64;
   LlamaConfig c = tiny_config(V, T);
-  Llama *m2 = llama_create(&c, 2, T, cpu_backend_open()), *m1 = llama_create(&c, 1, T, cpu_backend_open());
-  llama_init(m2, 3);
-  memcpy(llama_params(m1), llama_params(m2), llama_param_count(m2) * sizeof(float));
+  Llama *m2, *m1;
+  twin_models(&c, T, llama_init, 3, &m2, &m1);
   EvalResult r2, r1;
   char err[512];
   // 2-shot ARC contexts are longer than T = 64: every request is left-truncated
