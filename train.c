@@ -21,23 +21,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/common.h"    // die, xmalloc, xfopen, now_seconds
-#include "data/evals.h"        // the downstream task files
-#include "data/loader.h"       // loader_open, loader_next: [B, T] micro-batches
-#include "data/prepare.h"      // tokenize_main (./train tokenize)
-#include "data/tokenizer.h"    // the Llama-3 tokenizer, for the tasks
-#include "dist/comm.h"         // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
-#include "dist/zero.h"         // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
-#include "fp4/recipe.h"        // recipe_resolve, recipe_describe
-#include "model/adamw.h"       // the AdamW hyperparameters
-#include "model/llama.h"       // llama_create_ex, llama_init, llama_forward_backward
-#include "model/ops.h"         // backend_open and the operations table
-#include "run/bench.h"         // bench_main (--bench)
-#include "run/checkpoint.h"    // ckpt_probe_dir
-#include "run/config.h"        // TrainConfig: config_load, config_set, config_validate
-#include "run/mc_eval.h"       // mc_task_*: multiple-choice scoring with the model
-#include "run/run.h"           // Run: resume, init_from, save_checkpoint, optimizer_step
-#include "run/schedule.h"      // lr_at
+#include "common/common.h"   // die, xmalloc, xfopen, now_seconds
+#include "data/evals.h"      // the downstream task files
+#include "data/loader.h"     // loader_open, loader_next: [B, T] micro-batches
+#include "data/prepare.h"    // tokenize_main (./train tokenize)
+#include "data/tokenizer.h"  // the Llama-3 tokenizer, for the tasks
+#include "dist/comm.h"       // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
+#include "dist/zero.h"       // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
+#include "fp4/recipe.h"      // recipe_resolve, recipe_describe
+#include "model/adamw.h"     // the AdamW hyperparameters
+#include "model/llama.h"     // llama_create_ex, llama_init, llama_forward_backward
+#include "model/ops.h"       // backend_open and the operations table
+#include "run/bench.h"       // bench_main (--bench)
+#include "run/checkpoint.h"  // ckpt_probe_dir
+#include "run/config.h"      // TrainConfig: config_load, config_set, config_validate
+#include "run/mc_eval.h"     // mc_task_*: multiple-choice scoring with the model
+#include "run/run.h"         // Run: resume, init_from, save_checkpoint, optimizer_step
+#include "run/schedule.h"    // lr_at
 
 static volatile sig_atomic_t stop_signal;   // SIGTERM/SIGINT: save at the next step boundary and exit
 static volatile sig_atomic_t save_request;  // SIGUSR1: save at the next step boundary, keep going
@@ -109,16 +109,21 @@ static void compare_dump(Run *r, const char *dir) {
 
   snprintf(path, sizeof path, "%s/model.json", dir);
   FILE *f = xfopen(path, "w");
-  fprintf(f, "{\"vocab_size\": %d, \"dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, \"ffn_dim\": %d,\n",
+  fprintf(f,
+          "{\"vocab_size\": %d, \"dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, \"ffn_dim\": %d,\n",
           mc->vocab_size, mc->dim, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->ffn_dim);
-  fprintf(f, " \"max_seq_len\": %d, \"norm_eps\": %.9g, \"rope_theta\": %.9g, \"rope_scaling\": %d, \"rope_factor\": %.9g,\n",
-          mc->max_seq_len, mc->norm_eps, mc->rope_theta, mc->rope_scaling, mc->rope_factor);
+  fprintf(
+      f,
+      " \"max_seq_len\": %d, \"norm_eps\": %.9g, \"rope_theta\": %.9g, \"rope_scaling\": %d, \"rope_factor\": %.9g,\n",
+      mc->max_seq_len, mc->norm_eps, mc->rope_theta, mc->rope_scaling, mc->rope_factor);
   fprintf(f, " \"rope_low_freq_factor\": %.9g, \"rope_high_freq_factor\": %.9g, \"rope_original_max_pos\": %d,\n",
           mc->rope_low_freq_factor, mc->rope_high_freq_factor, mc->rope_original_max_pos);
   fprintf(f, " \"B\": %d, \"T\": %d, \"ignore_index\": %d, \"backend\": \"%s\",\n", c->micro_batch, c->seq_len,
           c->ignore_index, op->name);
-  fprintf(f, " \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g,\n",
-          c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip);
+  fprintf(
+      f,
+      " \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g,\n",
+      c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip);
   fprintf(f, " \"tensors\": [\n");
   for (int i = 0; i < llama_num_tensors(r->model); i++) {
     const ParamTensor *t = llama_tensor(r->model, i);
@@ -172,8 +177,8 @@ static void compare_dump(Run *r, const char *dir) {
 // Resolves the precision recipe for this backend and hands it to the linear layers. The CPU backend
 // has no quantized path: it computes every recipe in fp32 and says so.
 static RecipeMeta recipe_meta(const Recipe *r) {
-  return (RecipeMeta){r->sr_dgrad, r->sr_wgrad, r->hadamard, r->weight_2d, r->scale_round_up, r->bf16_first,
-                      r->bf16_last};
+  return (RecipeMeta){r->sr_dgrad,       r->sr_wgrad,   r->hadamard, r->weight_2d,
+                      r->scale_round_up, r->bf16_first, r->bf16_last};
 }
 
 // TRAIN_INJECT_NAN_AT=step[,count[,grad]] (a test hook, see the top of this file): the steps
@@ -229,8 +234,10 @@ static void report_bad_step(const Run *r, FILE *log, double loss, float norm, in
   if (bad_steps < r->cfg.max_bad_steps) return;
   fflush(stdout);
   die("%d consecutive non-finite steps (reliability.max_bad_steps), the last at step %lld: stopping; none of them "
-      "updated the weights; %s%s", bad_steps, (long long)r->step,
-      r->last_ckpt[0] ? "resume from the last good checkpoint, " : "no checkpoint of this run was written", r->last_ckpt);
+      "updated the weights; %s%s",
+      bad_steps, (long long)r->step,
+      r->last_ckpt[0] ? "resume from the last good checkpoint, " : "no checkpoint of this run was written",
+      r->last_ckpt);
 }
 
 // Logs (stdout and JSONL) a loss above factor x the mean of the last window's losses; logged, not
@@ -238,8 +245,8 @@ static void report_bad_step(const Run *r, FILE *log, double loss, float norm, in
 static void check_spike(LossWindow *w, float factor, int64_t step, double loss, FILE *log) {
   if (w->n == w->window && loss > factor * window_mean(w)) {
     double mean = window_mean(w);
-    printf("step %6lld: loss spike %.4f > %g x running mean %.4f of the last %d steps\n", (long long)step, loss,
-           factor, mean, w->window);
+    printf("step %6lld: loss spike %.4f > %g x running mean %.4f of the last %d steps\n", (long long)step, loss, factor,
+           mean, w->window);
     if (log)
       fprintf(log, "{\"step\": %lld, \"event\": \"spike\", \"loss\": %.9g, \"running_mean\": %.9g, \"factor\": %g}\n",
               (long long)step, loss, mean, factor);
@@ -252,11 +259,11 @@ static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   char err[256], desc[256];
   int cc = ops->device_cc ? ops->device_cc(ops->ctx) : 0;
   RecipeSpec spec = config_recipe_spec(c);
-  if (recipe_resolve(&r, &spec, cc, err, sizeof err))
-    die("%s", err);
+  if (recipe_resolve(&r, &spec, cc, err, sizeof err)) die("%s", err);
   recipe_describe(&r, desc, sizeof desc);
   if (ops->set_recipe) ops->set_recipe(ops->ctx, &r, n_layers, c->seed);
-  if (!ops->set_recipe && r.format != FMT_BF16) printf("recipe %s: the %s backend computes it in fp32\n", desc, ops->name);
+  if (!ops->set_recipe && r.format != FMT_BF16)
+    printf("recipe %s: the %s backend computes it in fp32\n", desc, ops->name);
   else printf("recipe %s\n", desc);
   return r;
 }
@@ -270,7 +277,9 @@ static void open_tasks(Run *r) {
     die("eval.tasks: model.vocab_size %d cannot hold the Llama-3 tokenizer's ids (128256)", c->model.vocab_size);
   r->tok = tokenizer_load(c->tokenizer_path, NULL, err, sizeof err);
   if (!r->tok) die("data.tokenizer: %s", err);
-  static const struct { const char *name, *file; } files[] = {
+  static const struct {
+    const char *name, *file;
+  } files[] = {
       {"hellaswag", "hellaswag_val.txt"}, {"arc_challenge", "arc_challenge.jsonl"}, {"winogrande", "winogrande.jsonl"}};
   snprintf(buf, sizeof buf, "%s", c->eval_tasks);
   for (char *item = strtok_r(buf, ",", &save); item && r->n_tasks < 8; item = strtok_r(NULL, ",", &save)) {
@@ -279,7 +288,8 @@ static void open_tasks(Run *r) {
     if (colon) *colon = 0;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
       if (!strcmp(item, files[i].name)) snprintf(path, sizeof path, "%s/%s", c->eval_dir, files[i].file);
-    r->tasks[r->n_tasks] = mc_task_open(r->tok, item, path, shots, c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
+    r->tasks[r->n_tasks] =
+        mc_task_open(r->tok, item, path, shots, c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
     if (!r->tasks[r->n_tasks]) die("eval.tasks: %s", err);
     r->n_tasks++;
   }
@@ -336,11 +346,17 @@ static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
   *cli = (Cli){.bench_steps = 10, .max_steps = -1};
   config_defaults(cfg);
   const char *cfg_path = argv[1];
-  if (config_load(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+  if (config_load(cfg, cfg_path, err, sizeof err)) {
+    fprintf(stderr, "error: %s\n", err);
+    return 1;
+  }
   int force_resume = 0;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
-      if (config_set(cfg, argv[++i], err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+      if (config_set(cfg, argv[++i], err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+      }
     } else if (!strcmp(argv[i], "--resume")) force_resume = 1;
     else if (!strcmp(argv[i], "--print-config")) cli->print_config = 1;
     else if (!strcmp(argv[i], "--dry-run")) cli->dry_run = 1;
@@ -352,11 +368,21 @@ static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       cli->max_steps = strtoll(argv[++i], &end, 10);
-      if (*end || cli->max_steps < 0) { fprintf(stderr, "error: --max-steps: expected a non-negative integer, got '%s'\n", argv[i]); return 1; }
-    } else { fprintf(stderr, "error: unknown or incomplete option '%s'\n", argv[i]); usage(stderr); return 1; }
+      if (*end || cli->max_steps < 0) {
+        fprintf(stderr, "error: --max-steps: expected a non-negative integer, got '%s'\n", argv[i]);
+        return 1;
+      }
+    } else {
+      fprintf(stderr, "error: unknown or incomplete option '%s'\n", argv[i]);
+      usage(stderr);
+      return 1;
+    }
   }
   if (force_resume) cfg->resume = 1;
-  if (config_validate(cfg, cfg_path, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+  if (config_validate(cfg, cfg_path, err, sizeof err)) {
+    fprintf(stderr, "error: %s\n", err);
+    return 1;
+  }
   if (cfg->resume && !cfg->ckpt_dir[0] && !cli->print_config && !cli->dry_run) {
     fprintf(stderr, "error: checkpoint.resume needs checkpoint.dir\n");
     return 1;
@@ -370,8 +396,8 @@ static void print_sizes(const TrainConfig *cfg) {
   const LlamaConfig *c = &cfg->model;
   int64_t np = llama_num_params(c);
   printf("model: %s, %lld parameters (%lld embedding), %.2f GFLOP/token at seq %d\n",
-         cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np,
-         (long long)llama_num_embedding_params(c), llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
+         cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np, (long long)llama_num_embedding_params(c),
+         llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
   printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
 }
 
@@ -386,9 +412,10 @@ static void open_run(Run *run, const Cli *cli) {
   if (comm_env(&env, err, sizeof err)) die("%s", err);
   if (cfg->data_parallel != env.world)
     die("parallel.data_parallel is %d but the launcher started %d process%s (WORLD_SIZE / SLURM_NTASKS): set "
-        "parallel.data_parallel=%d, or launch %d", cfg->data_parallel, env.world, env.world == 1 ? "" : "es", env.world,
-        cfg->data_parallel);
-  if (env.world > 1 && (cli->dump_dir || cli->eval_only)) die("--compare-dump and --eval-only run in one process (WORLD_SIZE 1)");
+        "parallel.data_parallel=%d, or launch %d",
+        cfg->data_parallel, env.world, env.world == 1 ? "" : "es", env.world, cfg->data_parallel);
+  if (env.world > 1 && (cli->dump_dir || cli->eval_only))
+    die("--compare-dump and --eval-only run in one process (WORLD_SIZE 1)");
   run->rank = env.rank, run->world = env.world;
   char probe[2048];  // ranks of one job share checkpoint.dir: each checks its own sub-directory
   if (env.world > 1) snprintf(probe, sizeof probe, "%s/rank_%d", cfg->ckpt_dir, env.rank);
@@ -407,7 +434,8 @@ static void open_run(Run *run, const Cli *cli) {
   run->recipe = recipe_meta(&recipe);
   run->saved_step = -1;
   size_t n = llama_param_count(run->model);
-  ZeroOptions zopt = {.shard_master = cfg->shard_master, .overlap = cfg->overlap_reduce,
+  ZeroOptions zopt = {.shard_master = cfg->shard_master,
+                      .overlap = cfg->overlap_reduce,
                       .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
                       .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
   run->zero = zero_create(run->model, run->ops, run->comm, &zopt);
@@ -420,8 +448,14 @@ static void open_run(Run *run, const Cli *cli) {
     run->val = loader_open(cfg->val_data, B, T, run->rank, world, cfg->seed, 0, mc->vocab_size, err, sizeof err);
     if (!run->val) die("data.val: %s", err);
   }
-  run->meta = (RunMeta){.version = META_VERSION, .model = *mc, .micro_batch = B, .global_batch = cfg->global_batch,
-                        .seq_len = T, .world = world, .seed = cfg->seed, .n_params = n};
+  run->meta = (RunMeta){.version = META_VERSION,
+                        .model = *mc,
+                        .micro_batch = B,
+                        .global_batch = cfg->global_batch,
+                        .seq_len = T,
+                        .world = world,
+                        .seed = cfg->seed,
+                        .n_params = n};
   snprintf(run->meta.recipe, sizeof run->meta.recipe, "%s", cfg->recipe);
   open_tasks(run);
   // A resume wins over checkpoint.init_from: the checkpoint already holds the trained parameters.
@@ -435,21 +469,24 @@ static void print_run(const Run *run) {
   const LlamaConfig *mc = &cfg->model;
   const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len, accum = cfg->global_batch / (B * world);
   size_t n = llama_param_count(run->model);
-  printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n", cfg->model_preset[0] ? cfg->model_preset : "custom",
-         (long long)llama_num_params(mc), llama_flops_per_token(mc, T) / 1e9, T);
-  if (on_host(run))
-    printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
-  else
-    printf("backend %s, recipe %s", run->ops->name, cfg->recipe);
+  printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n",
+         cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)llama_num_params(mc),
+         llama_flops_per_token(mc, T) / 1e9, T);
+  if (on_host(run)) printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
+  else printf("backend %s, recipe %s", run->ops->name, cfg->recipe);
   printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
   if (world > 1)
-    printf("data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
-           "in %s, %s\n", world, comm_on_device(run->comm) ? "NCCL" : "TCP", 8.0 * (run->zero->hi - run->zero->lo) / 1e9,
-           8.0 * n / 1e9, cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
+    printf(
+        "data parallel: %d ranks over %s, ZeRO-1 (AdamW state %.2f GB of %.2f GB per rank), gradients reduced "
+        "in %s, %s\n",
+        world, comm_on_device(run->comm) ? "NCCL" : "TCP", 8.0 * (run->zero->hi - run->zero->lo) / 1e9, 8.0 * n / 1e9,
+        cfg->grad_reduce, cfg->overlap_reduce ? "overlapping the last backward" : "after the backward");
   if (world > 1)
-    printf("master weights: %s\n", run->zero->sharded ? "fp32 sharded (each rank keeps its shard and the RMSNorm weights; "
-           "parameters all-gathered in BF16)" : on_host(run) ? "fp32 whole on every rank (the CPU backend computes with them)"
-           : "fp32 whole on every rank (parallel.shard_master: false)");
+    printf("master weights: %s\n", run->zero->sharded
+                                       ? "fp32 sharded (each rank keeps its shard and the RMSNorm weights; "
+                                         "parameters all-gathered in BF16)"
+                                   : on_host(run) ? "fp32 whole on every rank (the CPU backend computes with them)"
+                                                  : "fp32 whole on every rank (parallel.shard_master: false)");
   if (run->zero->sharded)
     printf("master weights: %.2f GB of fp32 parameters given back per rank (%.2f GB kept)\n", run->zero->released / 1e9,
            4.0 * n / 1e9 - run->zero->released / 1e9);
@@ -472,18 +509,22 @@ static void log_step(const Run *run, FILE *log, double loss, float lr, float nor
   if (run->ops->device_used) dev_gb = run->ops->device_used(run->ops->ctx) / 1e9;
   char eta[32];
   format_eta(avg_step_s * (cfg->total_steps - run->step), eta, sizeof eta);
-  printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run->step, cfg->total_steps, loss,
-         lr, norm, tps);
+  printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run->step, cfg->total_steps,
+         loss, lr, norm, tps);
   if (world > 1) printf(" (%.0f/GPU)", tps / world);
   // MFU by the paper's formula (BF16-equivalent FLOPs per token over the BF16 peak); GPU runs only
-  double mfu = on_host(run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, cfg->seq_len) / PEAK_BF16_FLOPS;
+  double mfu =
+      on_host(run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, cfg->seq_len) / PEAK_BF16_FLOPS;
   if (mfu > 0) printf(" | MFU %.1f%%", mfu);
   if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
   printf(" | eta %s\n", eta);
   fflush(stdout);
   if (log) {
-    fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
-            "\"tok_per_s_gpu\": %.1f", (long long)run->step, loss, lr, norm, (long long)run->meta.tokens_seen, tps, tps / world);
+    fprintf(
+        log,
+        "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
+        "\"tok_per_s_gpu\": %.1f",
+        (long long)run->step, loss, lr, norm, (long long)run->meta.tokens_seen, tps, tps / world);
     if (mfu > 0) fprintf(log, ", \"mfu\": %.4f", mfu / 100);
     if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
     fprintf(log, "}\n");
@@ -578,16 +619,28 @@ static void close_run(Run *run) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "--help-config")) { config_print_reference(stdout); return 0; }
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
+  if (argc >= 2 && !strcmp(argv[1], "--help-config")) {
+    config_print_reference(stdout);
+    return 0;
+  }
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2;
+  }
 
   Run run = {0};
   TrainConfig *cfg = &run.cfg;
   Cli cli;
   int rc = parse_cli(argc, argv, cfg, &cli);
   if (rc >= 0) return rc;
-  if (cli.print_config) { config_write_yaml(cfg, stdout); return 0; }
-  if (cli.dry_run) { print_sizes(cfg); return 0; }
+  if (cli.print_config) {
+    config_write_yaml(cfg, stdout);
+    return 0;
+  }
+  if (cli.dry_run) {
+    print_sizes(cfg);
+    return 0;
+  }
   if (cli.bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);

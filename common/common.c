@@ -92,8 +92,12 @@ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t rng_u64(Rng *r) {
   uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
-  s[2] ^= t; s[3] = rotl(s[3], 45);
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
   return out;
 }
 
@@ -118,10 +122,14 @@ uint64_t hash64(const void *data, size_t len, uint64_t seed) {
   uint64_t a = seed + H1 + H2, b = seed + H2, c = seed, d = seed - H1, w;
   size_t i = 0;
   for (; i + 32 <= len; i += 32) {
-    memcpy(&w, p + i, 8); a = lane(a, w);
-    memcpy(&w, p + i + 8, 8); b = lane(b, w);
-    memcpy(&w, p + i + 16, 8); c = lane(c, w);
-    memcpy(&w, p + i + 24, 8); d = lane(d, w);
+    memcpy(&w, p + i, 8);
+    a = lane(a, w);
+    memcpy(&w, p + i + 8, 8);
+    b = lane(b, w);
+    memcpy(&w, p + i + 16, 8);
+    c = lane(c, w);
+    memcpy(&w, p + i + 24, 8);
+    d = lane(d, w);
   }
   uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)len;
   for (; i + 8 <= len; i += 8) {
@@ -129,7 +137,11 @@ uint64_t hash64(const void *data, size_t len, uint64_t seed) {
     h = rotl(h ^ lane(0, w), 27) * H1 + H3;
   }
   for (; i < len; i++) h = rotl(h ^ (p[i] * H3), 11) * H1;
-  h ^= h >> 33; h *= H2; h ^= h >> 29; h *= H3; h ^= h >> 32;
+  h ^= h >> 33;
+  h *= H2;
+  h ^= h >> 29;
+  h *= H3;
+  h ^= h >> 32;
   return h;
 }
 

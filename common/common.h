@@ -35,7 +35,9 @@ char *read_file(const char *path, size_t *len);
 double now_seconds(void);  // monotonic wall clock
 
 // Small deterministic RNG (splitmix64 seeding + xoshiro256**), used for init and data shuffling.
-typedef struct { uint64_t s[4]; } Rng;
+typedef struct {
+  uint64_t s[4];
+} Rng;
 void rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_u64(Rng *r);
 float rng_uniform(Rng *r);  // [0, 1)

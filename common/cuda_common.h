@@ -6,41 +6,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CUDA_CHECK(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
+#define CUDA_CHECK(call)                                                                                  \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
+    if (e_ != cudaSuccess) {                                                                              \
       fprintf(stderr, "CUDA error (%s:%d): %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                                    \
-    }                                                                                             \
+      exit(1);                                                                                            \
+    }                                                                                                     \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations at once (cheap, no sync).
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 // cudaFree of each pointer given, checked.
-#define CUDA_FREE_ALL(...)                                                                         \
-  do {                                                                                             \
-    const void *p_[] = {__VA_ARGS__};                                                              \
+#define CUDA_FREE_ALL(...)                                                                       \
+  do {                                                                                           \
+    const void *p_[] = {__VA_ARGS__};                                                            \
     for (size_t i_ = 0; i_ < sizeof p_ / sizeof *p_; i_++) CUDA_CHECK(cudaFree((void *)p_[i_])); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                                       \
-  do {                                                                                           \
-    int s_ = (int)(call);                                                                        \
-    if (s_ != 0) {                                                                               \
-      fprintf(stderr, "cuBLAS error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_);   \
-      exit(1);                                                                                   \
-    }                                                                                            \
+#define CUBLAS_CHECK(call)                                                                     \
+  do {                                                                                         \
+    int s_ = (int)(call);                                                                      \
+    if (s_ != 0) {                                                                             \
+      fprintf(stderr, "cuBLAS error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_); \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
-#define CUDNN_CHECK(call)                                                                        \
-  do {                                                                                           \
-    int s_ = (int)(call);                                                                        \
-    if (s_ != 0) {                                                                               \
-      fprintf(stderr, "cuDNN error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_);    \
-      exit(1);                                                                                   \
-    }                                                                                            \
+#define CUDNN_CHECK(call)                                                                     \
+  do {                                                                                        \
+    int s_ = (int)(call);                                                                     \
+    if (s_ != 0) {                                                                            \
+      fprintf(stderr, "cuDNN error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_); \
+      exit(1);                                                                                \
+    }                                                                                         \
   } while (0)
 
 #ifdef __cplusplus

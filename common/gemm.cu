@@ -42,11 +42,11 @@ static const char *layout_name(int a_t, int b_t) {
 }
 
 static void check_args(const char *who, int out_fp32, int a_t, int b_t, int M, int N, int K) {
-  if ((out_fp32 | a_t | b_t) & ~1)
-    die("%s: out_fp32=%d a_t=%d b_t=%d must each be 0 or 1", who, out_fp32, a_t, b_t);
+  if ((out_fp32 | a_t | b_t) & ~1) die("%s: out_fp32=%d a_t=%d b_t=%d must each be 0 or 1", who, out_fp32, a_t, b_t);
   if (M <= 0 || N <= 0 || K <= 0 || M % 8 || N % 8 || K % 8)
     die("%s: M=%d N=%d K=%d must be positive multiples of 8 (every row of A, B and out must start "
-        "16-byte aligned for cuBLASLt's BF16 tensor-core kernels)", who, M, N, K);
+        "16-byte aligned for cuBLASLt's BF16 tensor-core kernels)",
+        who, M, N, K);
 }
 
 static void plan_build(LtPlan *p, const GemmKey *k) {
@@ -72,11 +72,11 @@ static void describe(char *buf, size_t n, const GemmKey *k) {
            k->out_fp32 ? "fp32" : "bf16", k->accumulate ? "!=" : "=", k->align);
 }
 
-static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A,
-                             const void *B, float alpha, float beta) {
+static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, void *out, const void *A, const void *B,
+                             float alpha, float beta) {
   const LtContext *lt = lt_context();
-  return cublasLtMatmul(lt->handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, out, p->lout, out, p->lout, algo, lt->ws,
-                        lt->ws_bytes, cuda_stream());
+  return cublasLtMatmul(lt->handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, out, p->lout, out, p->lout, algo,
+                        lt->ws, lt->ws_bytes, cuda_stream());
 }
 
 // One GEMM call with fixed operands, for lt_plan_choose and lt_plan_best_ms.
@@ -123,7 +123,11 @@ void gemm_bf16(void *out, int out_fp32, const void *A, int a_t, const void *B, i
 static __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
     p[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);  // uniform [-1, 1)
   }
 }

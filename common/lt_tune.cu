@@ -43,8 +43,8 @@ static int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasL
                          cublasLtMatmulHeuristicResult_t *res, int max, cublasStatus_t *status) {
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                    sizeof ws_bytes));
+  CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
   // The default assumes 256-byte aligned buffers; slices of larger buffers may be less aligned.
   uint32_t a = (uint32_t)align;
   const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
@@ -160,12 +160,24 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
   p->n_candidates = n, p->chosen = 0, p->ms = p->ms_h0 = 0, p->untuned = NULL;
   if (n == 0) return;
   p->algo = res[0].algo;
-  if (!lt->autotune) { p->untuned = "GEMM_AUTOTUNE=0"; return; }
-  if (!launch) { p->untuned = "no call to time"; return; }
-  if (n < 2) { p->untuned = "one candidate"; return; }
+  if (!lt->autotune) {
+    p->untuned = "GEMM_AUTOTUNE=0";
+    return;
+  }
+  if (!launch) {
+    p->untuned = "no call to time";
+    return;
+  }
+  if (n < 2) {
+    p->untuned = "one candidate";
+    return;
+  }
   cudaStreamCaptureStatus cap;
   CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &cap));
-  if (cap != cudaStreamCaptureStatusNone) { p->untuned = "first call inside a CUDA graph capture"; return; }
+  if (cap != cudaStreamCaptureStatusNone) {
+    p->untuned = "first call inside a CUDA graph capture";
+    return;
+  }
   void *real = *out;
   if (accumulate) {
     void *copy;
@@ -183,7 +195,10 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
     CUDA_CHECK(cudaFree(*out));
     *out = real;
   }
-  if (best < 0) { p->untuned = "no candidate ran"; return; }
+  if (best < 0) {
+    p->untuned = "no candidate ran";
+    return;
+  }
   p->chosen = best, p->algo = res[best].algo, p->ms = ms[best], p->ms_h0 = ms[0];
 }
 
@@ -202,7 +217,8 @@ double lt_plan_best_ms(const LtPlan *p, int max, LtLaunch launch, void *ctx, int
 int lt_alignment(const char *who, const void *const *ptrs, const char *const *names, int n) {
   uintptr_t bits = 0;
   for (int i = 0; i < n; i++) {
-    if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15)) die("%s: %s = %p must be non-NULL and 16-byte aligned", who, names[i], ptrs[i]);
+    if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
+      die("%s: %s = %p must be non-NULL and 16-byte aligned", who, names[i], ptrs[i]);
     bits |= (uintptr_t)ptrs[i];
   }
   int align = 256;

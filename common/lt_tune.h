@@ -28,14 +28,14 @@ typedef cublasStatus_t (*LtLaunch)(void *ctx, const cublasLtMatmulAlgo_t *algo);
 enum { LT_KEY_INTS = 12 };
 typedef enum { LT_BF16 = 1, LT_FP8 = 2, LT_FP4_NATIVE = 3, LT_BF16_DEV_ALPHA = 4 } LtKind;
 typedef struct {
-  int key[LT_KEY_INTS];                 // zero-padded
+  int key[LT_KEY_INTS];  // zero-padded
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lout;  // cuBLAS A (our B), cuBLAS B (our A), C = D (out)
   int align;                            // the pointers' alignment (lt_alignment), set with the descriptors
   cublasLtMatmulAlgo_t algo;
-  int n_candidates, chosen;             // heuristic results (0: cuBLASLt offers none), the index kept
-  double ms, ms_h0;                     // per call: the kept algorithm and heuristic #0 (0: untimed)
-  const char *untuned;                  // why the timing was skipped, or NULL
+  int n_candidates, chosen;  // heuristic results (0: cuBLASLt offers none), the index kept
+  double ms, ms_h0;          // per call: the kept algorithm and heuristic #0 (0: untimed)
+  const char *untuned;       // why the timing was skipped, or NULL
   long calls;
 } LtPlan;
 

@@ -9,7 +9,6 @@
 #include "common/common.h"
 #include "data/json.h"
 
-
 static char *xstrdup(const char *s) {
   size_t n = strlen(s) + 1;
   return memcpy(xmalloc(n), s, n);
@@ -281,13 +280,19 @@ static int load_jsonl(EvalSet *s, const char *path, char *err, size_t errlen) {
     EvalDoc *d = &s->docs[s->n];
     if (s->kind == EVAL_ARC_CHALLENGE) {
       char *q = get_string(line, "query", where, err, errlen);
-      if (!q) { rc = -1; break; }
+      if (!q) {
+        rc = -1;
+        break;
+      }
       d->query = concat3(q, "\nAnswer:", "");  // the file's query is "Question: {q}"
       free(q);
       d->n_choices = get_string_array(line, "choices", d->choices, where, err, errlen);
     } else {
       d->target = get_string(line, "continuation", where, err, errlen);
-      if (!d->target) { rc = -1; break; }
+      if (!d->target) {
+        rc = -1;
+        break;
+      }
       d->n_choices = get_string_array(line, "context_options", d->choices, where, err, errlen);
       if (d->n_choices > 0 && d->n_choices != 2) {
         set_err(err, errlen, "%s: \"context_options\": expected 2 options, got %d", where, d->n_choices);
@@ -295,7 +300,10 @@ static int load_jsonl(EvalSet *s, const char *path, char *err, size_t errlen) {
       }
     }
     s->n++;  // from here on evalset_free owns what the document holds
-    if (d->n_choices < 0) { d->n_choices = 0; rc = -1; }
+    if (d->n_choices < 0) {
+      d->n_choices = 0;
+      rc = -1;
+    }
     if (rc == 0 && (d->gold = get_gold(line, d->n_choices, where, err, errlen)) < 0) rc = -1;
   }
   if (rc == 0 && s->n == 0) {
@@ -433,8 +441,8 @@ int eval_build_requests(const EvalSet *s, const Tokenizer *tok, int k_shot, int 
   for (int d = 0; d < nd; d++) out->first[d + 1] = out->first[d] + s->docs[d].n_choices;
   out->n_req = out->first[nd];
   out->req = xcalloc((size_t)out->n_req, sizeof(EvalRequest));
-  // documents are independent and each writes its own requests: any schedule gives the same result
-  #pragma omp parallel for schedule(static)
+// documents are independent and each writes its own requests: any schedule gives the same result
+#pragma omp parallel for schedule(static)
   for (int d = 0; d < nd; d++) {
     char *prefix = eval_fewshot_prefix(s, d, k_shot, seed);
     for (int j = 0; j < s->docs[d].n_choices; j++) {

@@ -224,13 +224,20 @@ static int parse_array(Parser *p) {
 static int parse_value(Parser *p) {
   int found = 0;
   switch (peek(p)) {
-    case '"': return parse_string(p, NULL, NULL);
-    case '{': return parse_object(p, NULL, NULL, NULL, &found);
-    case '[': return parse_array(p);
-    case 't': return parse_literal(p, "true");
-    case 'f': return parse_literal(p, "false");
-    case 'n': return parse_literal(p, "null");
-    case -1: return fail(p, "unexpected end of line, expected a value");
+    case '"':
+      return parse_string(p, NULL, NULL);
+    case '{':
+      return parse_object(p, NULL, NULL, NULL, &found);
+    case '[':
+      return parse_array(p);
+    case 't':
+      return parse_literal(p, "true");
+    case 'f':
+      return parse_literal(p, "false");
+    case 'n':
+      return parse_literal(p, "null");
+    case -1:
+      return fail(p, "unexpected end of line, expected a value");
     default:
       if (peek(p) == '-' || (peek(p) >= '0' && peek(p) <= '9')) return parse_number(p);
       return fail(p, "unexpected character '%c', expected a value", p->s[p->i]);

@@ -39,7 +39,6 @@ struct DataLoader {
   uint32_t *succ_base;  // per context token: first of its successors (see synth_window)
 };
 
-
 // Seeds an Rng from a tuple of 64-bit words, so distinct (seed, purpose, index) never share a stream.
 static void rng_seed_tuple(Rng *r, uint64_t a, uint64_t b, uint64_t c) {
   uint64_t words[3] = {a, b, c};
@@ -226,8 +225,8 @@ DataLoader *loader_open(const char *spec, int B, int T, int rank, int world, uin
     return NULL;
   }
   DataLoader *dl = xcalloc(1, sizeof(*dl));
-  *dl = (DataLoader){.B = B, .T = T, .rank = rank, .world = world, .shuffle = shuffle ? 1 : 0, .seed = seed,
-                     .vocab_size = vocab_size};
+  *dl = (DataLoader){
+      .B = B, .T = T, .rank = rank, .world = world, .shuffle = shuffle ? 1 : 0, .seed = seed, .vocab_size = vocab_size};
   dl->window = xmalloc(sizeof(uint32_t) * ((size_t)T + 1));
   while (*spec == ' ') spec++;
   if (strcmp(spec, "synthetic") == 0) {
@@ -281,7 +280,8 @@ int loader_set_state(DataLoader *dl, const LoaderState *s, char *err, size_t err
   }
   if (dl->n_windows == 0) {
     if (s->epoch != 0) {
-      set_err(err, errlen, "loader state: epoch %llu for synthetic data, which has no epochs", (unsigned long long)s->epoch);
+      set_err(err, errlen, "loader state: epoch %llu for synthetic data, which has no epochs",
+              (unsigned long long)s->epoch);
       return -1;
     }
     dl->pos = s->cursor;

@@ -19,7 +19,6 @@
 #define BATCH_DOCS 4096
 #define READ_CHUNK (1u << 20)
 
-
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcmp(s + n - k, suffix) == 0;
@@ -34,15 +33,15 @@ typedef struct {
   const char *path;
   InputKind kind;
   FILE *f;
-  int done;            // no more documents
-  long lineno;         // line of the last line read (.jsonl)
-  ZSTD_DCtx *zstd;     // .jsonl.zst: streaming decompressor
-  size_t zstd_pending; // last ZSTD_decompressStream result: 0 iff the last frame is complete
-  char *in;            // compressed bytes read from the file
+  int done;             // no more documents
+  long lineno;          // line of the last line read (.jsonl)
+  ZSTD_DCtx *zstd;      // .jsonl.zst: streaming decompressor
+  size_t zstd_pending;  // last ZSTD_decompressStream result: 0 iff the last frame is complete
+  char *in;             // compressed bytes read from the file
   size_t in_len, in_pos;
-  char *buf;           // decoded bytes not yet split into lines
+  char *buf;  // decoded bytes not yet split into lines
   size_t buf_len, buf_pos;
-  char *line;          // the current line
+  char *line;  // the current line
   size_t line_len, line_cap;
 } Source;
 
@@ -219,9 +218,9 @@ typedef struct {
 typedef struct {
   const PrepareOptions *opt;
   const Tokenizer *tok;
-  Split split[2];    // train, val
-  Source src;        // the input being read
-  int next_input;    // index of the next input to open
+  Split split[2];  // train, val
+  Source src;      // the input being read
+  int next_input;  // index of the next input to open
   uint64_t doc_index, empty_docs, input_bytes;
   double t0, last_report;
 } Prep;
@@ -506,11 +505,11 @@ int tokenize_main(int argc, char **argv) {
   }
   uint64_t tokens = st.tokens[0] + st.tokens[1];
   if (!opt.quiet) {
-    printf("tokenize: train %llu docs, %llu tokens, %d shards; val %llu docs, %llu tokens, %d shards; "
-           "%llu empty docs skipped\n",
-           (unsigned long long)st.docs[0], (unsigned long long)st.tokens[0], st.shards[0],
-           (unsigned long long)st.docs[1], (unsigned long long)st.tokens[1], st.shards[1],
-           (unsigned long long)st.empty_docs);
+    printf(
+        "tokenize: train %llu docs, %llu tokens, %d shards; val %llu docs, %llu tokens, %d shards; "
+        "%llu empty docs skipped\n",
+        (unsigned long long)st.docs[0], (unsigned long long)st.tokens[0], st.shards[0], (unsigned long long)st.docs[1],
+        (unsigned long long)st.tokens[1], st.shards[1], (unsigned long long)st.empty_docs);
     printf("tokenize: %.1f MB of text in %.2f s: %.2f MB/s, %.0f tokens/s, %d threads\n", st.input_bytes / 1e6,
            st.seconds, st.input_bytes / 1e6 / st.seconds, tokens / st.seconds, st.threads);
   }

@@ -124,8 +124,8 @@ void shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t t = tokens[i];
     if (t >= w->vocab_size)
-      die("shard %s: token id %u at index %llu is >= vocab_size %u", w->path, t,
-          (unsigned long long)(w->n_tokens + i), w->vocab_size);
+      die("shard %s: token id %u at index %llu is >= vocab_size %u", w->path, t, (unsigned long long)(w->n_tokens + i),
+          w->vocab_size);
     unsigned char *p = w->chunk + w->chunk_len;
     if (w->token_bytes == 2) p[0] = (unsigned char)t, p[1] = (unsigned char)(t >> 8);
     else put_u32(p, t);
@@ -144,15 +144,17 @@ static void fsync_parent_dir(const char *path) {
   else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd < 0) die("shard %s: cannot open directory '%s' to fsync it: %s", path, dir, strerror(errno));
-  if (fsync(fd) != 0 && errno != EINVAL) die("shard %s: fsync of directory '%s' failed: %s", path, dir, strerror(errno));
+  if (fsync(fd) != 0 && errno != EINVAL)
+    die("shard %s: fsync of directory '%s' failed: %s", path, dir, strerror(errno));
   close(fd);
 }
 
 uint64_t shard_writer_close(ShardWriter *w) {
   writer_flush_chunk(w);
   if (w->cctx) writer_compress(w, NULL, 0, ZSTD_e_end);
-  ShardInfo info = {SHARD_VERSION, w->vocab_size, w->token_bytes,
-                    w->cctx ? SHARD_COMPRESS_ZSTD : SHARD_COMPRESS_NONE, w->n_tokens, w->payload_bytes, w->checksum};
+  ShardInfo info = {
+      SHARD_VERSION, w->vocab_size,    w->token_bytes, w->cctx ? SHARD_COMPRESS_ZSTD : SHARD_COMPRESS_NONE,
+      w->n_tokens,   w->payload_bytes, w->checksum};
   unsigned char h[SHARD_HEADER_BYTES];
   header_pack(h, &info);
   if (fseek(w->f, 0, SEEK_SET) != 0) die("shard %s: cannot seek: %s", w->tmp_path, strerror(errno));
@@ -221,7 +223,7 @@ static FILE *open_checked(const char *path, ShardInfo *info, char *err, size_t e
     fail(err, errlen, path, "bad magic (not a token shard; expected \"%s\")", SHARD_MAGIC);
     goto bad;
   }
-  ShardInfo in = {get_u32(h + 8), get_u32(h + 12), get_u32(h + 16), get_u32(h + 20),
+  ShardInfo in = {get_u32(h + 8),  get_u32(h + 12), get_u32(h + 16), get_u32(h + 20),
                   get_u64(h + 24), get_u64(h + 32), get_u64(h + 40)};
   if (in.version != SHARD_VERSION) {
     fail(err, errlen, path, "unsupported format version %u (this reader knows version %d)", in.version, SHARD_VERSION);
@@ -292,7 +294,8 @@ typedef struct {
 static int source_refill(PayloadSource *s, char *err, size_t errlen) {
   size_t k = s->file_left < s->in_cap ? (size_t)s->file_left : s->in_cap;
   if (fread(s->inbuf, 1, k, s->f) != k)
-    return fail(err, errlen, s->path, "read error in the payload: %s", ferror(s->f) ? strerror(errno) : "unexpected end of file");
+    return fail(err, errlen, s->path, "read error in the payload: %s",
+                ferror(s->f) ? strerror(errno) : "unexpected end of file");
   s->file_left -= k;
   s->in = (ZSTD_inBuffer){s->inbuf, k, 0};
   return 0;
@@ -302,14 +305,16 @@ static int source_refill(PayloadSource *s, char *err, size_t errlen) {
 static int source_read(PayloadSource *s, unsigned char *dst, size_t n, char *err, size_t errlen) {
   if (!s->dctx) {
     if (fread(dst, 1, n, s->f) != n)
-      return fail(err, errlen, s->path, "read error in the payload: %s", ferror(s->f) ? strerror(errno) : "unexpected end of file");
+      return fail(err, errlen, s->path, "read error in the payload: %s",
+                  ferror(s->f) ? strerror(errno) : "unexpected end of file");
     return 0;
   }
   ZSTD_outBuffer out = {dst, n, 0};
   while (out.pos < out.size) {
     if (s->in.pos == s->in.size) {
       if (s->file_left == 0)
-        return fail(err, errlen, s->path, "zstd payload ends early: the frame is truncated or holds fewer tokens than the header says");
+        return fail(err, errlen, s->path,
+                    "zstd payload ends early: the frame is truncated or holds fewer tokens than the header says");
       if (source_refill(s, err, errlen)) return -1;
     }
     size_t r = ZSTD_decompressStream(s->dctx, &out, &s->in);

@@ -16,10 +16,17 @@ const char TOKENIZER_LLAMA3_PATTERN[] =
     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // Llama-3.1's named special tokens (ids 128000..128010); the rest are reserved_special_token_N.
-static const char *const NAMED_SPECIALS[] = {
-    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
-    "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"};
+static const char *const NAMED_SPECIALS[] = {"<|begin_of_text|>",
+                                             "<|end_of_text|>",
+                                             "<|reserved_special_token_0|>",
+                                             "<|reserved_special_token_1|>",
+                                             "<|finetune_right_pad_id|>",
+                                             "<|reserved_special_token_2|>",
+                                             "<|start_header_id|>",
+                                             "<|end_header_id|>",
+                                             "<|eom_id|>",
+                                             "<|eot_id|>",
+                                             "<|python_tag|>"};
 #define N_NAMED_SPECIALS ((int)(sizeof(NAMED_SPECIALS) / sizeof(NAMED_SPECIALS[0])))
 #define NO_RANK UINT32_MAX
 
@@ -39,9 +46,8 @@ struct Tokenizer {
   uint32_t table_mask;    // table size - 1 (a power of two, at least twice the token count)
   uint32_t byte_id[256];  // the token of each single byte
   pcre2_code *re;
-  int jit;                // the pattern was JIT-compiled (pcre2_jit_match may be used)
+  int jit;  // the pattern was JIT-compiled (pcre2_jit_match may be used)
 };
-
 
 // ---------------------------------------------------------------------------------------------
 // The rank table: byte string -> id, for the mergeable tokens. BPE does a lookup per candidate
@@ -73,8 +79,7 @@ static inline const Slot *find_slot(const Tokenizer *t, const uint8_t *p, size_t
   for (uint32_t i = (uint32_t)bytes_hash(p, n) & t->table_mask;; i = (i + 1) & t->table_mask) {
     const Slot *e = &t->table[i];
     if (!e->id1) return e;
-    if (e->len == n && e->head == head &&
-        (n <= 8 || memcmp(t->bytes + t->offset[e->id1 - 1] + 8, p + 8, n - 8) == 0))
+    if (e->len == n && e->head == head && (n <= 8 || memcmp(t->bytes + t->offset[e->id1 - 1] + 8, p + 8, n - 8) == 0))
       return e;
   }
 }

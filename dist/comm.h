@@ -121,12 +121,18 @@ int comm_on_device(const Comm *c);
 
 // BF16 round to nearest even (NaN stays NaN) and back, as the transports put gradients on the wire.
 static inline uint16_t comm_f32_to_bf16(float f) {
-  union { float f; uint32_t u; } x = {f};
+  union {
+    float f;
+    uint32_t u;
+  } x = {f};
   if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40);  // quiet NaN
   return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1)) >> 16);
 }
 static inline float comm_bf16_to_f32(uint16_t h) {
-  union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+  union {
+    uint32_t u;
+    float f;
+  } x = {(uint32_t)h << 16};
   return x.f;
 }
 

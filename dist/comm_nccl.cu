@@ -67,23 +67,33 @@ static void nccl_load(void) {
   if (!lib || !*lib) lib = "libnccl.so.2";
   void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
-    die("comm: cannot load NCCL (%s): %s; add its directory to LD_LIBRARY_PATH or set TRAIN_NCCL_LIB=/path/libnccl.so.2",
+    die("comm: cannot load NCCL (%s): %s; add its directory to LD_LIBRARY_PATH or set "
+        "TRAIN_NCCL_LIB=/path/libnccl.so.2",
         lib, dlerror());
-#define SYM(field, name)                                                                          \
-  if (!(*(void **)&nccl.field = dlsym(h, name))) die("comm: %s has no symbol %s (NCCL too old?)", lib, name);
-  SYM(GetUniqueId, "ncclGetUniqueId") SYM(CommInitRank, "ncclCommInitRank") SYM(CommDestroy, "ncclCommDestroy")
-  SYM(CommAbort, "ncclCommAbort") SYM(CommGetAsyncError, "ncclCommGetAsyncError")
-  SYM(GetErrorString, "ncclGetErrorString") SYM(GetVersion, "ncclGetVersion") SYM(GroupStart, "ncclGroupStart")
-  SYM(GroupEnd, "ncclGroupEnd") SYM(Reduce, "ncclReduce") SYM(Broadcast, "ncclBroadcast")
+#define SYM(field, name)                                                                                        \
+  do {                                                                                                          \
+    if (!(*(void **)&nccl.field = dlsym(h, name))) die("comm: %s has no symbol %s (NCCL too old?)", lib, name); \
+  } while (0)
+  SYM(GetUniqueId, "ncclGetUniqueId");
+  SYM(CommInitRank, "ncclCommInitRank");
+  SYM(CommDestroy, "ncclCommDestroy");
+  SYM(CommAbort, "ncclCommAbort");
+  SYM(CommGetAsyncError, "ncclCommGetAsyncError");
+  SYM(GetErrorString, "ncclGetErrorString");
+  SYM(GetVersion, "ncclGetVersion");
+  SYM(GroupStart, "ncclGroupStart");
+  SYM(GroupEnd, "ncclGroupEnd");
+  SYM(Reduce, "ncclReduce");
+  SYM(Broadcast, "ncclBroadcast");
 #undef SYM
 }
 
 enum {
-  MAX_OP = 1 << 28,     // elements per NCCL op (1 GiB of fp32)
-  SCRATCH = 1 << 25,    // BF16 elements of reduction scratch (64 MiB)
-  MAX_PIECES = 256,     // pieces per BF16 group
-  PEER_GRACE_S = 2,     // a closed peer connection with a collective still queued: dead after this
-  ABORT_GRACE_S = 20,   // ncclCommAbort gets this long before SIGALRM ends the process
+  MAX_OP = 1 << 28,    // elements per NCCL op (1 GiB of fp32)
+  SCRATCH = 1 << 25,   // BF16 elements of reduction scratch (64 MiB)
+  MAX_PIECES = 256,    // pieces per BF16 group
+  PEER_GRACE_S = 2,    // a closed peer connection with a collective still queued: dead after this
+  ABORT_GRACE_S = 20,  // ncclCommAbort gets this long before SIGALRM ends the process
 };
 
 struct CommNccl {
@@ -97,15 +107,15 @@ struct CommNccl {
   int nstage, capstage;
   void *rows_scr, *rows_idx;  // comm_nccl_reduce_rows: packed rows and their indices (grow-only)
   size_t rows_scr_cap, rows_idx_cap;
-  uint32_t *rows_host;        // the indices on the host, while their uploads are queued
+  uint32_t *rows_host;  // the indices on the host, while their uploads are queued
   size_t rows_host_cap;
-  __nv_bfloat16 *scratch;   // BF16 reductions (allocated at the first)
-  int initializing;         // inside ncclCommInitRank, which waits for every rank (atomic)
-  int queued;               // work is queued on stream since the last completed wait (atomic)
-  int failed;               // a failure is being reported (atomic)
-  int stop;                 // the watchdog should exit (atomic)
+  __nv_bfloat16 *scratch;  // BF16 reductions (allocated at the first)
+  int initializing;        // inside ncclCommInitRank, which waits for every rank (atomic)
+  int queued;              // work is queued on stream since the last completed wait (atomic)
+  int failed;              // a failure is being reported (atomic)
+  int stop;                // the watchdog should exit (atomic)
   pthread_t watchdog;
-  const char *what;         // the collective waited for, for messages
+  const char *what;  // the collective waited for, for messages
 };
 
 // Reports, aborts the communicator and exits; one thread gets to do it, the other sleeps.
@@ -126,16 +136,16 @@ static void nccl_fail(CommNccl *n, const char *fmt, ...) {
   _exit(1);
 }
 
-#define NCCL_CHECK(n, call)                                                                      \
-  do {                                                                                           \
-    ncclResult_t r_ = (call);                                                                    \
-    if (r_ != ncclSuccess) nccl_fail(n, "NCCL error: %s: %s", #call, nccl.GetErrorString(r_));  \
+#define NCCL_CHECK(n, call)                                                                    \
+  do {                                                                                         \
+    ncclResult_t r_ = (call);                                                                  \
+    if (r_ != ncclSuccess) nccl_fail(n, "NCCL error: %s: %s", #call, nccl.GetErrorString(r_)); \
   } while (0)
 
-#define CUDA_OK(n, call)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) nccl_fail(n, "CUDA error: %s: %s", #call, cudaGetErrorString(e_));   \
+#define CUDA_OK(n, call)                                                                      \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) nccl_fail(n, "CUDA error: %s: %s", #call, cudaGetErrorString(e_)); \
   } while (0)
 
 // Every 50 ms while work is queued on the NCCL stream: asynchronous NCCL errors, dead peers and
@@ -147,7 +157,8 @@ static void *watchdog_main(void *arg) {
   while (!__atomic_load_n(&n->stop, __ATOMIC_SEQ_CST)) {
     usleep(50 * 1000);
     int init = __atomic_load_n(&n->initializing, __ATOMIC_SEQ_CST);
-    int busy = init || (__atomic_load_n(&n->queued, __ATOMIC_SEQ_CST) && cudaStreamQuery(n->stream) == cudaErrorNotReady);
+    int busy =
+        init || (__atomic_load_n(&n->queued, __ATOMIC_SEQ_CST) && cudaStreamQuery(n->stream) == cudaErrorNotReady);
     if (!busy) {
       busy_since = peer_lost_since = 0;
       continue;
@@ -156,7 +167,8 @@ static void *watchdog_main(void *arg) {
     if (!busy_since) busy_since = now;
     ncclResult_t async = ncclSuccess;
     if (!init && nccl.CommGetAsyncError(n->comm, &async) == ncclSuccess && async != ncclSuccess)
-      nccl_fail(n, "NCCL failed during %s: %s (a peer rank died or its link failed)", n->what, nccl.GetErrorString(async));
+      nccl_fail(n, "NCCL failed during %s: %s (a peer rank died or its link failed)", n->what,
+                nccl.GetErrorString(async));
     int peer = comm_tcp_dead_peer(n->tcp);
     if (peer < 0) peer_lost_since = 0;
     else if (!peer_lost_since) peer_lost_since = now;
@@ -258,7 +270,6 @@ __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t 
     dst[i] = __bfloat162float(src[i]);
 }
 
-
 // A piece of a range: buf[off, off + len) owned by one rank; at scr in the BF16 scratch.
 typedef struct {
   size_t off, len, scr;
@@ -283,7 +294,8 @@ static void for_each_piece(size_t n, int world, const CommRange *r, int nr, size
 // BF16: round the pieces into the scratch, reduce each to its owner there, widen the owner's back.
 static void bf16_group(CommNccl *n, float *buf, const Piece *p, int np) {
   for (int i = 0; i < np; i++) {
-    f32_to_bf16_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(n->scratch + p[i].scr, buf + p[i].off, p[i].len);
+    f32_to_bf16_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(n->scratch + p[i].scr, buf + p[i].off,
+                                                                        p[i].len);
     CUDA_OK(n, cudaGetLastError());
   }
   NCCL_CHECK(n, nccl.GroupStart());
@@ -293,12 +305,14 @@ static void bf16_group(CommNccl *n, float *buf, const Piece *p, int np) {
   NCCL_CHECK(n, nccl.GroupEnd());
   for (int i = 0; i < np; i++)
     if (p[i].owner == n->rank) {
-      bf16_to_f32_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(buf + p[i].off, n->scratch + p[i].scr, p[i].len);
+      bf16_to_f32_kernel<<<cuda_grid(p[i].len, 256), 256, 0, n->stream>>>(buf + p[i].off, n->scratch + p[i].scr,
+                                                                          p[i].len);
       CUDA_OK(n, cudaGetLastError());
     }
 }
 
-extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr, CommDtype t) {
+extern "C" void comm_nccl_reduce_ranges(CommNccl *n, float *buf, size_t count, const CommRange *r, int nr,
+                                        CommDtype t) {
   after_compute(n, "reduce-scatter of the gradients");
   if (t == COMM_FP32) {  // in place: the owner's piece of buf becomes the sum
     NCCL_CHECK(n, nccl.GroupStart());
@@ -388,21 +402,29 @@ extern "C" void comm_nccl_reduce_rows(CommNccl *n, float *buf, size_t count, siz
     if (!k) continue;
     after_compute(n, "reduce-scatter of the gradients");
     void *scr = grow(n, &n->rows_scr, &n->rows_scr_cap, (size_t)k * row_len * eb);
-    CUDA_OK(n, cudaMemcpyAsync(dev_idx + off_idx, mine, (size_t)k * sizeof(uint32_t), cudaMemcpyHostToDevice, n->stream));
+    CUDA_OK(n,
+            cudaMemcpyAsync(dev_idx + off_idx, mine, (size_t)k * sizeof(uint32_t), cudaMemcpyHostToDevice, n->stream));
     const uint32_t *ix = dev_idx + off_idx;
     float *table = buf + base;
     size_t len = (size_t)k * row_len;
-    if (t == COMM_FP32) pack_rows_kernel<float><<<cuda_grid(len, 256), 256, 0, n->stream>>>((float *)scr, table, ix, k, row_len);
-    else pack_rows_kernel<__nv_bfloat16><<<cuda_grid(len, 256), 256, 0, n->stream>>>((__nv_bfloat16 *)scr, table, ix, k, row_len);
+    if (t == COMM_FP32)
+      pack_rows_kernel<float><<<cuda_grid(len, 256), 256, 0, n->stream>>>((float *)scr, table, ix, k, row_len);
+    else
+      pack_rows_kernel<__nv_bfloat16>
+          <<<cuda_grid(len, 256), 256, 0, n->stream>>>((__nv_bfloat16 *)scr, table, ix, k, row_len);
     CUDA_OK(n, cudaGetLastError());
     for (size_t a = 0; a < len; a += MAX_OP) {
       size_t m = len - a < MAX_OP ? len - a : MAX_OP;
-      NCCL_CHECK(n, nccl.Reduce((char *)scr + a * eb, (char *)scr + a * eb, m, t == COMM_FP32 ? ncclFloat : ncclBfloat16,
-                                ncclSum, owner, n->comm, n->stream));
+      NCCL_CHECK(n, nccl.Reduce((char *)scr + a * eb, (char *)scr + a * eb, m,
+                                t == COMM_FP32 ? ncclFloat : ncclBfloat16, ncclSum, owner, n->comm, n->stream));
     }
     if (owner == n->rank) {
-      if (t == COMM_FP32) unpack_rows_kernel<float><<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const float *)scr, ix, k, row_len);
-      else unpack_rows_kernel<__nv_bfloat16><<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const __nv_bfloat16 *)scr, ix, k, row_len);
+      if (t == COMM_FP32)
+        unpack_rows_kernel<float>
+            <<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const float *)scr, ix, k, row_len);
+      else
+        unpack_rows_kernel<__nv_bfloat16>
+            <<<cuda_grid(len, 256), 256, 0, n->stream>>>(table, (const __nv_bfloat16 *)scr, ix, k, row_len);
       CUDA_OK(n, cudaGetLastError());
     }
     // The next owner's rows reuse the scratch after this one's unpack (the same stream orders it);
@@ -451,4 +473,3 @@ extern "C" void comm_nccl_stage_wait(CommNccl *n, int stage) {
   if (stage < 0 || stage >= n->nstage) return;  // never gathered
   CUDA_OK(n, cudaStreamWaitEvent(cuda_stream(), n->stage[stage], 0));
 }
-

@@ -45,14 +45,17 @@ static int env_int(const char *name, int *out) {
 int comm_env(CommEnv *e, char *err, size_t errlen) {
   *e = (CommEnv){0, 1, 0, "127.0.0.1", 29500};
   const char *rank_var = "RANK", *world_var = "WORLD_SIZE", *local_var = "LOCAL_RANK";
-  if (!getenv("RANK") && getenv("SLURM_PROCID")) rank_var = "SLURM_PROCID", world_var = "SLURM_NTASKS", local_var = "SLURM_LOCALID";
+  if (!getenv("RANK") && getenv("SLURM_PROCID"))
+    rank_var = "SLURM_PROCID", world_var = "SLURM_NTASKS", local_var = "SLURM_LOCALID";
   int has_rank = env_int(rank_var, &e->rank), has_world = env_int(world_var, &e->world);
   if (has_rank < 0) return set_err(err, errlen, "%s: expected a rank number, got '%s'", rank_var, getenv(rank_var));
   if (has_world < 0 || e->world < 1)
     return set_err(err, errlen, "%s: expected a positive number, got '%s'", world_var, getenv(world_var));
   if (has_rank && !has_world) return set_err(err, errlen, "%s is set but %s is not", rank_var, world_var);
-  if (e->rank >= e->world) return set_err(err, errlen, "%s=%d is not below %s=%d", rank_var, e->rank, world_var, e->world);
-  if (env_int(local_var, &e->local_rank) < 0) return set_err(err, errlen, "%s: expected a number, got '%s'", local_var, getenv(local_var));
+  if (e->rank >= e->world)
+    return set_err(err, errlen, "%s=%d is not below %s=%d", rank_var, e->rank, world_var, e->world);
+  if (env_int(local_var, &e->local_rank) < 0)
+    return set_err(err, errlen, "%s: expected a number, got '%s'", local_var, getenv(local_var));
   const char *addr = getenv("MASTER_ADDR");
   if (addr && *addr) snprintf(e->master_addr, sizeof e->master_addr, "%s", addr);
   if (env_int("MASTER_PORT", &e->master_port) < 0 || e->master_port > 65535)
@@ -94,11 +97,13 @@ static void wait_fd(const Comm *c, int fd, short events, int peer, const char *w
     int r = poll(&p, 1, ms);
     if (r > 0) return;
     if (r == 0 && peer < 0)
-      die("comm: rank %d: not every rank connected within %g s during %s (parallel.timeout_s)", c->rank, c->timeout_s, what);
+      die("comm: rank %d: not every rank connected within %g s during %s (parallel.timeout_s)", c->rank, c->timeout_s,
+          what);
     if (r == 0)
       die("comm: rank %d: no progress from rank %d for %g s during %s (parallel.timeout_s): is it alive?", c->rank,
           peer, c->timeout_s, what);
-    if (errno != EINTR) die("comm: rank %d: poll on rank %d failed during %s: %s", c->rank, peer, what, strerror(errno));
+    if (errno != EINTR)
+      die("comm: rank %d: poll on rank %d failed during %s: %s", c->rank, peer, what, strerror(errno));
   }
 }
 
@@ -111,7 +116,9 @@ static void send_fd(const Comm *c, int fd, int peer, const void *buf, size_t len
     wait_fd(c, fd, POLLOUT, peer, what);
     ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k <= 0) die("comm: rank %d: lost the connection to rank %d during %s: %s (did it exit?)", c->rank, peer, what, strerror(errno));
+    if (k <= 0)
+      die("comm: rank %d: lost the connection to rank %d during %s: %s (did it exit?)", c->rank, peer, what,
+          strerror(errno));
     p += k, len -= (size_t)k;
   }
 }
@@ -123,7 +130,8 @@ static void recv_fd(const Comm *c, int fd, int peer, void *buf, size_t len, cons
     ssize_t k = recv(fd, p, len, 0);
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (k == 0 && peer < 0) die("comm: rank %d: a connecting process hung up during %s", c->rank, what);
-    if (k == 0) die("comm: rank %d: rank %d closed the connection during %s (it exited or was killed)", c->rank, peer, what);
+    if (k == 0)
+      die("comm: rank %d: rank %d closed the connection during %s (it exited or was killed)", c->rank, peer, what);
     if (k < 0) die("comm: rank %d: lost the connection to rank %d during %s: %s", c->rank, peer, what, strerror(errno));
     p += k, len -= (size_t)k;
   }
@@ -225,7 +233,8 @@ static void rendezvous_root(Comm *c, const CommEnv *e, const char *file) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
   if (lfd < 0) die("comm: rank 0: socket: %s", strerror(errno));
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(file ? 0 : e->master_port), .sin_addr.s_addr = INADDR_ANY};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons(file ? 0 : e->master_port), .sin_addr.s_addr = INADDR_ANY};
   if (bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, c->world))
     die("comm: rank 0 cannot listen on port %d (MASTER_PORT): %s", e->master_port, strerror(errno));
   if (file) {
@@ -242,7 +251,8 @@ static void rendezvous_root(Comm *c, const CommEnv *e, const char *file) {
     recv_fd(c, fd, -1, &h, sizeof h, "rendezvous handshake");
     if (h.magic != HELLO_MAGIC) die("comm: rank 0: a connection on port %d is not a rank of this job", e->master_port);
     if (h.world != c->world) die("comm: rank 0: rank %d has WORLD_SIZE=%d, rank 0 has %d", h.rank, h.world, c->world);
-    if (h.rank < 1 || h.rank >= c->world || c->fd[h.rank] >= 0) die("comm: rank 0: two processes claim rank %d", h.rank);
+    if (h.rank < 1 || h.rank >= c->world || c->fd[h.rank] >= 0)
+      die("comm: rank 0: two processes claim rank %d", h.rank);
     c->fd[h.rank] = fd;
   }
   close(lfd);
@@ -260,8 +270,8 @@ static void rendezvous_peer(Comm *c, const CommEnv *e, const char *file) {
     if (fd >= 0) break;
     if (now_seconds() > deadline) {
       if (file && access(file, F_OK) == 0)
-        die("comm: rank %d: could not reach rank 0 at %s:%d (published in %s) within %g s (parallel.timeout_s)", c->rank,
-            host, port, file, c->timeout_s);
+        die("comm: rank %d: could not reach rank 0 at %s:%d (published in %s) within %g s (parallel.timeout_s)",
+            c->rank, host, port, file, c->timeout_s);
       die("comm: rank %d: could not reach rank 0 at %s within %g s (parallel.timeout_s)", c->rank,
           file ? file : e->master_addr, c->timeout_s);
     }
@@ -273,7 +283,8 @@ static void rendezvous_peer(Comm *c, const CommEnv *e, const char *file) {
   send_all(c, 0, &h, sizeof h, "rendezvous handshake");
   recv_all(c, 0, &h, sizeof h, "rendezvous handshake (waiting for every rank to join)");
   if (h.magic != HELLO_MAGIC || h.world != c->world)
-    die("comm: rank %d: rank 0 at %s:%d answered with WORLD_SIZE=%d, this rank has %d", c->rank, host, port, h.world, c->world);
+    die("comm: rank %d: rank 0 at %s:%d answered with WORLD_SIZE=%d, this rank has %d", c->rank, host, port, h.world,
+        c->world);
 }
 
 Comm *comm_init(const CommEnv *e, const char *rendezvous, double timeout_s, int device) {
@@ -434,7 +445,8 @@ void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int n
   if (c->world == 1 || nr == 0) return;
   for (int i = 0; i < nr; i++)
     if (r[i].off > n || r[i].len > n - r[i].off)
-      die("comm_reduce_ranges: range [%zu, %zu) lies outside the buffer of %zu floats", r[i].off, r[i].off + r[i].len, n);
+      die("comm_reduce_ranges: range [%zu, %zu) lies outside the buffer of %zu floats", r[i].off, r[i].off + r[i].len,
+          n);
 #ifdef HAVE_CUDA
   if (c->nccl) {
     comm_nccl_reduce_ranges(c->nccl, buf, n, r, nr, t);
@@ -448,7 +460,10 @@ void comm_reduce_rows(Comm *c, float *buf, size_t n, size_t base, size_t row_len
                       CommDtype t) {
   if (c->world == 1 || nrows == 0) return;
 #ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_reduce_rows(c->nccl, buf, n, base, row_len, rows, nrows, t); return; }
+  if (c->nccl) {
+    comm_nccl_reduce_rows(c->nccl, buf, n, base, row_len, rows, nrows, t);
+    return;
+  }
 #endif
   CommRange *r = xmalloc((size_t)nrows * sizeof(CommRange));  // runs of consecutive rows
   int nr = 0;
@@ -524,7 +539,10 @@ static void gather_ex(Comm *c, const void *src, void *dst, size_t n, size_t eb, 
     return;
   }
 #ifdef HAVE_CUDA
-  if (c->nccl) { comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr, wait); return; }
+  if (c->nccl) {
+    comm_nccl_gather(c->nccl, src, dst, n, (int)eb, r, nr, wait);
+    return;
+  }
 #endif
   (void)wait;
   GatherCtx g = {c, src, dst, eb, 0};
@@ -556,7 +574,9 @@ void comm_stage_wait(Comm *c, int stage) {
 }
 
 void comm_all_gather(Comm *c, float *buf, size_t n) { gather(c, buf, buf, n, sizeof(float), NULL, 0); }
-void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n) { gather(c, src, dst, n, sizeof(float), NULL, 0); }
+void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n) {
+  gather(c, src, dst, n, sizeof(float), NULL, 0);
+}
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr) {
   gather(c, buf, buf, n, sizeof(float), r, nr);
 }
@@ -565,8 +585,7 @@ void comm_broadcast_bytes(Comm *c, void *buf, size_t len) {
   if (c->world == 1) return;
   if (c->rank == 0)
     for (int r = 1; r < c->world; r++) send_all(c, r, buf, len, "broadcast");
-  else
-    recv_all(c, 0, buf, len, "broadcast");
+  else recv_all(c, 0, buf, len, "broadcast");
 }
 
 void comm_barrier(Comm *c) {

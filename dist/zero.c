@@ -94,7 +94,8 @@ static void on_grad_ready(void *ctx, size_t off, size_t len) {
   Zero *z = ctx;
   if (off > z->n || len > z->n - off || z->handed + len > z->n)
     die("zero: the backward reported gradient range [%zu, %zu) of %zu floats after %zu were ready (model/llama.h "
-        "grad hook): ranges must tile the buffer once", off, off + len, z->n, z->handed);
+        "grad hook): ranges must tile the buffer once",
+        off, off + len, z->n, z->handed);
   z->handed += len;
   // Sparse only when every micro-batch of the step noted its tokens (the same on every rank: the
   // training loop notes them all), else the whole table.
@@ -150,7 +151,8 @@ void zero_reduce_grads(Zero *z) {
     flush_bucket(z);
     if (z->handed != z->n)
       die("zero: the backward reported %zu of %zu gradient floats ready (model/llama.h grad hook): the rest "
-          "would never be reduced", z->handed, z->n);
+          "would never be reduced",
+          z->handed, z->n);
     comm_reduce_wait(z->comm);
   } else {
     comm_reduce_scatter_sum(z->comm, llama_grads(z->model), z->n, z->opt.dtype);

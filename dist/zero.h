@@ -43,10 +43,10 @@ typedef struct {
 } ZeroHyper;
 
 typedef struct {
-  int shard_master;     // shard the fp32 master weights where the backend can (parallel.shard_master)
-  int overlap;          // reduce during the last micro-batch's backward (parallel.overlap_reduce)
-  CommDtype dtype;      // wire type of the gradients (parallel.grad_reduce)
-  size_t bucket;        // floats per bucket; 0: every range on its own (parallel.bucket_mb)
+  int shard_master;  // shard the fp32 master weights where the backend can (parallel.shard_master)
+  int overlap;       // reduce during the last micro-batch's backward (parallel.overlap_reduce)
+  CommDtype dtype;   // wire type of the gradients (parallel.grad_reduce)
+  size_t bucket;     // floats per bucket; 0: every range on its own (parallel.bucket_mb)
 } ZeroOptions;
 
 typedef struct {
@@ -54,13 +54,13 @@ typedef struct {
   Comm *comm;
   Llama *model;
   ZeroOptions opt;
-  size_t n;       // parameters in all
-  size_t lo, hi;  // this rank's shard [lo, hi) of the flat buffer
-  float *m, *v;   // AdamW moments of the shard (backend memory, hi - lo floats each)
+  size_t n;                // parameters in all
+  size_t lo, hi;           // this rank's shard [lo, hi) of the flat buffer
+  float *m, *v;            // AdamW moments of the shard (backend memory, hi - lo floats each)
   int sharded;             // the fp32 master weights exist only for [lo, hi) and the norms
   CommRange *fp32_ranges;  // the tensors kept whole in fp32 on every rank (the RMSNorm weights)
   int nfp32;
-  size_t released;         // bytes of fp32 parameters given back by the sharding
+  size_t released;  // bytes of fp32 parameters given back by the sharding
   // The overlapped reduction of one step: the open bucket and how much the backward handed over.
   CommRange *bucket;
   int nbucket, capbucket;
@@ -71,7 +71,7 @@ typedef struct {
   uint64_t *rows;
   uint32_t *row_list;  // the touched rows in order (host scratch for comm_reduce_rows)
   size_t nrows_words;
-  int micros, notes;  // micro-batches begun this step, and how many noted their tokens
+  int micros, notes;                       // micro-batches begun this step, and how many noted their tokens
   size_t embed_off, embed_len, embed_dim;  // the embedding table in the flat buffer (floats)
 } Zero;
 

@@ -16,8 +16,8 @@
 // Ties go to the even code: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4. |x| > 5
 // (including Inf) saturates to 6. Equivalently (the definition the tests hold the bit-level code to):
 // the magnitude code is the number of the thresholds 0.25 0.75 1.25 1.75 2.5 3.5 5 that |x| exceeds,
-// counting "exceeds" as > for 0.25 1.25 2.5 5 and >= for 0.75 1.75 3.5. The sign is kept, so small negatives give 0x8 (-0). NaN encodes
-// to 0x0: E2M1 has no NaN, so block quantizers mark NaN in the block scale instead.
+// counting "exceeds" as > for 0.25 1.25 2.5 5 and >= for 0.75 1.75 3.5. The sign is kept, so small negatives give 0x8
+// (-0). NaN encodes to 0x0: E2M1 has no NaN, so block quantizers mark NaN in the block scale instead.
 //
 // Stochastic rounding: between the grid neighbours lo <= |x| < hi, round up iff
 //   (|x| - lo) / (hi - lo) * 512 > 2*r8 + 1,
@@ -107,7 +107,7 @@ static inline FP4_HD uint8_t e4m3_encode_rne(float x) {
   if (u > 0x7f800000u) return (uint8_t)(s | 0x7Fu);
   float a = fp4_u2f(u);
   if (a >= 448.0f) return (uint8_t)(s | 0x7Eu);
-  if (a < 0.015625f) {  // below 2^-6: subnormal, a multiple of 2^-9 after rounding; 8 -> 0x08 = 2^-6
+  if (a < 0.015625f) {          // below 2^-6: subnormal, a multiple of 2^-9 after rounding; 8 -> 0x08 = 2^-6
     float q = fp4_ldexp(a, 9);  // exact, in [0, 8)
     uint32_t n = (uint32_t)q;
     float fr = FP4_SUB(q, (float)n);
@@ -118,7 +118,7 @@ static inline FP4_HD uint8_t e4m3_encode_rne(float x) {
   uint32_t m = man >> 20, rem = man & 0xfffffu;
   uint32_t code = (e << 3) + m;
   code += (rem > 0x80000u) || (rem == 0x80000u && (m & 1u));  // a carry moves into the exponent
-  return (uint8_t)(s | code);                                  // a < 448 keeps code <= 0x7E
+  return (uint8_t)(s | code);                                 // a < 448 keeps code <= 0x7E
 }
 
 static inline FP4_HD float e4m3_decode(uint8_t b) {

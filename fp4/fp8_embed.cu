@@ -77,7 +77,7 @@ void mx_embed_vec128_cuda(const uint8_t *codes, const uint8_t *scales, int rows,
   check("mx_embed_vec128_cuda", codes, rows, K, fp8, scale);
   size_t threads = (size_t)rows * ((K / 32 + 3) / 4 * 4);
   embed_vec128_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, cuda_stream()>>>(codes, scales, rows, K, scale_mul,
-                                                                                   fp8, scale);
+                                                                                    fp8, scale);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -37,13 +37,13 @@ static inline FP4_HD uint8_t mx_embed_value(uint8_t code, uint8_t b, int Et) {
   if (b == 0xFF) return 0x7F;
   uint32_t s = (code & 8u) << 4, c = code & 7u;
   if (c == 0) return (uint8_t)s;
-  int E = (int)(c >> 1);                             // q = sig/8 * 2^(E-1); q = 0.5 has E = 0
+  int E = (int)(c >> 1);  // q = sig/8 * 2^(E-1); q = 0.5 has E = 0
   uint32_t sig = (E && (c & 1u)) ? 12u : 8u;
-  int B = E + ((int)b - 127 - Et + 6) + 6;           // biased E4M3 exponent, <= 15 (384 at most)
+  int B = E + ((int)b - 127 - Et + 6) + 6;  // biased E4M3 exponent, <= 15 (384 at most)
   if (B >= 1) return (uint8_t)(s | ((uint32_t)B << 3) | (sig & 7u));
-  int sh = 1 - B < 5 ? 1 - B : 5;                    // subnormal: sig * 2^-sh in units of 2^-9, RNE
+  int sh = 1 - B < 5 ? 1 - B : 5;  // subnormal: sig * 2^-sh in units of 2^-9, RNE
   uint32_t r = sig >> sh, rem = sig & ((1u << sh) - 1u), half = 1u << (sh - 1);
-  r += (rem > half) || (rem == half && (r & 1u));    // r == 8 is 2^-6, correctly the next normal
+  r += (rem > half) || (rem == half && (r & 1u));  // r == 8 is 2^-6, correctly the next normal
   return (uint8_t)(s | r);
 }
 
@@ -98,7 +98,9 @@ static inline FP4_HD float mx_embed_scale(int Et, float scale_mul) { return fp4_
 
 static inline FP4_HD size_t mx_vec128_scale_count(int rows, int K) { return (size_t)((K + 127) / 128) * rows; }
 static inline FP4_HD int mx_blk128_l4(int K) { return ((K + 127) / 128 + 3) / 4 * 4; }
-static inline FP4_HD size_t mx_blk128_scale_count(int rows, int K) { return (size_t)((rows + 127) / 128) * mx_blk128_l4(K); }
+static inline FP4_HD size_t mx_blk128_scale_count(int rows, int K) {
+  return (size_t)((rows + 127) / 128) * mx_blk128_l4(K);
+}
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,7 +24,7 @@
 #include "common/gemm.h"
 #include "common/lt_tune.h"
 
-enum { CANDIDATES = 4 };                         // heuristic algorithms timed per shape
+enum { CANDIDATES = 4 };  // heuristic algorithms timed per shape
 static const int BENCH_ROUNDS = 5;
 static const double BENCH_TARGET_MS = 10.0;
 
@@ -46,7 +46,6 @@ typedef struct {
   const float *alpha, *beta;
 } Call;
 
-
 // Grow-only device scratch (reference operands, swizzled scales, device alpha/beta).
 typedef struct {
   void *p;
@@ -63,12 +62,17 @@ static void *scratch(Scratch *s, size_t bytes) {
   return s->p;
 }
 
-
 static void describe(char *buf, size_t n, const PlanKey *k) {
   const char *kind = k->kind == LT_FP8 ? "fp8" : k->kind == LT_FP4_NATIVE ? "fp4-native" : "bf16 (device alpha)";
   int fp8 = k->kind == LT_FP8;
   snprintf(buf, n, "%s A[%d,%d]%s . B[%d,%d]%s^T out=%s beta%s0 align=%d", kind, k->M, k->K,
-           !fp8 ? "" : k->a_blk ? "(BLK128x128)" : "(VEC128)", k->N, k->K, !fp8 ? "" : k->b_blk ? "(BLK128x128)" : "(VEC128)",
+           !fp8       ? ""
+           : k->a_blk ? "(BLK128x128)"
+                      : "(VEC128)",
+           k->N, k->K,
+           !fp8       ? ""
+           : k->b_blk ? "(BLK128x128)"
+                      : "(VEC128)",
            k->out_fp32 ? "fp32" : "bf16", k->accumulate ? "!=" : "=", k->align);
 }
 
@@ -151,8 +155,8 @@ static LtPlan *plan_get(const PlanKey *key, const Call *c) {
 static void check_shape(const char *who, int out_fp32, int M, int N, int K, int k_mult) {
   if (out_fp32 & ~1) die("%s: out_fp32 = %d must be 0 or 1", who, out_fp32);
   if (M <= 0 || N <= 0 || K <= 0 || M % 4 || N % 8 || K % k_mult)
-    die("%s: M=%d N=%d K=%d: need M %% 4 == 0, N %% 8 == 0 (16-byte aligned out rows) and K %% %d == 0", who, M, N,
-        K, k_mult);
+    die("%s: M=%d N=%d K=%d: need M %% 4 == 0, N %% 8 == 0 (16-byte aligned out rows) and K %% %d == 0", who, M, N, K,
+        k_mult);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,7 +183,8 @@ static PlanKey fp8_key(int out_fp32, int a_blk, int b_blk, int M, int N, int K, 
 static void check_modes(const char *who, int a_blk, int b_blk) {
   if (a_blk && b_blk)
     die("%s: A and B both BLK128x128: cuBLASLt has no 2D x 2D block-scaled FP8 mode (one operand must be "
-        "VEC128)", who);
+        "VEC128)",
+        who);
 }
 
 void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta) {
@@ -196,7 +201,8 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
     char d[200];
     describe(d, sizeof d, &key);
     die("fp4_gemm_fp8: cuBLASLt offers no algorithm for %s (ask fp4_gemm_fp8_supported first; a K that is not "
-        "a multiple of 128 or a BLK128x128 A may be unsupported)", d);
+        "a multiple of 128 or a BLK128x128 A may be unsupported)",
+        d);
   }
   p->calls++;
   CUBLAS_CHECK(launch(p, &p->algo, &c));
@@ -217,7 +223,11 @@ int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int 
 static __global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
     p[i] = e4m3_encode_rne((float)(h >> 8) * (12.0f / 16777216.0f) - 6.0f);
   }
 }
@@ -321,7 +331,8 @@ static __global__ void dequant_mx_kernel(const uint8_t *codes, const uint8_t *e8
 
 void fp4_dequant_fp8_bf16(const uint8_t *e4m3, const float *scale, int blk128, int rows, int K, void *out) {
   if (rows <= 0 || K <= 0 || K % 16) die("fp4_dequant_fp8_bf16: rows=%d K=%d: need rows > 0 and K %% 16 == 0", rows, K);
-  if (((uintptr_t)e4m3 | (uintptr_t)out) & 15) die("fp4_dequant_fp8_bf16: e4m3=%p out=%p must be 16-byte aligned", e4m3, out);
+  if (((uintptr_t)e4m3 | (uintptr_t)out) & 15)
+    die("fp4_dequant_fp8_bf16: e4m3=%p out=%p must be 16-byte aligned", e4m3, out);
   size_t n = (size_t)rows * (K / 16);
   dequant_fp8_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(e4m3, scale, blk128, rows, K, (__nv_bfloat16 *)out);
   CUDA_CHECK_LAUNCH();
@@ -336,8 +347,8 @@ void fp4_dequant_mx_bf16(const uint8_t *codes, const uint8_t *e8m0, int rows, in
   CUDA_CHECK_LAUNCH();
 }
 
-static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K,
-                                float alpha, float beta, const float *alpha_dev);
+static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K, float alpha,
+                                float beta, const float *alpha_dev);
 
 // ---------------------------------------------------------------------------------------------
 // Reference path: dequantize both operands into scratch BF16 buffers, then gemm_bf16 (A . B^T).
@@ -350,8 +361,8 @@ void fp4_gemm_reference_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B,
   gemm_bf16(out, out_fp32, a, 0, b, 1, M, N, K, alpha, beta);
 }
 
-void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N,
-                               int K, float alpha, float beta, const float *alpha_dev) {
+void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N, int K,
+                               float alpha, float beta, const float *alpha_dev) {
   check_shape("fp4_gemm_reference_packed", out_fp32, M, N, K, 32);
   if (fmt != FMT_MXFP4 && fmt != FMT_NVFP4) die("fp4_gemm_reference_packed: format %d is not MXFP4 or NVFP4", (int)fmt);
   void *a = scratch(&g_ref_a, (size_t)M * K * 2), *b = scratch(&g_ref_b, (size_t)N * K * 2);
@@ -414,7 +425,8 @@ static __global__ void swizzle_kernel(const uint8_t *in, int rows, int n_cols, i
 void fp4_swizzle_scales(const uint8_t *in, int rows, int n_cols, int from_e8m0, const int *max_b, uint8_t *out) {
   if (rows <= 0 || n_cols <= 0 || (from_e8m0 && (n_cols % 2 || !max_b)))
     die("fp4_swizzle_scales: rows=%d n_cols=%d from_e8m0=%d max_b=%p: need positive sizes, and for E8M0 an even "
-        "n_cols (two 16-blocks per 32-block) and a max_b", rows, n_cols, from_e8m0, (const void *)max_b);
+        "n_cols (two 16-blocks per 32-block) and a max_b",
+        rows, n_cols, from_e8m0, (const void *)max_b);
   size_t n = fp4_swizzled_scale_bytes(rows, n_cols);
   swizzle_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(in, rows, n_cols, from_e8m0, max_b, out);
   CUDA_CHECK_LAUNCH();
@@ -422,8 +434,8 @@ void fp4_swizzle_scales(const uint8_t *in, int rows, int n_cols, int from_e8m0, 
 
 // dev[0] = the effective alpha, dev[1] = beta (device pointer mode takes both from the device).
 // max_a/max_b (MXFP4 on the native path): undo the re-basing of the block scales.
-static __global__ void scalars_kernel(float *dev, float alpha, float beta, const float *alpha_dev,
-                                             const int *max_a, const int *max_b) {
+static __global__ void scalars_kernel(float *dev, float alpha, float beta, const float *alpha_dev, const int *max_a,
+                                      const int *max_b) {
   float a = alpha;
   if (alpha_dev) a = __fmul_rn(a, *alpha_dev);
   if (max_a) a = fp4_ldexp(fp4_ldexp(a, *max_a - 127 - 8), *max_b - 127 - 8);  // undo the re-basing
@@ -483,8 +495,8 @@ void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Op
 
 // out = alpha * (*alpha_dev) * a . b^T + beta * out with BF16 a [M,K], b [N,K]: gemm_bf16's TN case,
 // with the scalars in device memory.
-static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K,
-                                float alpha, float beta, const float *alpha_dev) {
+static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const void *b, int M, int N, int K, float alpha,
+                                float beta, const float *alpha_dev) {
   if (M % 8 || K % 8)
     die("fp4_gemm_reference_packed: M=%d K=%d must be multiples of 8 (16-byte aligned BF16 rows)", M, K);
   const void *ptrs[3] = {out, a, b};

@@ -78,8 +78,8 @@ void fp4_gemm_reference_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B,
 // exact; put nv_gemm_alpha in alpha). alpha_dev (may be NULL): a device float multiplied into alpha,
 // e.g. nvfp4_gemm_alpha_cuda's output (the tensor amaxes stay on the device: then the BF16 GEMM runs
 // here through cuBLASLt's device pointer mode, with the same fp32 accumulation, and no host sync).
-void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N,
-                               int K, float alpha, float beta, const float *alpha_dev);
+void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N, int K,
+                               float alpha, float beta, const float *alpha_dev);
 
 // Dequantizers behind the reference path (device buffers, cuda_stream(); out is __nv_bfloat16*).
 // fp8 [rows, K] with VEC128 or BLK128x128 scales -> bf16(e4m3 * scale). K % 16 == 0.
@@ -93,9 +93,9 @@ int fp4_gemm_native_available(void);
 // fmt FMT_MXFP4: E8M0 scales are re-based into UE4M3 (exact for the 18 powers of two 2^-9..2^8): a
 // kernel finds each operand's largest block exponent Emax, stores 2^(e - Emax + 8), and alpha takes
 // 2^(Emax_A - 8) * 2^(Emax_B - 8) on the device; blocks more than 2^17 below the operand's largest
-// become 0. Put mx_unit()^2 in alpha as on the other paths. fmt FMT_NVFP4: the E4M3 scales are used as they are. The effective alpha is
-// alpha * (*alpha_dev if alpha_dev) * the MXFP4 re-basing, computed on the device (no sync).
-// K % 32 == 0.
+// become 0. Put mx_unit()^2 in alpha as on the other paths. fmt FMT_NVFP4: the E4M3 scales are used as they are. The
+// effective alpha is alpha * (*alpha_dev if alpha_dev) * the MXFP4 re-basing, computed on the device (no sync). K % 32
+// == 0.
 void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N, int K,
                      float alpha, float beta, const float *alpha_dev);
 

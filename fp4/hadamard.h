@@ -22,19 +22,18 @@
 #define FP4_INV_SQRT32 0.17677669529663688f  // fl(1/sqrt(32))
 
 static inline FP4_HD void fp4_fwht16(float *v) {
-FP4_UNROLL
-  for (int h = 1; h < 16; h <<= 1)
-FP4_UNROLL
-    for (int i = 0; i < 16; i++)
-      if (!(i & h)) {
-        float a = v[i], b = v[i + h];
-        v[i] = FP4_ADD(a, b);
-        v[i + h] = FP4_SUB(a, b);
-      }
+  FP4_UNROLL
+  for (int h = 1; h < 16; h <<= 1) FP4_UNROLL
+  for (int i = 0; i < 16; i++)
+    if (!(i & h)) {
+      float a = v[i], b = v[i + h];
+      v[i] = FP4_ADD(a, b);
+      v[i + h] = FP4_SUB(a, b);
+    }
 }
 
 static inline FP4_HD void fp4_hadamard_signs16(float *v) {
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++)
     if (!((FP4_HADAMARD_SIGNS >> i) & 1u)) v[i] = -v[i];
 }
@@ -42,7 +41,7 @@ FP4_UNROLL
 static inline FP4_HD void fp4_h16(float *v) {
   fp4_hadamard_signs16(v);
   fp4_fwht16(v);
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) v[i] = FP4_MUL(v[i], 0.25f);
 }
 
@@ -51,7 +50,7 @@ static inline FP4_HD void fp4_h32(float *v) {
   fp4_hadamard_signs16(v + 16);
   fp4_fwht16(v);
   fp4_fwht16(v + 16);
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) {
     float a = v[i], b = v[i + 16];
     v[i] = FP4_MUL(FP4_ADD(a, b), FP4_INV_SQRT32);

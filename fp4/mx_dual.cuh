@@ -90,7 +90,7 @@ template <bool SR, bool BF16>
 static __device__ __forceinline__ void store_fp8_block(uint8_t *q, const float *v, const uint32_t *w, float c,
                                                        uint8_t sb, int Et, MxScale mode, const uint32_t *rnd) {
   const MxEmbedLut L = mx_embed_lut(sb, Et);
-  const float ch = c * 0.5f;  // exact (mx_acc4_bf16)
+  const float ch = c * 0.5f;      // exact (mx_acc4_bf16)
   if (c == 0.0f && sb != 0xFF) {  // never in practice: one uniform branch, out of the main path
     float t[32];
     uint32_t pk[4], out[8];
@@ -112,10 +112,11 @@ static __device__ __forceinline__ void store_fp8_block(uint8_t *q, const float *
     for (int kk = 0; kk < 4; kk++) {
       const int k = 4 * half + kk;
       float x[4];
-      if (BF16) x[0] = bf16_lo(w[2 * k]), x[1] = bf16_hi(w[2 * k]), x[2] = bf16_lo(w[2 * k + 1]), x[3] = bf16_hi(w[2 * k + 1]);
+      if (BF16)
+        x[0] = bf16_lo(w[2 * k]), x[1] = bf16_hi(w[2 * k]), x[2] = bf16_lo(w[2 * k + 1]), x[3] = bf16_hi(w[2 * k + 1]);
       else x[0] = v[4 * k], x[1] = v[4 * k + 1], x[2] = v[4 * k + 2], x[3] = v[4 * k + 3];
-      const uint32_t codes = mx_acc_codes4<SR>(BF16 ? mx_acc4_bf16<SR>(x, c, ch, SR ? rnd[k] : 0u)
-                                                    : mx_acc4<SR>(x, c, SR ? rnd[k] : 0u));
+      const uint32_t codes =
+          mx_acc_codes4<SR>(BF16 ? mx_acc4_bf16<SR>(x, c, ch, SR ? rnd[k] : 0u) : mx_acc4<SR>(x, c, SR ? rnd[k] : 0u));
       const uint32_t sgn = BF16 ? fp4_sign_bytes4_bf16(w[2 * k], w[2 * k + 1]) : fp4_sign_bytes4(x);
       out[kk] = mx_embed_word4(L, codes, sgn);
     }
@@ -186,8 +187,8 @@ struct MxSrcBf16 {
 
 // (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
 template <int ROW, int COL, bool SR, class Src>
-__global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s,
-                                                         MxOut row_out, int hadamard, MxOut col_out) {
+__global__ void __launch_bounds__(256, 3)
+    mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
   __shared__ uint4 tile[TILE * 16];
   __shared__ int tile_e;  // OUT_FP8_BLK: the tile's largest block exponent + 127
   const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
@@ -223,7 +224,8 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int 
       const size_t row = (size_t)tr * TILE + lr;
       uint32_t w[16];
 #pragma unroll
-      for (int c = 0; c < 4; c++) w[4 * c] = cur[c].x, w[4 * c + 1] = cur[c].y, w[4 * c + 2] = cur[c].z, w[4 * c + 3] = cur[c].w;
+      for (int c = 0; c < 4; c++)
+        w[4 * c] = cur[c].x, w[4 * c + 1] = cur[c].y, w[4 * c + 2] = cur[c].z, w[4 * c + 3] = cur[c].w;
       row_block<ROW, SR>(w, cur_valid, row, b, rows, K, mode, s, row_out);
 #pragma unroll
       for (int c = 0; c < 4; c++) cur[c] = raw[1][c];
@@ -314,7 +316,9 @@ __global__ void __launch_bounds__(256, 3) mx_dual_kernel(Src src, int rows, int 
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)
 static inline int mx_out_kind(const MxOut &o) { return o.q == NULL ? OUT_NONE : o.fp8 ? OUT_FP8 : OUT_PACKED; }
 // The column copy's kind: the FP8 embedding with BLK128x128 scales when blk128 is set.
-static inline int mx_col_kind(const MxOut &o) { return mx_out_kind(o) == OUT_FP8 && o.blk128 ? OUT_FP8_BLK : mx_out_kind(o); }
+static inline int mx_col_kind(const MxOut &o) {
+  return mx_out_kind(o) == OUT_FP8 && o.blk128 ? OUT_FP8_BLK : mx_out_kind(o);
+}
 
 // Launches the dual producer over a rows x K source (rows % 32 == 0, K % 32 == 0; checked by the caller).
 // WITH_SR = false: the row copy is RNE only (the sources of forward activations; no SR kernels built).
@@ -324,28 +328,52 @@ static void mx_dual_launch(const Src &src, int rows, int K, MxScale mode, MxRoun
   if (!WITH_SR && row_rnd == MX_SR) die("mx_dual_launch: this source has no stochastic-rounding row copy");
   dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
   int rk = mx_out_kind(row), ck = mx_col_kind(col), sr = row_rnd == MX_SR;
-  if (row.q && row.fp8 && row.blk128) die("mx_dual_launch: the row copy has VEC128 scales (blk128 is for the column copy)");
-  if (ck == OUT_FP8_BLK && rk == OUT_PACKED) die("mx_dual_launch: a packed row copy with a BLK128x128 column copy is not built");
-#define DUAL(R, C, S) mx_dual_kernel<R, C, S, Src><<<grid, 256, 0, cuda_stream()>>>(src, rows, K, mode, s, row, hadamard, col)
-#define DUAL_SR(R, C)            \
-  if constexpr (WITH_SR) {       \
-    if (sr) DUAL(R, C, true);    \
-    else DUAL(R, C, false);      \
-  } else {                       \
-    DUAL(R, C, false);           \
+  if (row.q && row.fp8 && row.blk128)
+    die("mx_dual_launch: the row copy has VEC128 scales (blk128 is for the column copy)");
+  if (ck == OUT_FP8_BLK && rk == OUT_PACKED)
+    die("mx_dual_launch: a packed row copy with a BLK128x128 column copy is not built");
+#define DUAL(R, C, S) \
+  mx_dual_kernel<R, C, S, Src><<<grid, 256, 0, cuda_stream()>>>(src, rows, K, mode, s, row, hadamard, col)
+#define DUAL_SR(R, C)         \
+  if constexpr (WITH_SR) {    \
+    if (sr) DUAL(R, C, true); \
+    else DUAL(R, C, false);   \
+  } else {                    \
+    DUAL(R, C, false);        \
   }
   switch (rk * 4 + ck) {
-    case 0: return;
-    case 1: DUAL(OUT_NONE, OUT_PACKED, false); break;
-    case 2: DUAL(OUT_NONE, OUT_FP8, false); break;
-    case 3: DUAL(OUT_NONE, OUT_FP8_BLK, false); break;
-    case 4: DUAL_SR(OUT_PACKED, OUT_NONE); break;
-    case 5: DUAL_SR(OUT_PACKED, OUT_PACKED); break;
-    case 6: DUAL_SR(OUT_PACKED, OUT_FP8); break;
-    case 8: DUAL_SR(OUT_FP8, OUT_NONE); break;
-    case 9: DUAL_SR(OUT_FP8, OUT_PACKED); break;
-    case 10: DUAL_SR(OUT_FP8, OUT_FP8); break;
-    case 11: DUAL_SR(OUT_FP8, OUT_FP8_BLK); break;
+    case 0:
+      return;
+    case 1:
+      DUAL(OUT_NONE, OUT_PACKED, false);
+      break;
+    case 2:
+      DUAL(OUT_NONE, OUT_FP8, false);
+      break;
+    case 3:
+      DUAL(OUT_NONE, OUT_FP8_BLK, false);
+      break;
+    case 4:
+      DUAL_SR(OUT_PACKED, OUT_NONE);
+      break;
+    case 5:
+      DUAL_SR(OUT_PACKED, OUT_PACKED);
+      break;
+    case 6:
+      DUAL_SR(OUT_PACKED, OUT_FP8);
+      break;
+    case 8:
+      DUAL_SR(OUT_FP8, OUT_NONE);
+      break;
+    case 9:
+      DUAL_SR(OUT_FP8, OUT_PACKED);
+      break;
+    case 10:
+      DUAL_SR(OUT_FP8, OUT_FP8);
+      break;
+    case 11:
+      DUAL_SR(OUT_FP8, OUT_FP8_BLK);
+      break;
   }
 #undef DUAL_SR
 #undef DUAL

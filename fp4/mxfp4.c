@@ -69,7 +69,8 @@ void mx_quantize_weight(const float *w, int N, int K, MxScale mode, int rule087,
         int e = mx_weight_exp(fp4_u2f(am), mode, rule087);
         b = e8m0_encode(e);
         for (int i = 0; i < 32; i++)
-          for (int j = 0; j < 32; j++) c[i * 32 + j] = e2m1_encode_rne(mx_prescale(w[(size_t)(n0 + i) * K + k0 + j], e, mode));
+          for (int j = 0; j < 32; j++)
+            c[i * 32 + j] = e2m1_encode_rne(mx_prescale(w[(size_t)(n0 + i) * K + k0 + j], e, mode));
       } else {
         for (int i = 0; i < 32 * 32; i++) c[i] = 0;
       }

@@ -7,8 +7,8 @@
 // no index division.
 #define ROWS_THREADS 128
 template <int OUT, bool SR>
-__global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, int rows, int K, MxScale mode,
-                                                               PhiloxStream s, MxOut out) {
+__global__ void __launch_bounds__(ROWS_THREADS)
+    mx_rows_kernel(const bf16 *x, int rows, int K, MxScale mode, PhiloxStream s, MxOut out) {
   const int b = blockIdx.x * ROWS_THREADS + threadIdx.x;
   const bool in_k = b < K / 32;
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {  // uniform per CTA: the shuffles stay converged
@@ -24,8 +24,8 @@ __global__ void __launch_bounds__(ROWS_THREADS) mx_rows_kernel(const bf16 *x, in
 #define CODE_PITCH 144  // bytes per code-tile row: 128 codes + 16 bytes against bank conflicts
 
 template <typename T, int WOUT, int WTOUT>
-__global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K, MxScale mode, int rule087, MxOut wq,
-                                                        MxOut wtq) {
+__global__ void __launch_bounds__(256)
+    mx_weight_kernel(const T *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq) {
   __shared__ __align__(16) uint8_t codes[TILE * CODE_PITCH];
   __shared__ uint32_t s_amax[4][4];
   __shared__ uint8_t s_b[4][4];
@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(256) mx_weight_kernel(const T *w, int N, int K
         for (int k = 0; k < 8; k++) {
           const uint32_t w0 = raw[it][2 * k], w1 = raw[it][2 * k + 1];
           const float x[4] = {bf16_lo(w0), bf16_hi(w0), bf16_lo(w1), bf16_hi(w1)};
-          f8[k] = mx_embed_word4(L, mx_acc_codes4<false>(mx_acc4_bf16<false>(x, c, 0.0f, 0u)), fp4_sign_bytes4_bf16(w0, w1));
+          f8[k] = mx_embed_word4(L, mx_acc_codes4<false>(mx_acc4_bf16<false>(x, c, 0.0f, 0u)),
+                                 fp4_sign_bytes4_bf16(w0, w1));
         }
       }
       if (WOUT == OUT_FP8) {
@@ -251,7 +252,8 @@ void mx_quantize_dual_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   check_ptr(who, "x", x, 16);
   check_out(who, "row", row);
   check_out(who, "col", col);
-  if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
+  if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36))
+    die("%s: %d x %d exceeds the SR counter range", who, rows, K);
   mx_dual_launch(MxSrcBf16{x, K}, rows, K, mode, row_rnd, s, row, hadamard, col);
 }
 
@@ -264,15 +266,32 @@ static void weight_dispatch(const char *who, const T *w, int N, int K, MxScale m
   dim3 grid((K + TILE - 1) / TILE, (N + TILE - 1) / TILE);
 #define WK(A, B) mx_weight_kernel<T, A, B><<<grid, 256, 0, cuda_stream()>>>(w, N, K, mode, rule087, wq, wtq)
   switch (mx_out_kind(wq) * 3 + mx_out_kind(wtq)) {
-    case 0: return;
-    case 1: WK(OUT_NONE, OUT_PACKED); break;
-    case 2: WK(OUT_NONE, OUT_FP8); break;
-    case 3: WK(OUT_PACKED, OUT_NONE); break;
-    case 4: WK(OUT_PACKED, OUT_PACKED); break;
-    case 5: WK(OUT_PACKED, OUT_FP8); break;
-    case 6: WK(OUT_FP8, OUT_NONE); break;
-    case 7: WK(OUT_FP8, OUT_PACKED); break;
-    case 8: WK(OUT_FP8, OUT_FP8); break;
+    case 0:
+      return;
+    case 1:
+      WK(OUT_NONE, OUT_PACKED);
+      break;
+    case 2:
+      WK(OUT_NONE, OUT_FP8);
+      break;
+    case 3:
+      WK(OUT_PACKED, OUT_NONE);
+      break;
+    case 4:
+      WK(OUT_PACKED, OUT_PACKED);
+      break;
+    case 5:
+      WK(OUT_PACKED, OUT_FP8);
+      break;
+    case 6:
+      WK(OUT_FP8, OUT_NONE);
+      break;
+    case 7:
+      WK(OUT_FP8, OUT_PACKED);
+      break;
+    case 8:
+      WK(OUT_FP8, OUT_FP8);
+      break;
   }
 #undef WK
   CUDA_CHECK_LAUNCH();
@@ -313,10 +332,12 @@ static __global__ void mx_cols_kernel(const __nv_bfloat16 *x, int rows, int K, M
 
 void mx_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, int hadamard, MxRound rnd,
                            PhiloxStream s, uint8_t *codes, uint8_t *e8m0) {
-  if (rows <= 0 || K <= 0 || rows % 32) die("mx_quantize_cols_cuda: rows = %d, K = %d (rows a positive multiple of 32)", rows, K);
-  if (hadamard != 0 && hadamard != 16 && hadamard != 32) die("mx_quantize_cols_cuda: hadamard = %d (0, 16 or 32)", hadamard);
+  if (rows <= 0 || K <= 0 || rows % 32)
+    die("mx_quantize_cols_cuda: rows = %d, K = %d (rows a positive multiple of 32)", rows, K);
+  if (hadamard != 0 && hadamard != 16 && hadamard != 32)
+    die("mx_quantize_cols_cuda: hadamard = %d (0, 16 or 32)", hadamard);
   const size_t n = (size_t)(rows / 32) * K;
   mx_cols_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(x, rows, K, mode, hadamard, rnd == MX_SR, s,
-                                                                          codes, e8m0);
+                                                                         codes, e8m0);
   CUDA_CHECK_LAUNCH();
 }

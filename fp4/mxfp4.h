@@ -84,7 +84,9 @@ static inline FP4_HD uint8_t mx_quantize_block32(const float *v, MxScale mode, i
   return e8m0_encode(e);
 }
 
-static inline FP4_HD uint8_t mx_code_of(const uint32_t *pk, int i) { return (uint8_t)((pk[i >> 3] >> (4 * (i & 7))) & 15u); }
+static inline FP4_HD uint8_t mx_code_of(const uint32_t *pk, int i) {
+  return (uint8_t)((pk[i >> 3] >> (4 * (i & 7))) & 15u);
+}
 
 // Dequantized value of a code under scale byte b: q * 2^e (* 1/6 for MX_SCALE_UP, one rounding).
 static inline FP4_HD float mx_decode(uint8_t code, uint8_t b, MxScale mode) {
@@ -155,6 +157,5 @@ void mx_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode
                            PhiloxStream s, uint8_t *codes, uint8_t *e8m0);
 // Weights W [N, K] (N, K multiples of 32) -> W and W^T (as mx_quantize_weight); either may be skipped.
 void mx_quantize_weight_cuda(const float *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq);
-void mx_quantize_weight_bf16_cuda(const __nv_bfloat16 *w, int N, int K, MxScale mode, int rule087, MxOut wq,
-                                  MxOut wtq);
+void mx_quantize_weight_bf16_cuda(const __nv_bfloat16 *w, int N, int K, MxScale mode, int rule087, MxOut wq, MxOut wtq);
 #endif

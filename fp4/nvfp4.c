@@ -86,8 +86,8 @@ void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float am
     }
 }
 
-void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales,
-                           uint8_t *codes_t, uint8_t *scales_t) {
+void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales, uint8_t *codes_t,
+                           uint8_t *scales_t) {
   check("nvfp4_quantize_weight", N, K);
   if (N % 16) die("nvfp4_quantize_weight: N = %d must be a multiple of 16 (16x16 tiles)", N);
   const float s_enc = nv_encode_scale(amax);

@@ -159,10 +159,8 @@ void nvfp4_quantize_rows_cuda(const bf16 *x, int rows, int K, const float *amax,
   const size_t nblocks = n / 16;
   const int threads = 256;
   const size_t grid = (nblocks + threads - 1) / threads;
-  if (rnd == NV_SR)
-    rows_kernel<true><<<grid, threads, 0, cuda_stream()>>>(x, nblocks, amax, s, codes, scales);
-  else
-    rows_kernel<false><<<grid, threads, 0, cuda_stream()>>>(x, nblocks, amax, s, codes, scales);
+  if (rnd == NV_SR) rows_kernel<true><<<grid, threads, 0, cuda_stream()>>>(x, nblocks, amax, s, codes, scales);
+  else rows_kernel<false><<<grid, threads, 0, cuda_stream()>>>(x, nblocks, amax, s, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -180,8 +178,7 @@ void nvfp4_quantize_rows_cuda(const bf16 *x, int rows, int K, const float *amax,
 // first shared store. Rows past `rows` are not loaded (they are whole 16-blocks, skipped later);
 // chunks partly past K, or rows whose pitch is not 16-byte aligned (vec = false), go element by
 // element with zeros past K.
-__device__ __forceinline__ void col_load_tile(uint4 *tile, const bf16 *x, int rows, int K, int r0, int c0,
-                                              bool vec) {
+__device__ __forceinline__ void col_load_tile(uint4 *tile, const bf16 *x, int rows, int K, int r0, int c0, bool vec) {
   constexpr int PER = COL_TR * (COL_TC / 8) / COL_THREADS;  // 4 chunks per thread
   uint4 buf[PER];
 #pragma unroll
@@ -213,9 +210,9 @@ __device__ __forceinline__ void col_load_tile(uint4 *tile, const bf16 *x, int ro
 
 // QUANT = false: the amax pass (max |R16 x| over finite values into *amax). QUANT = true: quantize.
 template <bool QUANT, bool SR>
-__global__ void __launch_bounds__(COL_THREADS) cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool vec,
-                                                           float *amax_out, const float *amax_in, PhiloxStream s,
-                                                           uint8_t *codes, uint8_t *scales) {
+__global__ void __launch_bounds__(COL_THREADS)
+    cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool vec, float *amax_out, const float *amax_in,
+                PhiloxStream s, uint8_t *codes, uint8_t *scales) {
   __shared__ uint4 tile[COL_TR * (COL_TC / 8)];
   const int c0 = blockIdx.x * COL_TC, r0 = blockIdx.y * COL_TR;
   col_load_tile(tile, x, rows, K, r0, c0, vec);
@@ -269,8 +266,8 @@ void nvfp4_amax_hadamard_cuda(float *amax, const bf16 *x, int rows, int K) {
   if (!rows) return;
   const bool vec = aligned(x, 16) && K % 8 == 0;
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
-  cols_kernel<false, false><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, 1, vec, amax, NULL, PhiloxStream{},
-                                                                 NULL, NULL);
+  cols_kernel<false, false>
+      <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, 1, vec, amax, NULL, PhiloxStream{}, NULL, NULL);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -285,11 +282,11 @@ void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int hadamard, cons
   const bool vec = aligned(x, 16) && K % 8 == 0;
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
   if (rnd == NV_SR)
-    cols_kernel<true, true><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
-                                                                 scales);
+    cols_kernel<true, true>
+        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes, scales);
   else
-    cols_kernel<true, false><<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes,
-                                                                  scales);
+    cols_kernel<true, false>
+        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -347,8 +344,8 @@ __global__ void weight_kernel(const T *w, int N, int K, const float *amax, uint8
 }
 
 template <typename T>
-static void weight_launch(const char *who, const T *w, int N, int K, const float *amax, uint8_t *codes,
-                          uint8_t *scales, uint8_t *codes_t, uint8_t *scales_t) {
+static void weight_launch(const char *who, const T *w, int N, int K, const float *amax, uint8_t *codes, uint8_t *scales,
+                          uint8_t *codes_t, uint8_t *scales_t) {
   if (N < 0 || K <= 0 || N % 16 || K % 16)
     die("%s: N = %d, K = %d must be positive multiples of 16 (16x16 tiles)", who, N, K);
   if (N / 16 > 65535) die("%s: N = %d exceeds the grid limit (%d)", who, N, 65535 * 16);
@@ -367,8 +364,8 @@ void nvfp4_quantize_weight_cuda(const float *w, int N, int K, const float *amax,
   weight_launch("nvfp4_quantize_weight_cuda", w, N, K, amax, codes, scales, codes_t, scales_t);
 }
 
-void nvfp4_quantize_weight_bf16_cuda(const bf16 *w, int N, int K, const float *amax, uint8_t *codes,
-                                     uint8_t *scales, uint8_t *codes_t, uint8_t *scales_t) {
+void nvfp4_quantize_weight_bf16_cuda(const bf16 *w, int N, int K, const float *amax, uint8_t *codes, uint8_t *scales,
+                                     uint8_t *codes_t, uint8_t *scales_t) {
   weight_launch("nvfp4_quantize_weight_bf16_cuda", w, N, K, amax, codes, scales, codes_t, scales_t);
 }
 

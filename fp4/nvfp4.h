@@ -52,9 +52,9 @@
 
 typedef enum { NV_RNE = 0, NV_SR = 1 } NvRound;
 
-#define NV_AMAX_SCALE 2688.0f     // 6 (E2M1 max) * 448 (E4M3 max)
+#define NV_AMAX_SCALE 2688.0f  // 6 (E2M1 max) * 448 (E4M3 max)
 #define NV_FLT_MAX 3.4028234663852886e38f
-#define NV_SCALE_NAN 0x7Fu        // E4M3 NaN: the block scale of a block holding NaN or Inf
+#define NV_SCALE_NAN 0x7Fu  // E4M3 NaN: the block scale of a block holding NaN or Inf
 #define NV_NONFINITE_BITS 0x7f800000u
 
 // |x| as raw bits; integer max over these is the amax (order-independent, so deterministic), and a
@@ -121,16 +121,16 @@ static inline FP4_HD float nv_gemm_alpha(float amax_a, float amax_b) {
 static inline FP4_HD uint8_t nv_quantize_block16(const float *v, float s_enc, int sr, const uint32_t *rnd,
                                                  uint8_t *codes) {
   uint32_t am = 0;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) am = am > nv_abs_bits(v[i]) ? am : nv_abs_bits(v[i]);
   uint8_t bs = nv_block_scale(am, s_enc);
   float inv = nv_elem_inv(bs, s_enc);
   if (inv == 0.0f) {  // zero or NaN block scale: all codes 0 (nv_encode's first case, hoisted)
-FP4_UNROLL
+    FP4_UNROLL
     for (int i = 0; i < 16; i++) codes[i] = 0;
     return bs;
   }
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) codes[i] = nv_encode(v[i], inv, sr, sr ? philox_byte(rnd, (uint32_t)i) : 0u);
   return bs;
 }
@@ -156,8 +156,8 @@ void nvfp4_quantize_rows(const float *x, int rows, int K, float amax, NvRound rn
 void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float amax, NvRound rnd, PhiloxStream s,
                          uint8_t *codes, uint8_t *scales);
 // Weights W [N, K] (N, K multiples of 16), 16x16 tiles, RNE: W and W^T; either pair may be NULL.
-void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales,
-                           uint8_t *codes_t, uint8_t *scales_t);
+void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales, uint8_t *codes_t,
+                           uint8_t *scales_t);
 // out [rows, K] = nv_decode of every element (the NVFP4 value).
 void nvfp4_dequantize(const uint8_t *codes, const uint8_t *scales, int rows, int K, float amax, float *out);
 // out [rows, K] = BF16 bits of q * fp32(bs) (nv_decode_unscaled_bf16).
@@ -181,8 +181,8 @@ void nvfp4_amax_f32_cuda(float *amax, const float *x, size_t n);
 void nvfp4_amax_hadamard_cuda(float *amax, const __nv_bfloat16 *x, int rows, int K);
 
 // Row copy (as nvfp4_quantize_rows). K % 16 == 0.
-void nvfp4_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, const float *amax, NvRound rnd,
-                              PhiloxStream s, uint8_t *codes, uint8_t *scales);
+void nvfp4_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, const float *amax, NvRound rnd, PhiloxStream s,
+                              uint8_t *codes, uint8_t *scales);
 // Column copy with optional R16 (as nvfp4_quantize_cols): the Wgrad producer. rows % 16 == 0, any K.
 void nvfp4_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, int hadamard, const float *amax, NvRound rnd,
                               PhiloxStream s, uint8_t *codes, uint8_t *scales);

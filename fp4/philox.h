@@ -57,4 +57,6 @@ static inline FP4_HD void philox_group16(PhiloxStream s, uint64_t group, uint32_
   philox4x32_10(ctr, s.key, out);
 }
 
-static inline FP4_HD uint32_t philox_byte(const uint32_t w[4], uint32_t j) { return (w[j >> 2] >> (8 * (j & 3))) & 0xffu; }
+static inline FP4_HD uint32_t philox_byte(const uint32_t w[4], uint32_t j) {
+  return (w[j >> 2] >> (8 * (j & 3))) & 0xffu;
+}

@@ -111,7 +111,8 @@ static inline FP4_HD float fp4_absmax(float m, float x) {
 //   t1 = y + 2^23 = 2^23 + RNE(y)         s1 = sat(t1/2 - 2^22 - 1) = clamp(RNE(y) - 2, 0, 2) / 2  (2.5 3.5)
 //   t2 = y + 2^24 = 2^24 + 2 RNE(y/2)     s2 = sat(t2/2 - 2^23 - 2) = clamp(RNE(y/2) - 2, 0, 1)    (5)
 // code = 4 s0 + 2 s1 + s2 (ties: RNE(0.5) = 0, RNE(1.5) = 2, RNE(2.5) = 2, RNE(3.5) = 4, RNE(2.5) = 2 give
-// exactly docs/formats.md §1's ties, > / >= per threshold), and every y >= 5.x up to +Inf saturates to 7 with no clamp.
+// exactly docs/formats.md §1's ties, > / >= per threshold), and every y >= 5.x up to +Inf saturates to 7
+// with no clamp.
 // fp4_rne_acc adds code * w to acc (w = 16^j puts it in nibble j; acc holds 2^23 + earlier nibbles, so
 // every intermediate is an integer below 2^24: exact). Checked equal to e2m1_rne_mag on every y in
 // [0, +Inf] (all 2^31 bit patterns): QUANT_DEV_EXHAUSTIVE=1 build/tests/test_quant_dev.
@@ -191,7 +192,7 @@ static inline FP4_HD float fp4_sr_acc(float y, float p, float acc) {
 // The SR codes of 4 elements (scaled magnitudes y[0..3], random bytes 0..3 of w) as M + 16-bit nibbles.
 static inline FP4_HD float fp4_sr_nibbles4(const float *y, uint32_t w) {
   float a = fp4_sr_acc(y[3], fp4_sr_dither(w, 3), FP4_SR_ACC0);
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 2; j >= 0; j--) a = fp4_sr_acc(y[j], fp4_sr_dither(w, j), fp4_fma(a, 16.0f, FP4_SR_HORNER));
   return a;
 }
@@ -199,7 +200,7 @@ FP4_UNROLL
 // (fp4_pack_acc: the + 8 of M lands on the sign bit of nibble 0, which the signs overwrite).
 static inline FP4_HD uint32_t fp4_sr_word(const float *v, float c, const uint32_t *rnd) {
   float y[8];
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 0; j < 8; j++) y[j] = FP4_MUL(fabsf(v[j]), c);
   return fp4_pack_acc(fp4_sr_nibbles4(y, rnd[0]), fp4_sr_nibbles4(y + 4, rnd[1]), fp4_sign_word(v));
 }
@@ -220,7 +221,7 @@ static inline FP4_HD float mx_block_mul(int e, MxScale mode) {
 // The RNE codes of 8 values v[0..8) under the multiplier c as one packed word (element j in nibble j).
 static inline FP4_HD uint32_t fp4_rne_word(const float *v, float c) {
   float lo = 8388608.0f, hi = 8388608.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 0; j < 4; j++) {
     lo = fp4_rne_acc(FP4_MUL(fabsf(v[j]), c), (float)(1 << (4 * j)), lo);
     hi = fp4_rne_acc(FP4_MUL(fabsf(v[j + 4]), c), (float)(1 << (4 * j)), hi);
@@ -230,7 +231,7 @@ FP4_UNROLL
 
 // The RNE codes of 32 values under the block multiplier c (mx_block_mul) as 4 packed words.
 static inline FP4_HD void mx_rne_words(const float *v, float c, uint32_t *pk) {
-FP4_UNROLL
+  FP4_UNROLL
   for (int w = 0; w < 4; w++) pk[w] = fp4_rne_word(v + 8 * w, c);
 }
 
@@ -256,7 +257,7 @@ static inline FP4_HD uint32_t fp4_absmax_bf16x2(uint32_t m, uint32_t w) {
 // fp4_absmax fold of their floats.
 static inline FP4_HD float mx_bf16_amax(const uint32_t *w) {
   uint32_t m = 0;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) m = fp4_absmax_bf16x2(m, w[i]);
   const uint32_t lo = m & 0x7FFFu, hi = (m >> 16) & 0x7FFFu;
   return fp4_u2f((lo > hi ? lo : hi) << 16);
@@ -282,7 +283,7 @@ static inline FP4_HD uint8_t mx_block32_scale_of(float m, MxScale mode, float *c
 }
 static inline FP4_HD uint8_t mx_block32_scale(const float *v, MxScale mode, float *c) {
   float m = 0.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 32; i++) m = fp4_absmax(m, v[i]);
   return mx_block32_scale_of(m, mode, c);
 }
@@ -293,11 +294,11 @@ FP4_UNROLL
 template <bool SR>
 static inline FP4_HD float mx_acc4(const float *v, float c, uint32_t rnd) {
   float y[4];
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 0; j < 4; j++) y[j] = FP4_MUL(fabsf(v[j]), c);
   if (SR) return fp4_sr_nibbles4(y, rnd);
   float a = 8388608.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 0; j < 4; j++) a = fp4_rne_acc(y[j], (float)(1 << (4 * j)), a);
   return a;
 }
@@ -313,7 +314,7 @@ template <bool SR>
 static inline FP4_HD float mx_acc4_bf16(const float *x, float c, float ch, uint32_t rnd) {
   if (SR) {
     float a = FP4_SR_ACC0;
-FP4_UNROLL
+    FP4_UNROLL
     for (int j = 3; j >= 0; j--) {
       const float ax = fabsf(x[j]);
       if (j < 3) a = fp4_fma(a, 16.0f, FP4_SR_HORNER);
@@ -323,7 +324,7 @@ FP4_UNROLL
     return a;
   }
   float a = 8388608.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int j = 0; j < 4; j++) {
     const float ax = fabsf(x[j]);
     a = fp4_rne_acc3(fp4_fma(ax, c, 4194304.0f), fp4_fma(ax, c, 8388608.0f), fp4_fma(ax, c, 16777216.0f),
@@ -342,11 +343,11 @@ static inline FP4_HD uint8_t mx_block32_acc(const float *v, MxScale mode, const 
   if (c == 0.0f && b != 0xFF) {  // UP, e < -125 (amax <= 2^-126): the reference rule, its codes moved into acc
     uint32_t pk[4];
     mx_quantize_block32(v, mode, SR, rnd, pk);
-FP4_UNROLL
+    FP4_UNROLL
     for (int k = 0; k < 8; k++) acc[k] = fp4_u2f(0x4B000000u | ((pk[k >> 1] >> (16 * (k & 1))) & 0x7777u));
     return b;
   }
-FP4_UNROLL
+  FP4_UNROLL
   for (int k = 0; k < 8; k++) acc[k] = mx_acc4<SR>(v + 4 * k, c, SR ? rnd[k] : 0u);
   return b;
 }
@@ -362,8 +363,9 @@ template <bool SR>
 static inline FP4_HD uint8_t mx_block32_dev(const float *v, MxScale mode, const uint32_t *rnd, uint32_t *pk) {
   float acc[8];
   const uint8_t b = mx_block32_acc<SR>(v, mode, rnd, acc);
-FP4_UNROLL
-  for (int w = 0; w < 4; w++) pk[w] = b == 0xFF ? 0u : fp4_pack_acc(acc[2 * w], acc[2 * w + 1], fp4_sign_word(v + 8 * w));
+  FP4_UNROLL
+  for (int w = 0; w < 4; w++)
+    pk[w] = b == 0xFF ? 0u : fp4_pack_acc(acc[2 * w], acc[2 * w + 1], fp4_sign_word(v + 8 * w));
   return b;
 }
 
@@ -390,13 +392,13 @@ static inline FP4_HD uint32_t mx_embed_word4(MxEmbedLut L, uint32_t codes, uint3
 template <bool SR>
 static inline FP4_HD uint8_t nv_block16_dev(const float *v, float s_enc, const uint32_t *rnd, uint32_t *out) {
   float m = 0.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; i++) m = fp4_absmax(m, v[i]);
   const uint8_t bs = nv_block_scale(fp4_f2u(m), s_enc);
   const float inv = nv_elem_inv(bs, s_enc);
   uint32_t pk[2] = {0, 0};  // bs == 0 or NaN: every code 0
   if (inv != 0.0f) {
-FP4_UNROLL
+    FP4_UNROLL
     for (int w = 0; w < 2; w++) {
       if (SR) {
         pk[w] = fp4_sr_word(v + 8 * w, inv, rnd + 2 * w);

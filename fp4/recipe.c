@@ -17,8 +17,8 @@ static int pick(const char *value, const char *list) {
   return -1;
 }
 
-#define PICK(var, key, value, list)                                                                 \
-  int var = pick(value, list);                                                                      \
+#define PICK(var, key, value, list) \
+  int var = pick(value, list);      \
   if (var < 0) return snprintf(err, errlen, "%s: unknown value '%s' (expected %s)", key, value, list), -1
 
 int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen) {
@@ -60,12 +60,15 @@ int recipe_check(const Recipe *r, char *err, int errlen) {
   if (r->hadamard != 0 && r->hadamard != 16 && r->hadamard != 32)
     return snprintf(err, errlen, "precision.hadamard: %d points: expected 0, 16 or 32", r->hadamard), -1;
   if (nv && r->hadamard == 32)
-    return snprintf(err, errlen, "precision.hadamard: h32 with nvfp4: the NVFP4 Wgrad producers rotate 16-blocks (h16 or none)"), -1;
+    return snprintf(err, errlen,
+                    "precision.hadamard: h32 with nvfp4: the NVFP4 Wgrad producers rotate 16-blocks (h16 or none)"),
+           -1;
   if (nv && !r->scale_round_up)
     return snprintf(err, errlen, "precision.scale_rounding: 'down' is an MXFP4 option; NVFP4 scales are E4M3"), -1;
   // NVFP4's E2M1 x E4M3 products need 6 significant bits: exact in BF16, not in E4M3 (docs/formats.md §3).
   if (nv && r->gemm == GEMM_FP8_EMBED)
-    return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"), -1;
+    return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"),
+           -1;
   if (r->bf16_first < 0 || r->bf16_last < 0)
     return snprintf(err, errlen, "precision.bf16_first_blocks/bf16_last_blocks must be >= 0"), -1;
   return 0;
@@ -83,10 +86,18 @@ void recipe_describe(const Recipe *r, char *buf, int len) {
     return;
   }
   snprintf(buf, len, "%s: SR %s, %s Wgrad Hadamard, %s weight scales%s, %s GEMMs%s, BF16 blocks %d first / %d last",
-           fmt[r->format], r->sr_wgrad ? "Dgrad+Wgrad" : r->sr_dgrad ? "Dgrad" : "off",
-           r->hadamard == 32 ? "H32" : r->hadamard == 16 ? "H16" : "no", r->weight_2d ? "2D" : "1D",
+           fmt[r->format],
+           r->sr_wgrad   ? "Dgrad+Wgrad"
+           : r->sr_dgrad ? "Dgrad"
+                         : "off",
+           r->hadamard == 32   ? "H32"
+           : r->hadamard == 16 ? "H16"
+                               : "no",
+           r->weight_2d ? "2D" : "1D",
            r->format == FMT_MXFP4 ? (r->scale_round_up ? ", round-up exponents" : ", OCP round-down exponents") : "",
-           gemm[r->gemm], r->wgrad_2d == WGRAD_2D_DY ? " (Wgrad dY in 128x128 tiles)"
-                          : r->wgrad_2d == WGRAD_2D_X ? " (Wgrad x in 128x128 tiles)" : "",
+           gemm[r->gemm],
+           r->wgrad_2d == WGRAD_2D_DY  ? " (Wgrad dY in 128x128 tiles)"
+           : r->wgrad_2d == WGRAD_2D_X ? " (Wgrad x in 128x128 tiles)"
+                                       : "",
            r->bf16_first, r->bf16_last);
 }

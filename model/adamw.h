@@ -29,8 +29,8 @@ float clip_scale(float norm, float clip);
 //   p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 // t is the 1-based step count (1 on the first update). Pass weight_decay = 0 for tensors that
 // are not decayed (norms, by the caller's policy).
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t);
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float grad_scale, int64_t t);
 
 #ifdef __cplusplus
 }

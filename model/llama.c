@@ -9,7 +9,19 @@
 
 // The parameter tensors, in layout order.
 enum {
-  T_EMBED, T_ATTN_NORM, T_WQ, T_WK, T_WV, T_WO, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_FINAL_NORM, T_HEAD, N_TENSORS
+  T_EMBED,
+  T_ATTN_NORM,
+  T_WQ,
+  T_WK,
+  T_WV,
+  T_WO,
+  T_FFN_NORM,
+  T_GATE,
+  T_UP,
+  T_DOWN,
+  T_FINAL_NORM,
+  T_HEAD,
+  N_TENSORS
 };
 
 // Upper bound on head logits held at once (floats): the head runs max(1, this / V) tokens per chunk.
@@ -20,55 +32,55 @@ enum {
 // (S = 1) that every block overwrites when the backward recomputes them (attn_slices, ffn_slices).
 // void* buffers hold ops->act_bytes-sized elements.
 typedef struct {
-  void *res;                    // [L+1, N, D] stream entering block l; slice L enters the final norm
+  void *res;  // [L+1, N, D] stream entering block l; slice L enters the final norm
   // the attention half, S = attn_slices
-  void *attn_in;                // [S, N, D] rmsnorm(res) * attn_norm
-  void *q, *k, *v;              // [S, N, H*hd], [S, N, KV*hd] x2; q and k after RoPE
-  void *att;                    // [S, N, H*hd] attention output, the input of wo
-  void *res_mid;                // [S, N, D] stream after the attention half
-  float *attn_rstd;             // [S, N]
-  float *lse;                   // [S, B, H, T] attention log-sum-exp
+  void *attn_in;     // [S, N, D] rmsnorm(res) * attn_norm
+  void *q, *k, *v;   // [S, N, H*hd], [S, N, KV*hd] x2; q and k after RoPE
+  void *att;         // [S, N, H*hd] attention output, the input of wo
+  void *res_mid;     // [S, N, D] stream after the attention half
+  float *attn_rstd;  // [S, N]
+  float *lse;        // [S, B, H, T] attention log-sum-exp
   // the feed-forward half, S = ffn_slices
-  void *ffn_in;                 // [S, N, D] rmsnorm(res_mid) * ffn_norm
-  void *gate, *up, *swi;        // [S, N, F] x3; swi = silu(gate) * up, the input of w_down
-  float *ffn_rstd;              // [S, N]
-  void *final;                  // [N, D] final rmsnorm output, the input of the head
-  float *final_rstd;            // [N]
-  int *inputs, *targets;        // [N] the micro-batch, in backend memory
-  void *tmp;                    // [N, D] a block's output before the residual add
-  float *logits;                // [head_chunk, V] head scratch (act-typed in llama_logits)
+  void *ffn_in;           // [S, N, D] rmsnorm(res_mid) * ffn_norm
+  void *gate, *up, *swi;  // [S, N, F] x3; swi = silu(gate) * up, the input of w_down
+  float *ffn_rstd;        // [S, N]
+  void *final;            // [N, D] final rmsnorm output, the input of the head
+  float *final_rstd;      // [N]
+  int *inputs, *targets;  // [N] the micro-batch, in backend memory
+  void *tmp;              // [N, D] a block's output before the residual add
+  float *logits;          // [head_chunk, V] head scratch (act-typed in llama_logits)
   // backward only, reused by every layer
-  void *dres;                   // [N, D] gradient of the residual stream
-  void *dnorm;                  // [N, D] gradient of a norm's output
-  void *dq, *dk, *dv, *datt;    // [N, H*hd], [N, KV*hd] x2, [N, H*hd]
-  void *dgate, *dup, *dswi;     // [N, F] x3
+  void *dres;                 // [N, D] gradient of the residual stream
+  void *dnorm;                // [N, D] gradient of a norm's output
+  void *dq, *dk, *dv, *datt;  // [N, H*hd], [N, KV*hd] x2, [N, H*hd]
+  void *dgate, *dup, *dswi;   // [N, F] x3
 } Acts;
 
 struct Llama {
   LlamaConfig c;
-  int B, T, N;                     // B sequences of T tokens, N = B*T
-  int hd, qdim, kvdim;             // head dim, H*hd, KV*hd
+  int B, T, N;          // B sequences of T tokens, N = B*T
+  int hd, qdim, kvdim;  // head dim, H*hd, KV*hd
   const Ops *ops;
   ParamTensor tensors[N_TENSORS];
   size_t n_params;
-  float *params, *grads;           // one allocation each, same layout
-  float *rope_cos, *rope_sin;      // [T, hd/2]
+  float *params, *grads;       // one allocation each, same layout
+  float *rope_cos, *rope_sin;  // [T, hd/2]
   Acts a;
-  void *arena;                     // the one allocation behind every Acts pointer
-  int head_chunk;                  // tokens per chunk of the fused head + cross-entropy
-  int recompute;                   // LlamaRecompute: which activations the backward recomputes
+  void *arena;     // the one allocation behind every Acts pointer
+  int head_chunk;  // tokens per chunk of the fused head + cross-entropy
+  int recompute;   // LlamaRecompute: which activations the backward recomputes
   // Slice of attn_in / ffn_in / swi that block l uses: its own, or a shared scratch slice when the
   // backend keeps a quantized copy of that linear input for the backward (Ops.linear_saves_input),
   // so the BF16 one is not kept. n_*: slices carved.
   int *attn_in_slot, *ffn_in_slot, *swi_slot;
   int n_attn_in, n_ffn_in, n_swi;
-  unsigned char *input_saved;  // per block: bit b set when input b (attn_in, ffn_in, swi) is the backend's
+  unsigned char *input_saved;             // per block: bit b set when input b (attn_in, ffn_in, swi) is the backend's
   size_t arena_bytes, arena_bytes_plain;  // plain: the same with every BF16 input kept
-  int have_targets, ignore_index;  // what llama_backward needs from the last llama_forward
-  int grads_stale;                 // llama_zero_grad was called: the next backward writes, not adds
-  LlamaGradHook grad_hook;         // told as gradient ranges become final in a backward (or NULL)
+  int have_targets, ignore_index;         // what llama_backward needs from the last llama_forward
+  int grads_stale;                        // llama_zero_grad was called: the next backward writes, not adds
+  LlamaGradHook grad_hook;                // told as gradient ranges become final in a backward (or NULL)
   void *grad_hook_ctx;
-  LlamaParamWait param_wait;       // asked before a forward reads a parameter group (or NULL)
+  LlamaParamWait param_wait;  // asked before a forward reads a parameter group (or NULL)
   void *param_wait_ctx;
 };
 
@@ -146,10 +158,10 @@ static size_t layout_acts(Llama *m, char *base) {
   const size_t SA = attn_slices(m), SF = ffn_slices(m);
   const size_t ab = m->ops->act_bytes, fb = sizeof(float), lb = ab > fb ? ab : fb;
   size_t off = 0;
-#define CARVE(field, count, elem_bytes)                                \
-  do { /* 256-byte aligned, as GPU kernels and cuBLAS like */            \
-    a->field = base ? (void *)(base + off) : NULL;                       \
-    off += ((size_t)(count) * (elem_bytes) + 255) & ~(size_t)255;        \
+#define CARVE(field, count, elem_bytes)                           \
+  do { /* 256-byte aligned, as GPU kernels and cuBLAS like */     \
+    a->field = base ? (void *)(base + off) : NULL;                \
+    off += ((size_t)(count) * (elem_bytes) + 255) & ~(size_t)255; \
   } while (0)
   CARVE(res, (L + 1) * N * D, ab);
   CARVE(attn_in, (size_t)m->n_attn_in * N * D, ab);
@@ -218,8 +230,8 @@ static LayerActs layer_acts(const Llama *m, int l) {
 
 // The linears that read each BF16 input a block may not keep: attn_in (q, k, v), ffn_in (gate, up),
 // swi (down), padded to 3.
-static const LinearKind INPUT_USERS[3][3] = {{LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP},
-                                             {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
+static const LinearKind INPUT_USERS[3][3] = {
+    {LIN_Q, LIN_K, LIN_V}, {LIN_GATE, LIN_UP, LIN_UP}, {LIN_DOWN, LIN_DOWN, LIN_DOWN}};
 
 // Which slice of attn_in, ffn_in and swi each block uses. By default block l's own (recompute none)
 // or the one scratch slice (recomputed halves). With plain == 0 and recompute none, a block whose
@@ -290,7 +302,8 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->recompute = recompute;
   layout_params(m);
   // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (dist/zero.h).
-  m->params = ops->alloc_params ? ops->alloc_params(ops->ctx, m->n_params * sizeof(float)) : ops->alloc(ops->ctx, m->n_params * sizeof(float));
+  m->params = ops->alloc_params ? ops->alloc_params(ops->ctx, m->n_params * sizeof(float))
+                                : ops->alloc(ops->ctx, m->n_params * sizeof(float));
   m->grads = ops->alloc(ops->ctx, m->n_params * sizeof(float));
   ops->bind_params(ops->ctx, m->params, m->n_params);
   ops->zero(ops->ctx, m->grads, m->n_params * sizeof(float));
@@ -376,8 +389,8 @@ static void backward_all(Llama *m, float dloss, int head_done) {
   // embed_bwd adds (a scatter): its table is the one gradient that still needs zeroing
   if (overwrite) op->zero(op->ctx, whole(m, m->grads, T_EMBED), m->tensors[T_EMBED].numel * sizeof(float));
   if (!head_done)  // head + loss again (llama_forward kept no logits) -> d(final norm output) in dnorm
-    op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD), a->targets,
-                m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
+    op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
+                a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, m->ignore_index, dloss);
   backward_blocks(m);
   if (overwrite) op->set_grad_overwrite(op->ctx, 0);
 }
@@ -430,9 +443,9 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
   const int B = m->B, T = m->T, N = m->N, D = m->c.dim, H = m->c.n_heads, KV = m->c.n_kv_heads;
   const int hd = m->hd, Q = m->qdim, K = m->kvdim;
   if (op->rmsnorm_fwd_into)  // the backend may compute attn_in inside the producer of q/k/v's FP4 input
-    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_Q), s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
-  else
-    op->rmsnorm_fwd(op->ctx, s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_Q), s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D,
+                         m->c.norm_eps);
+  else op->rmsnorm_fwd(op->ctx, s->attn_in, s->attn_rstd, s->res_in, w->attn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_Q), s->q, s->attn_in, w->wq, N, D, Q);
   op->matmul_fwd(op->ctx, lin(l, LIN_K), s->k, s->attn_in, w->wk, N, D, K);
   op->matmul_fwd(op->ctx, lin(l, LIN_V), s->v, s->attn_in, w->wv, N, D, K);
@@ -449,9 +462,9 @@ static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerAc
   const Ops *op = m->ops;
   const int N = m->N, D = m->c.dim, F = m->c.ffn_dim;
   if (op->rmsnorm_fwd_into)  // likewise ffn_in for gate/up, and swi for down (format-aware fusion)
-    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_GATE), s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
-  else
-    op->rmsnorm_fwd(op->ctx, s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
+    op->rmsnorm_fwd_into(op->ctx, lin(l, LIN_GATE), s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D,
+                         m->c.norm_eps);
+  else op->rmsnorm_fwd(op->ctx, s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s->gate, s->ffn_in, w->w_gate, N, D, F);
   op->matmul_fwd(op->ctx, lin(l, LIN_UP), s->up, s->ffn_in, w->w_up, N, D, F);
   if (op->swiglu_fwd_into) op->swiglu_fwd_into(op->ctx, lin(l, LIN_DOWN), s->swi, s->gate, s->up, N, F);
@@ -556,7 +569,8 @@ static void check_saved_inputs(const Llama *m) {
         if (!m->ops->linear_saves_input(m->ops->ctx, (LinearId){l, INPUT_USERS[b][u]}))
           die("model: block %d's BF16 %s was not kept because the backend kept a quantized copy when the model "
               "was created; its recipe or input saving has changed since: create the model after setting the "
-              "recipe (and recompute mode) it trains with", l, what[b]);
+              "recipe (and recompute mode) it trains with",
+              l, what[b]);
     }
 }
 
@@ -571,8 +585,8 @@ static void backward_blocks(Llama *m) {
 
   op->zero(op->ctx, a->dres, (size_t)N * D * op->act_bytes);
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
-  op->rmsnorm_bwd(op->ctx, a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM), a->final_rstd,
-                  N, D);
+  op->rmsnorm_bwd(op->ctx, a->dres, whole(m, g, T_FINAL_NORM), a->dnorm, res_last, whole(m, p, T_FINAL_NORM),
+                  a->final_rstd, N, D);
   grad_ready(m, T_HEAD, -1);  // the fused head ran before this function
   grad_ready(m, T_FINAL_NORM, -1);
 
@@ -623,8 +637,9 @@ float llama_forward_backward(Llama *m, const int *inputs, const int *targets, in
   // one pass of the fused head: the loss and its gradient together, no logits recomputed
   int overwrite = m->grads_stale;
   if (overwrite) op->set_grad_overwrite(op->ctx, 1);
-  float loss = op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
-                           a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, dloss);
+  float loss =
+      op->head_ce(op->ctx, a->dnorm, whole(m, m->grads, T_HEAD), a->logits, a->final, whole(m, m->params, T_HEAD),
+                  a->targets, m->N, m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, dloss);
   if (overwrite) op->set_grad_overwrite(op->ctx, 0);
   backward_all(m, dloss, 1);
   return loss;

@@ -12,14 +12,31 @@ int llama_preset(const char *name, LlamaConfig *c) {
   c->rope_high_freq_factor = 4.0f;
   c->rope_original_max_pos = 8192;
   if (!strcmp(name, "tiny")) {  // trains on 2 CPU cores in well under a minute
-    c->vocab_size = 512; c->dim = 64; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2;
-    c->ffn_dim = 192; c->max_seq_len = 64; c->rope_theta = 10000.0f;
+    c->vocab_size = 512;
+    c->dim = 64;
+    c->n_layers = 2;
+    c->n_heads = 4;
+    c->n_kv_heads = 2;
+    c->ffn_dim = 192;
+    c->max_seq_len = 64;
+    c->rope_theta = 10000.0f;
   } else if (!strcmp(name, "small")) {  // ~135M parameters in the blocks, Llama-3 tokenizer
-    c->vocab_size = 128256; c->dim = 1024; c->n_layers = 12; c->n_heads = 16; c->n_kv_heads = 4;
-    c->ffn_dim = 2816; c->max_seq_len = 2048;
+    c->vocab_size = 128256;
+    c->dim = 1024;
+    c->n_layers = 12;
+    c->n_heads = 16;
+    c->n_kv_heads = 4;
+    c->ffn_dim = 2816;
+    c->max_seq_len = 2048;
   } else if (!strcmp(name, "llama3_8b")) {
-    c->vocab_size = 128256; c->dim = 4096; c->n_layers = 32; c->n_heads = 32; c->n_kv_heads = 8;
-    c->ffn_dim = 14336; c->max_seq_len = 8192; c->rope_scaling = 1;
+    c->vocab_size = 128256;
+    c->dim = 4096;
+    c->n_layers = 32;
+    c->n_heads = 32;
+    c->n_kv_heads = 8;
+    c->ffn_dim = 14336;
+    c->max_seq_len = 8192;
+    c->rope_scaling = 1;
   } else {
     return -1;
   }

@@ -9,7 +9,7 @@ extern "C" {
 
 typedef struct {
   int vocab_size;
-  int dim;          // d_model
+  int dim;  // d_model
   int n_layers;
   int n_heads;      // query heads
   int n_kv_heads;   // key/value heads (GQA); n_heads % n_kv_heads == 0
@@ -32,8 +32,8 @@ static inline int llama_head_dim(const LlamaConfig *c) { return c->dim / c->n_he
 int llama_preset(const char *name, LlamaConfig *c);
 const char *llama_preset_names(void);  // "tiny, small, llama3_8b" for error messages
 
-int64_t llama_num_params(const LlamaConfig *c);           // all parameters (embedding, blocks, norm, head)
-int64_t llama_num_embedding_params(const LlamaConfig *c); // the input embedding only (paper's N_emb)
+int64_t llama_num_params(const LlamaConfig *c);            // all parameters (embedding, blocks, norm, head)
+int64_t llama_num_embedding_params(const LlamaConfig *c);  // the input embedding only (paper's N_emb)
 // The paper's (torchtitan's) convention: 6*(N - N_emb) + 12*L*H*d_head*S.
 double llama_flops_per_token(const LlamaConfig *c, int seq_len);
 // The MFU denominator of the paper's formula: H200 (and H100 SXM) dense BF16 peak, FLOP/s.

@@ -11,7 +11,8 @@
 // - Activations are void* in the backend's activation type (Ops.act_bytes per element).
 //   Parameters and their gradients are fp32 (float*), as are per-row statistics (rstd, lse).
 // - Linear weights are stored PyTorch-style [out, in]: y = x W^T.
-// - Backward ops ACCUMULATE (+=) into parameter gradients (or write them, see set_grad_overwrite). Activation gradients are overwritten,
+// - Backward ops ACCUMULATE (+=) into parameter gradients (or write them, see set_grad_overwrite). Activation gradients
+// are overwritten,
 //   except where a comment says "+=" (rmsnorm_bwd's dx, and matmul_bwd's dx when asked), which is
 //   how the graph sums the branches of the residual stream and of q/k/v, gate/up.
 //
@@ -49,14 +50,15 @@ typedef struct Ops {
 
   // What a run asks of the backend beyond the ops (train.c, run/). 0 or NULL where it has none of it:
   // the CPU keeps host memory, computes every recipe in fp32 and has nothing to profile or report.
-  int host_memory;                                                   // 1: its buffers are host memory
-  int (*device_cc)(void *ctx);                                            // compute capability, major*10 + minor
-  void (*set_recipe)(void *ctx, const Recipe *r, int n_layers, uint64_t seed);  // for the FP4 linears; before llama_create
-  size_t (*mem_peak)(void *ctx);         // bytes: the peak of the backend's tracked allocations
+  int host_memory;              // 1: its buffers are host memory
+  int (*device_cc)(void *ctx);  // compute capability, major*10 + minor
+  void (*set_recipe)(void *ctx, const Recipe *r, int n_layers,
+                     uint64_t seed);  // for the FP4 linears; before llama_create
+  size_t (*mem_peak)(void *ctx);      // bytes: the peak of the backend's tracked allocations
   void (*mem_reset_peak)(void *ctx);
   size_t (*device_used)(void *ctx);      // bytes in use on the device now (every process's)
   size_t (*fp4_saved_bytes)(void *ctx);  // the FP4 operand copies the forwards keep
-  void (*profile)(void *ctx, int on);          // on: reset the per-op timers and time each op; off: stop
+  void (*profile)(void *ctx, int on);    // on: reset the per-op timers and time each op; off: stop
   void (*profile_report)(void *ctx, FILE *f, int steps);
   void (*library_report)(void *ctx, FILE *f);  // the run-time libraries it loaded (a line for the bench)
   void (*end_report)(void *ctx, int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
@@ -125,8 +127,8 @@ typedef struct Ops {
   // out = x * rsqrt(mean(x^2) + eps) * w; rstd[n] saved for backward.
   void (*rmsnorm_fwd)(void *ctx, void *out, float *rstd, const void *x, const float *w, int N, int D, float eps);
   // dx += ..., dw += ...
-  void (*rmsnorm_bwd)(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
-                      int N, int D);
+  void (*rmsnorm_bwd)(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                      const float *rstd, int N, int D);
 
   // The single linear entry. out[N, out_dim] = x[N, in] W^T with W [out_dim, in].
   void (*matmul_fwd)(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in, int out_dim);
@@ -141,10 +143,10 @@ typedef struct Ops {
 
   // Causal GQA attention: q [N, H*hd], k, v [N, KV*hd] -> out [N, H*hd]; lse [B, H, T] is the
   // log-sum-exp of each row's scaled scores, saved so the backward can rebuild the probabilities.
-  void (*attention_fwd)(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
-                        int KV, int hd);
-  void (*attention_bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
-                        const void *out, const float *lse, int B, int T, int H, int KV, int hd);
+  void (*attention_fwd)(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+                        int H, int KV, int hd);
+  void (*attention_bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                        const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd);
 
   // out = silu(gate) * up, elementwise over n values.
   void (*swiglu_fwd)(void *ctx, void *out, const void *gate, const void *up, size_t n);
@@ -154,8 +156,8 @@ typedef struct Ops {
   // (linear_saves_input) and the recipe has a fused form, the backend computes the output inside the
   // producer of leader's FP4 copies and leaves `out` unwritten; otherwise these are rmsnorm_fwd /
   // swiglu_fwd. Either way rstd is written.
-  void (*rmsnorm_fwd_into)(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
-                           float eps);
+  void (*rmsnorm_fwd_into)(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w, int N,
+                           int D, float eps);
   void (*swiglu_fwd_into)(void *ctx, LinearId leader, void *out, const void *gate, const void *up, int N, int F);
   void (*swiglu_bwd)(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
 
@@ -167,13 +169,13 @@ typedef struct Ops {
   // of logsumexp - logit[target] (0 when no target counts). Returns that mean loss. When dx is
   // not NULL it also writes dx (overwrite) and accumulates dw, for d(objective)/d(loss) = dloss.
   // scratch holds chunk*V floats.
-  float (*head_ce)(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets, int N,
-                   int D, int V, int chunk, int ignore_index, float dloss);
+  float (*head_ce)(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
+                   int N, int D, int V, int chunk, int ignore_index, float dloss);
   // The same head without a backward, returning each token's loss instead of the mean: nll[n] =
   // logsumexp(x_n W^T) - (x_n W^T)[targets[n]], 0 where targets[n] == ignore_index. nll is HOST
   // memory [N] (evaluations read a few positions of each row; no [N, V] logits leave the device).
-  void (*head_nll)(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D, int V,
-                   int chunk, int ignore_index);
+  void (*head_nll)(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N,
+                   int D, int V, int chunk, int ignore_index);
 } Ops;
 
 // A new CPU backend instance (model/cpu/ops_cpu.c). Never fails.
@@ -200,8 +202,8 @@ void embedding_backward(float *dtable, const float *dout, const int *tokens, int
 
 // model/cpu/rmsnorm.c
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
-                      int N, int D);
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N,
+                      int D);
 
 // model/cpu/matmul.c
 void matmul_forward(float *out, const float *x, const float *w, int N, int in, int out_dim);
@@ -234,8 +236,8 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void residual_forward(float *out, const float *a, const float *b, size_t n);
 
 // model/cpu/crossentropy.c
-float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
-                        int N, int D, int V, int chunk, int ignore_index, float dloss);
+float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets, int N,
+                        int D, int V, int chunk, int ignore_index, float dloss);
 // head_crossentropy's losses per token (Ops.head_nll): nll [N], no gradients.
 void head_token_nll(float *nll, float *scratch, const float *x, const float *w, const int *targets, int N, int D, int V,
                     int chunk, int ignore_index);

@@ -15,15 +15,14 @@
 #include "model/llama.h"
 #include "fp4/recipe.h"
 
-
 typedef struct {
   int layers;
-  double step_s;      // forward + backward + optimizer
-  double fwdbwd_s;    // forward + backward only
-  double opt_s;       // optimizer only (grad norm + AdamW over all tensors)
-  double mem_gb;      // peak device memory of this depth
-  double act_gb;      // activations kept for the backward at this depth: the model's arena
-                      // (llama_activation_bytes) plus the backend's saved quantized inputs
+  double step_s;        // forward + backward + optimizer
+  double fwdbwd_s;      // forward + backward only
+  double opt_s;         // optimizer only (grad norm + AdamW over all tensors)
+  double mem_gb;        // peak device memory of this depth
+  double act_gb;        // activations kept for the backward at this depth: the model's arena
+                        // (llama_activation_bytes) plus the backend's saved quantized inputs
   double act_plain_gb;  // the same with every BF16 input kept, as the BF16 recipe keeps them
   float loss;
 } Timing;
@@ -44,8 +43,8 @@ static void optimizer(const Ops *op, Llama *m, float *am, float *av, const Train
   float scale = clip_scale(norm, c->grad_clip);
   for (int i = 0; i < llama_num_tensors(m); i++) {
     const ParamTensor *pt = llama_tensor(m, i);
-    op->adamw(op->ctx, p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1, c->beta2,
-              c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
+    op->adamw(op->ctx, p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1,
+              c->beta2, c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
   }
 }
 
@@ -54,11 +53,10 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   mc.n_layers = layers;
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
   if (op->set_recipe) {  // the recipe's BF16 block overrides count from this depth's ends; set before
-    Recipe r;             // the model, whose activation layout depends on it (model/llama.h)
+    Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
     char err[256];
     RecipeSpec spec = config_recipe_spec(cfg);
-    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err))
-      die("%s", err);
+    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
     op->set_recipe(op->ctx, &r, layers, cfg->seed);
   }
   Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
@@ -73,7 +71,8 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
   for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
 
-  Timing tm = {.layers = layers, .act_gb = llama_activation_bytes(m) / 1e9,
+  Timing tm = {.layers = layers,
+               .act_gb = llama_activation_bytes(m) / 1e9,
                .act_plain_gb = llama_activation_bytes_plain(m) / 1e9};
   int64_t t = 0;
   for (int w = 0; w < 2; w++) {  // warm-up: GEMM autotuning, cuDNN graph builds, allocations
@@ -132,8 +131,10 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len;
   const double tokens = (double)B * T, flops = llama_flops_per_token(&cfg->model, T);
   const int accum = cfg->global_batch / cfg->micro_batch;
-  printf("bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps each\n",
-         op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
+  printf(
+      "bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps "
+      "each\n",
+      op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
   if (op->library_report) op->library_report(op->ctx, stdout);
   fflush(stdout);
   Timing a = time_depth(cfg, op, la, steps, 0);
@@ -146,21 +147,25 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   double tps = tokens / t_full, tps_amort = tokens / t_amort;
   double mem_layer = (b.mem_gb - a.mem_gb) / (lb - la);
   printf("\n| depth | step ms | fwd+bwd ms | optimizer ms | peak mem GB | loss |\n|---|---|---|---|---|---|\n");
-  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", la, a.step_s * 1e3, a.fwdbwd_s * 1e3, a.opt_s * 1e3, a.mem_gb, a.loss);
-  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb, b.loss);
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", la, a.step_s * 1e3, a.fwdbwd_s * 1e3, a.opt_s * 1e3, a.mem_gb,
+         a.loss);
+  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb,
+         b.loss);
   printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
          pl_fb * 1e3, pl_opt * 1e3, mem_layer);
   double act_layer = (b.act_gb - a.act_gb) / (lb - la), plain_layer = (b.act_plain_gb - a.act_plain_gb) / (lb - la);
   printf("activations per layer (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", cfg->recompute,
          act_layer * 1e3, a.act_gb * 1e3, la);
-  printf("activation memory per token per layer: %.1f KB with recipe %s, %.1f KB with every input kept in BF16 "
-         "(%.1f%%)\n", act_layer * 1e9 / tokens / 1e3, cfg->recipe, plain_layer * 1e9 / tokens / 1e3,
-         plain_layer > 0 ? 100.0 * act_layer / plain_layer : 0.0);
+  printf(
+      "activation memory per token per layer: %.1f KB with recipe %s, %.1f KB with every input kept in BF16 "
+      "(%.1f%%)\n",
+      act_layer * 1e9 / tokens / 1e3, cfg->recipe, plain_layer * 1e9 / tokens / 1e3,
+      plain_layer > 0 ? 100.0 * act_layer / plain_layer : 0.0);
   printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
          a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
   printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,
          100 * tps * flops / PEAK_BF16_FLOPS);
-  printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum, tps_amort,
-         100 * tps_amort * flops / PEAK_BF16_FLOPS);
+  printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum,
+         tps_amort, 100 * tps_amort * flops / PEAK_BF16_FLOPS);
   return 0;
 }

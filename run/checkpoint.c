@@ -40,13 +40,12 @@ typedef struct {
   char name[CKPT_NAME_MAX + 1];  // NUL-padded
   uint64_t offset;               // from the start of the file, a multiple of CKPT_ALIGN
   uint64_t bytes;
-  uint64_t checksum;             // see section checksums below
-  uint64_t reserved;             // zero
+  uint64_t checksum;  // see section checksums below
+  uint64_t reserved;  // zero
 } CkptEntry;
 
 _Static_assert(sizeof(CkptHeader) == 64, "the header is 64 bytes");
 _Static_assert(sizeof(CkptEntry) == 96, "a section table entry is 96 bytes");
-
 
 static char *path_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
@@ -147,19 +146,19 @@ static int read_header(CkptFile *f, const char *path, uint64_t size, char *err, 
   CkptHeader *h = &f->h;
   if (size < sizeof *h)
     return set_err(err, errlen, "'%s' is not a checkpoint: %llu bytes is less than the 64-byte header", path,
-                (unsigned long long)size);
+                   (unsigned long long)size);
   if (read_at(f->fd, h, sizeof *h, 0))
     return set_err(err, errlen, "cannot read the header of checkpoint '%s': %s", path, io_error(errno));
   if (memcmp(h->magic, CKPT_MAGIC, 8)) return set_err(err, errlen, "'%s' is not a checkpoint (bad magic)", path);
   if (h->version != CKPT_VERSION)
     return set_err(err, errlen, "checkpoint '%s' has format version %u; this build reads version %u", path, h->version,
-                CKPT_VERSION);
+                   CKPT_VERSION);
   if (h->n_sections > CKPT_MAX_SECTIONS)
     return set_err(err, errlen, "checkpoint '%s' has a corrupt header (%u sections)", path, h->n_sections);
   uint64_t head = sizeof *h + (uint64_t)h->n_sections * sizeof(CkptEntry);
   if (size < head)
     return set_err(err, errlen, "checkpoint '%s' is truncated: %llu bytes, less than its header and table (%llu)", path,
-                (unsigned long long)size, (unsigned long long)head);
+                   (unsigned long long)size, (unsigned long long)head);
   // The header checksum covers the header (with the checksum field zeroed) and the whole table.
   unsigned char *buf = xmalloc(head);
   if (read_at(f->fd, buf, head, 0)) {
@@ -173,11 +172,12 @@ static int read_header(CkptFile *f, const char *path, uint64_t size, char *err, 
   memcpy(f->e, buf + sizeof *h, (size_t)h->n_sections * sizeof(CkptEntry));
   free(buf);
   if (sum != h->checksum)
-    return set_err(err, errlen, "checkpoint '%s' has a header checksum mismatch (corrupt header or section table)", path);
+    return set_err(err, errlen, "checkpoint '%s' has a header checksum mismatch (corrupt header or section table)",
+                   path);
   if (size != h->file_bytes)
     return set_err(err, errlen, "checkpoint '%s' is %s: %llu bytes on disk, its header says %llu", path,
-                size < h->file_bytes ? "truncated" : "too long", (unsigned long long)size,
-                (unsigned long long)h->file_bytes);
+                   size < h->file_bytes ? "truncated" : "too long", (unsigned long long)size,
+                   (unsigned long long)h->file_bytes);
   // A valid checksum makes the checks below redundant for files this code wrote; they keep a
   // hand-made or buggy file from sending reads out of bounds.
   uint64_t c = h->chunk_bytes;
@@ -220,7 +220,7 @@ static int missing_section(const CkptFile *f, const char *path, const char *name
     used += (size_t)k;
   }
   return set_err(err, errlen, "checkpoint '%s' has no section '%s' (it has: %s)", path, name,
-              f->h.n_sections ? have : "none");
+                 f->h.n_sections ? have : "none");
 }
 
 // Reads one section's data into dst and checks its checksum.
@@ -274,7 +274,7 @@ int ckpt_load(const char *path, CkptSection *secs, int n, int64_t *step, char *e
     if (!e) rc = missing_section(&f, path, secs[i].name, err, errlen);
     else if (e->bytes != secs[i].bytes)
       rc = set_err(err, errlen, "checkpoint '%s': section '%s': checkpoint has %llu bytes, this run expects %zu", path,
-                secs[i].name, (unsigned long long)e->bytes, secs[i].bytes);
+                   secs[i].name, (unsigned long long)e->bytes, secs[i].bytes);
   }
   for (int i = 0; i < n && !rc; i++) rc = read_entry(&f, path, find_entry(&f, secs[i].name), secs[i].data, err, errlen);
   if (!rc && step) *step = f.h.step;
@@ -488,7 +488,7 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
     const char *name = secs[i].name;
     if (!name || !name[0] || strlen(name) > CKPT_NAME_MAX)
       return set_err(err, errlen, "checkpoint section %d: name '%s' must be 1 to %d bytes", i, name ? name : "(null)",
-                  CKPT_NAME_MAX);
+                     CKPT_NAME_MAX);
     if (!secs[i].data && secs[i].bytes)
       return set_err(err, errlen, "checkpoint section '%s' has %zu bytes but no data", name, secs[i].bytes);
     for (int j = 0; j < i; j++)
@@ -532,7 +532,8 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
     unlink(tmp);
   }
   if (!rc && sync_dir(dir))
-    rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final, strerror(errno));
+    rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final,
+                 strerror(errno));
   if (!rc) prune(dir, step, keep);
   free(tmp);
   free(final);
@@ -550,12 +551,12 @@ int ckpt_probe_dir(const char *dir, char *err, size_t errlen) {
   int rc = 0, fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     rc = set_err(err, errlen, "checkpoint directory '%s' is not writable: cannot create '%s': %s", dir, probe,
-              strerror(errno));
+                 strerror(errno));
   } else {
     static const char bytes[CKPT_ALIGN];
     if (write_all(fd, bytes, sizeof bytes) || fsync(fd))
       rc = set_err(err, errlen, "checkpoint directory '%s' is not writable: cannot write '%s': %s", dir, probe,
-                strerror(errno));
+                   strerror(errno));
     close(fd);
     unlink(probe);
   }

@@ -26,7 +26,7 @@ static const char *const TYPE_NAMES[] = {"int", "uint64", "float", "bool", "stri
 enum { OPEN_LO = 1, OPEN_HI = 2 };  // range flags: the bound itself is excluded
 
 typedef struct {
-  const char *name;     // "section.key", or "key" at the top level
+  const char *name;  // "section.key", or "key" at the top level
   KeyType type;
   size_t offset, size;  // the field in TrainConfig
   const char *def;      // default, parsed like any other value; NULL: filled by model.preset
@@ -39,11 +39,16 @@ typedef struct {
 #define FIELD(f) offsetof(TrainConfig, f), sizeof(((TrainConfig *)0)->f)
 #define BIG INT_MAX
 #define INF INFINITY
-#define KINT(name, f, def, lo, hi, help) {name, K_INT, FIELD(f), def, lo, hi, 0, NULL, help}
-#define KFLOAT(name, f, def, lo, hi, flags, help) {name, K_FLOAT, FIELD(f), def, lo, hi, flags, NULL, help}
-#define KBOOL(name, f, def, help) {name, K_BOOL, FIELD(f), def, 0, 1, 0, NULL, help}
-#define KSTR(name, f, def, help) {name, K_STRING, FIELD(f), def, 0, 0, 0, NULL, help}
-#define KENUM(name, f, def, choices, help) {name, K_ENUM, FIELD(f), def, 0, 0, 0, choices, help}
+#define KINT(name, f, def, lo, hi, help) \
+  { name, K_INT, FIELD(f), def, lo, hi, 0, NULL, help }
+#define KFLOAT(name, f, def, lo, hi, flags, help) \
+  { name, K_FLOAT, FIELD(f), def, lo, hi, flags, NULL, help }
+#define KBOOL(name, f, def, help) \
+  { name, K_BOOL, FIELD(f), def, 0, 1, 0, NULL, help }
+#define KSTR(name, f, def, help) \
+  { name, K_STRING, FIELD(f), def, 0, 0, 0, NULL, help }
+#define KENUM(name, f, def, choices, help) \
+  { name, K_ENUM, FIELD(f), def, 0, 0, 0, choices, help }
 
 // Order matters twice: YAML output follows it, and model.preset precedes the keys it fills.
 static const Key KEYS[] = {
@@ -92,8 +97,7 @@ static const Key KEYS[] = {
     KSTR("data.val", val_data, "", "validation shards, same form; empty: no validation"),
     KSTR("data.tokenizer", tokenizer_path, "", "tiktoken-format tokenizer.model (needed by eval.tasks)"),
 
-    KENUM("precision.recipe", recipe, "bf16", RECIPE_FORMATS,
-          "linear-layer recipe (the CPU backend computes in fp32)"),
+    KENUM("precision.recipe", recipe, "bf16", RECIPE_FORMATS, "linear-layer recipe (the CPU backend computes in fp32)"),
     KENUM("precision.sr", sr, "auto", RECIPE_SR,
           "stochastic rounding of dY: for Dgrad only (mxfp4 default), or Dgrad and Wgrad (nvfp4 default)"),
     KENUM("precision.hadamard", hadamard, "auto", RECIPE_HADAMARD,
@@ -116,7 +120,8 @@ static const Key KEYS[] = {
     KBOOL("checkpoint.resume", resume, "false", "resume from the latest checkpoint in checkpoint.dir, if any"),
     KSTR("checkpoint.init_from", init_from, "",
          "start from the \"params\" of this file instead of the random init: a model imported by "
-         "scripts/hf/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes precedence"),
+         "scripts/hf/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes "
+         "precedence"),
 
     KINT("logging.interval", log_interval, "1", 1, BIG, "steps between log lines"),
     KSTR("logging.file", log_file, "", "JSONL metrics file; empty: none"),
@@ -280,8 +285,8 @@ static void range_text(const Key *k, char *buf, size_t n) {
     if (no_lo && no_hi) return;
     if (no_hi) snprintf(buf, n, "%s %g", gt, k->lo);
     else if (no_lo) snprintf(buf, n, "%s %g", lt, k->hi);
-    else snprintf(buf, n, "%c%g, %g%c", (k->flags & OPEN_LO) ? '(' : '[', k->lo, k->hi,
-                  (k->flags & OPEN_HI) ? ')' : ']');
+    else
+      snprintf(buf, n, "%c%g, %g%c", (k->flags & OPEN_LO) ? '(' : '[', k->lo, k->hi, (k->flags & OPEN_HI) ? ')' : ']');
   }
 }
 
@@ -335,64 +340,64 @@ static int set_value(TrainConfig *c, const Key *k, const char *text, char *msg, 
   snprintf(shown, sizeof shown, strlen(text) > 60 ? "'%.60s...'" : "'%s'", text);
   void *p = field(c, k);
   switch (k->type) {
-  case K_INT: {
-    if (!is_integer_text(text, 1)) return snprintf(msg, n, "expected an integer, got %s", shown), -1;
-    errno = 0;
-    long long v = strtoll(text, NULL, 10);
-    if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
-      return snprintf(msg, n, "%s does not fit in a 32-bit integer", shown), -1;
-    if (!in_range(k, (double)v)) return out_of_range(k, text, msg, n);
-    *(int *)p = (int)v;
-    return 0;
-  }
-  case K_U64: {
-    if (!is_integer_text(text, 0)) return snprintf(msg, n, "expected a non-negative integer, got %s", shown), -1;
-    errno = 0;
-    unsigned long long v = strtoull(text, NULL, 10);
-    if (errno == ERANGE) return snprintf(msg, n, "%s does not fit in 64 bits", shown), -1;
-    *(uint64_t *)p = (uint64_t)v;
-    return 0;
-  }
-  case K_FLOAT: {
-    if (!is_float_text(text)) return snprintf(msg, n, "expected a number, got %s", shown), -1;
-    char *end;
-    errno = 0;
-    float v = strtof(text, &end);
-    if (*end) return snprintf(msg, n, "expected a number, got %s", shown), -1;
-    if (errno == ERANGE || !isfinite(v)) return snprintf(msg, n, "%s is out of range for a 32-bit float", shown), -1;
-    if (!in_range(k, v)) return out_of_range(k, text, msg, n);
-    *(float *)p = v;
-    return 0;
-  }
-  case K_BOOL: {
-    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
-    for (int i = 0; i < 3; i++) {
-      if (!strcasecmp(text, yes[i])) return *(int *)p = 1, 0;
-      if (!strcasecmp(text, no[i])) return *(int *)p = 0, 0;
+    case K_INT: {
+      if (!is_integer_text(text, 1)) return snprintf(msg, n, "expected an integer, got %s", shown), -1;
+      errno = 0;
+      long long v = strtoll(text, NULL, 10);
+      if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
+        return snprintf(msg, n, "%s does not fit in a 32-bit integer", shown), -1;
+      if (!in_range(k, (double)v)) return out_of_range(k, text, msg, n);
+      *(int *)p = (int)v;
+      return 0;
     }
-    return snprintf(msg, n, "expected true or false (or yes/no, on/off), got %s", shown), -1;
-  }
-  case K_STRING:
-  case K_ENUM:
-  case K_PRESET: {
-    if (strlen(text) >= k->size)
-      return snprintf(msg, n, "value is %zu characters long, the limit is %zu", strlen(text), k->size - 1), -1;
-    if (k->type == K_ENUM && !match_choice(k->choices, text)) {
-      char r[128];
-      range_text(k, r, sizeof r);
-      for (char *s = r; *s; s++)
-        if (*s == '|') *s = '/';
-      return snprintf(msg, n, "invalid value %s (allowed: %s)", shown, r), -1;
+    case K_U64: {
+      if (!is_integer_text(text, 0)) return snprintf(msg, n, "expected a non-negative integer, got %s", shown), -1;
+      errno = 0;
+      unsigned long long v = strtoull(text, NULL, 10);
+      if (errno == ERANGE) return snprintf(msg, n, "%s does not fit in 64 bits", shown), -1;
+      *(uint64_t *)p = (uint64_t)v;
+      return 0;
     }
-    if (k->type == K_PRESET) {
-      LlamaConfig m;
-      if (llama_preset(text, &m))
-        return snprintf(msg, n, "unknown preset %s (allowed: %s)", shown, llama_preset_names()), -1;
-      c->model = m;
+    case K_FLOAT: {
+      if (!is_float_text(text)) return snprintf(msg, n, "expected a number, got %s", shown), -1;
+      char *end;
+      errno = 0;
+      float v = strtof(text, &end);
+      if (*end) return snprintf(msg, n, "expected a number, got %s", shown), -1;
+      if (errno == ERANGE || !isfinite(v)) return snprintf(msg, n, "%s is out of range for a 32-bit float", shown), -1;
+      if (!in_range(k, v)) return out_of_range(k, text, msg, n);
+      *(float *)p = v;
+      return 0;
     }
-    set_string(p, k->size, text);
-    return 0;
-  }
+    case K_BOOL: {
+      static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+      for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(text, yes[i])) return *(int *)p = 1, 0;
+        if (!strcasecmp(text, no[i])) return *(int *)p = 0, 0;
+      }
+      return snprintf(msg, n, "expected true or false (or yes/no, on/off), got %s", shown), -1;
+    }
+    case K_STRING:
+    case K_ENUM:
+    case K_PRESET: {
+      if (strlen(text) >= k->size)
+        return snprintf(msg, n, "value is %zu characters long, the limit is %zu", strlen(text), k->size - 1), -1;
+      if (k->type == K_ENUM && !match_choice(k->choices, text)) {
+        char r[128];
+        range_text(k, r, sizeof r);
+        for (char *s = r; *s; s++)
+          if (*s == '|') *s = '/';
+        return snprintf(msg, n, "invalid value %s (allowed: %s)", shown, r), -1;
+      }
+      if (k->type == K_PRESET) {
+        LlamaConfig m;
+        if (llama_preset(text, &m))
+          return snprintf(msg, n, "unknown preset %s (allowed: %s)", shown, llama_preset_names()), -1;
+        c->model = m;
+      }
+      set_string(p, k->size, text);
+      return 0;
+    }
   }
   return -1;
 }
@@ -413,33 +418,43 @@ static void format_float(float v, char *buf, size_t n) {
 static void format_value(const TrainConfig *c, const Key *k, int quote, char *buf, size_t n) {
   const void *p = cfield(c, k);
   switch (k->type) {
-  case K_INT: snprintf(buf, n, "%d", *(const int *)p); break;
-  case K_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
-  case K_FLOAT: format_float(*(const float *)p, buf, n); break;
-  case K_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
-  case K_ENUM:
-  case K_PRESET: snprintf(buf, n, "%.*s", (int)k->size, (const char *)p); break;
-  case K_STRING: {
-    const unsigned char *s = p;
-    size_t o = 0, len = strnlen(p, k->size);
-    if (!quote) {
-      snprintf(buf, n, "%.*s", (int)len, (const char *)s);
+    case K_INT:
+      snprintf(buf, n, "%d", *(const int *)p);
+      break;
+    case K_U64:
+      snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p);
+      break;
+    case K_FLOAT:
+      format_float(*(const float *)p, buf, n);
+      break;
+    case K_BOOL:
+      snprintf(buf, n, "%s", *(const int *)p ? "true" : "false");
+      break;
+    case K_ENUM:
+    case K_PRESET:
+      snprintf(buf, n, "%.*s", (int)k->size, (const char *)p);
+      break;
+    case K_STRING: {
+      const unsigned char *s = p;
+      size_t o = 0, len = strnlen(p, k->size);
+      if (!quote) {
+        snprintf(buf, n, "%.*s", (int)len, (const char *)s);
+        break;
+      }
+      buf[o++] = '"';
+      for (size_t i = 0; i < len && o + 6 < n; i++) {  // escapes YAML's double-quoted style reads back
+        if (s[i] == '"' || s[i] == '\\') buf[o++] = '\\', buf[o++] = (char)s[i];
+        // YAML's Unicode line breaks (U+0085, U+2028, U+2029) would be folded on reading: escape them
+        else if (s[i] == 0xc2 && i + 1 < len && s[i + 1] == 0x85) buf[o++] = '\\', buf[o++] = 'N', i++;
+        else if (s[i] == 0xe2 && i + 2 < len && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
+          buf[o++] = '\\', buf[o++] = s[i + 2] == 0xa8 ? 'L' : 'P', i += 2;
+        else if (s[i] < 0x20 || s[i] == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", s[i]);
+        else buf[o++] = (char)s[i];
+      }
+      buf[o++] = '"';
+      buf[o] = 0;
       break;
     }
-    buf[o++] = '"';
-    for (size_t i = 0; i < len && o + 6 < n; i++) {  // escapes YAML's double-quoted style reads back
-      if (s[i] == '"' || s[i] == '\\') buf[o++] = '\\', buf[o++] = (char)s[i];
-      // YAML's Unicode line breaks (U+0085, U+2028, U+2029) would be folded on reading: escape them
-      else if (s[i] == 0xc2 && i + 1 < len && s[i + 1] == 0x85) buf[o++] = '\\', buf[o++] = 'N', i++;
-      else if (s[i] == 0xe2 && i + 2 < len && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
-        buf[o++] = '\\', buf[o++] = s[i + 2] == 0xa8 ? 'L' : 'P', i += 2;
-      else if (s[i] < 0x20 || s[i] == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", s[i]);
-      else buf[o++] = (char)s[i];
-    }
-    buf[o++] = '"';
-    buf[o] = 0;
-    break;
-  }
   }
 }
 #define VALUE_BUF (4 * CFG_PATH + 8)  // the longest string, every byte escaped as \xHH, quoted
@@ -520,7 +535,8 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   if (m->rope_scaling && m->rope_high_freq_factor <= m->rope_low_freq_factor)
     FAIL("model.rope_high_freq_factor", "%g must exceed model.rope_low_freq_factor (%g)", m->rope_high_freq_factor,
          m->rope_low_freq_factor);
-  if (c->seq_len > m->max_seq_len) FAIL("batch.seq_len", "%d exceeds model.max_seq_len (%d)", c->seq_len, m->max_seq_len);
+  if (c->seq_len > m->max_seq_len)
+    FAIL("batch.seq_len", "%d exceeds model.max_seq_len (%d)", c->seq_len, m->max_seq_len);
   if (c->global_batch % ((int64_t)c->micro_batch * c->data_parallel))
     FAIL("batch.global_batch", "%d is not divisible by batch.micro_batch (%d) x parallel.data_parallel (%d)",
          c->global_batch, c->micro_batch, c->data_parallel);
@@ -532,13 +548,17 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   // only a decay that starts inside the run must also end inside it.
   if (!strcmp(c->schedule, "wsd")) {
     if (c->decay_start < c->warmup_steps)
-      FAIL("schedule.decay_start", "%d is inside the warmup (schedule.warmup_steps %d)", c->decay_start, c->warmup_steps);
+      FAIL("schedule.decay_start", "%d is inside the warmup (schedule.warmup_steps %d)", c->decay_start,
+           c->warmup_steps);
     if (c->decay_start < c->total_steps && c->decay_steps < 1)
-      FAIL("schedule.decay_steps", "must be >= 1 when the decay starts inside the run (schedule.decay_start %d < "
-           "schedule.total_steps %d)", c->decay_start, c->total_steps);
+      FAIL("schedule.decay_steps",
+           "must be >= 1 when the decay starts inside the run (schedule.decay_start %d < "
+           "schedule.total_steps %d)",
+           c->decay_start, c->total_steps);
     if (c->decay_start < c->total_steps && (int64_t)c->decay_start + c->decay_steps > c->total_steps)
-      FAIL("schedule.decay_steps", "the decay (schedule.decay_start %d + %d steps) ends after schedule.total_steps (%d)",
-           c->decay_start, c->decay_steps, c->total_steps);
+      FAIL("schedule.decay_steps",
+           "the decay (schedule.decay_start %d + %d steps) ends after schedule.total_steps (%d)", c->decay_start,
+           c->decay_steps, c->total_steps);
   }
   if (!c->train_data[0]) FAIL("data.train", "is empty (use \"synthetic\" or shard paths)");
   if (c->eval_interval > 0 && !c->val_data[0] && !c->eval_tasks[0])
@@ -615,8 +635,7 @@ static void full_name(char *buf, size_t n, const char *section, const char *key)
 static int check_keys(const Loader *L, const yaml_node_t *map, const char *section) {
   for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
     yaml_node_t *kn = yaml_document_get_node(L->doc, p->key);
-    if (kn->type != YAML_SCALAR_NODE)
-      return fail(L, kn, section, "expected a key name, got %s", kind_of(kn));
+    if (kn->type != YAML_SCALAR_NODE) return fail(L, kn, section, "expected a key name, got %s", kind_of(kn));
     for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
       yaml_node_t *qn = yaml_document_get_node(L->doc, q->key);
       if (qn->type == YAML_SCALAR_NODE && !strcmp(scalar(qn), scalar(kn))) {
@@ -669,7 +688,8 @@ static int load_document(Loader *L) {
   yaml_node_t *root = yaml_document_get_root_node(L->doc);
   if (!root || is_null(root)) return 0;  // an empty file sets nothing
   if (root->type != YAML_MAPPING_NODE)
-    return fail(L, root, NULL, "expected a mapping of sections (model:, optim:, ...) at the top level, got %s", kind_of(root));
+    return fail(L, root, NULL, "expected a mapping of sections (model:, optim:, ...) at the top level, got %s",
+                kind_of(root));
   if (check_keys(L, root, NULL)) return -1;
   for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
     yaml_node_t *kn = yaml_document_get_node(L->doc, p->key), *vn = yaml_document_get_node(L->doc, p->value);
@@ -694,7 +714,8 @@ static int load_document(Loader *L) {
 
 static int syntax_error(const yaml_parser_t *p, const char *name, char *err, size_t n) {
   if (p->error == YAML_READER_ERROR)
-    snprintf(err, n, "%s: cannot read YAML: %s at byte %zu", name, p->problem ? p->problem : "error", p->problem_offset);
+    snprintf(err, n, "%s: cannot read YAML: %s at byte %zu", name, p->problem ? p->problem : "error",
+             p->problem_offset);
   else
     snprintf(err, n, "%s:%d: YAML syntax error: %s%s%s", name, (int)p->problem_mark.line + 1,
              p->problem ? p->problem : "error", p->context ? " " : "", p->context ? p->context : "");
@@ -794,8 +815,9 @@ void config_write_yaml(const TrainConfig *c, FILE *f) {
 }
 
 void config_print_reference(FILE *f) {
-  fprintf(f, "Config keys: YAML 'section: {key: value}', or --set section.key=value (applied in order).\n"
-             "model.preset fills every key marked 'preset'; explicit model keys then override it.\n\n");
+  fprintf(f,
+          "Config keys: YAML 'section: {key: value}', or --set section.key=value (applied in order).\n"
+          "model.preset fills every key marked 'preset'; explicit model keys then override it.\n\n");
   fprintf(f, "%-29s %-7s %-11s %-21s %s\n", "key", "type", "default", "range / values", "description");
   for (int i = 0; i < NKEYS; i++) {
     const Key *k = &KEYS[i];
@@ -809,6 +831,6 @@ void config_print_reference(FILE *f) {
 }
 
 RecipeSpec config_recipe_spec(const TrainConfig *c) {
-  return (RecipeSpec){c->recipe, c->sr, c->hadamard, c->weight_2d, c->scale_rounding, c->fp4_gemm, c->wgrad_2d,
-                      c->bf16_first_blocks, c->bf16_last_blocks};
+  return (RecipeSpec){c->recipe,   c->sr,       c->hadamard,          c->weight_2d,       c->scale_rounding,
+                      c->fp4_gemm, c->wgrad_2d, c->bf16_first_blocks, c->bf16_last_blocks};
 }

@@ -51,19 +51,19 @@ typedef struct {
   int bf16_last_blocks;           // the last N blocks stay in BF16 (the paper's NVFP4 variant: 4)
 
   // checkpoint
-  char ckpt_dir[CFG_PATH];  // empty disables checkpointing
-  int ckpt_interval;        // steps between checkpoints (0: only at the end)
-  int ckpt_keep;            // how many to keep
-  int resume;               // 1: resume from the latest checkpoint in ckpt_dir if there is one
-  char init_from[CFG_PATH]; // parameters to start from instead of the random init (scripts/hf/import_hf.py)
+  char ckpt_dir[CFG_PATH];   // empty disables checkpointing
+  int ckpt_interval;         // steps between checkpoints (0: only at the end)
+  int ckpt_keep;             // how many to keep
+  int resume;                // 1: resume from the latest checkpoint in ckpt_dir if there is one
+  char init_from[CFG_PATH];  // parameters to start from instead of the random init (scripts/hf/import_hf.py)
 
   // logging
-  int log_interval;        // steps between log lines
-  char log_file[CFG_PATH]; // JSONL metrics, empty disables
+  int log_interval;         // steps between log lines
+  char log_file[CFG_PATH];  // JSONL metrics, empty disables
 
   // eval
-  int eval_interval;  // steps between validation passes (0 disables)
-  int eval_batches;   // micro-batches per validation pass
+  int eval_interval;              // steps between validation passes (0 disables)
+  int eval_batches;               // micro-batches per validation pass
   char eval_tasks[CFG_PATH];      // "hellaswag:10,arc_challenge:25,winogrande:5" (lm-evaluation-harness scoring)
   char eval_dir[CFG_PATH];        // where the task files are
   int eval_limit;                 // documents per task, 0: all
@@ -77,18 +77,18 @@ typedef struct {
   int spike_window;    // steps in that running mean
 
   // parallel
-  char backend[CFG_NAME];  // "auto", "cpu", "cuda"
-  int threads;             // CPU backend OpenMP threads (0: all)
-  int data_parallel;       // expected world size (1 for single process)
-  int deterministic;       // GPU: same bits in every process (the CPU backend always is)
-  char recompute[CFG_NAME];  // activation recomputation: "none", "ffn", "full" (model/llama.h)
-  char rendezvous[CFG_PATH];  // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (dist/comm.h)
-  float timeout_s;            // a collective or rendezvous waiting longer than this stops the run
-  char grad_reduce[CFG_NAME]; // gradient reduction on the wire: "fp32" or "bf16" (dist/comm.h)
-  int shard_master;           // CUDA, world > 1: fp32 master weights sharded like the AdamW state (dist/zero.h)
-  int overlap_reduce;         // reduce gradients during the last micro-batch's backward (dist/zero.h)
-  float bucket_mb;            // MB of fp32 gradients per overlapped reduction; 0: every range on its own
-  int dgrad_transposed;       // CUDA: keep BF16 W^T copies for a faster dgrad GEMM (model/cuda/ops_cuda.h)
+  char backend[CFG_NAME];      // "auto", "cpu", "cuda"
+  int threads;                 // CPU backend OpenMP threads (0: all)
+  int data_parallel;           // expected world size (1 for single process)
+  int deterministic;           // GPU: same bits in every process (the CPU backend always is)
+  char recompute[CFG_NAME];    // activation recomputation: "none", "ffn", "full" (model/llama.h)
+  char rendezvous[CFG_PATH];   // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (dist/comm.h)
+  float timeout_s;             // a collective or rendezvous waiting longer than this stops the run
+  char grad_reduce[CFG_NAME];  // gradient reduction on the wire: "fp32" or "bf16" (dist/comm.h)
+  int shard_master;            // CUDA, world > 1: fp32 master weights sharded like the AdamW state (dist/zero.h)
+  int overlap_reduce;          // reduce gradients during the last micro-batch's backward (dist/zero.h)
+  float bucket_mb;             // MB of fp32 gradients per overlapped reduction; 0: every range on its own
+  int dgrad_transposed;        // CUDA: keep BF16 W^T copies for a faster dgrad GEMM (model/cuda/ops_cuda.h)
 } TrainConfig;
 
 // Fills *c with the defaults of every key (model keys from the "tiny" preset); clears the key lines.

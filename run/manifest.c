@@ -165,14 +165,15 @@ void manifest_free(Manifest *m) {
 }
 
 int manifest_load_moments(const ShardFile *src, int nsrc, size_t lo, size_t hi, float *m_out, float *v_out, char *err,
-                      size_t errlen) {
+                          size_t errlen) {
   static const char *names[2] = {"adam_m", "adam_v"};
   float *out[2] = {m_out, v_out};
   for (int i = 0; i < nsrc; i++) {
     size_t a = src[i].lo > lo ? src[i].lo : lo, b = src[i].hi < hi ? src[i].hi : hi;
-    if (a >= b) continue;  // this file holds none of our range
+    if (a >= b) continue;                      // this file holds none of our range
     if (src[i].lo == lo && src[i].hi == hi) {  // same world size: straight into place
-      CkptSection secs[2] = {{"adam_m", m_out, (hi - lo) * sizeof(float)}, {"adam_v", v_out, (hi - lo) * sizeof(float)}};
+      CkptSection secs[2] = {{"adam_m", m_out, (hi - lo) * sizeof(float)},
+                             {"adam_v", v_out, (hi - lo) * sizeof(float)}};
       if (ckpt_load(src[i].path, secs, 2, NULL, err, errlen)) return -1;
       continue;
     }

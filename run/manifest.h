@@ -42,7 +42,7 @@ void manifest_free(Manifest *m);
 // the sections "adam_m" and "adam_v" of src[0..nsrc), whose ranges must tile [0, n). A file whose
 // range is exactly [lo, hi) is read in place; others through a temporary copy of their section.
 int manifest_load_moments(const ShardFile *src, int nsrc, size_t lo, size_t hi, float *m_out, float *v_out, char *err,
-                      size_t errlen);
+                          size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,6 @@
 
 #include "common/common.h"
 
-
 int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen) {
   enum { IGNORE = -1 };  // positions that score nothing
   const int V = llama_config(m)->vocab_size;
@@ -104,8 +103,8 @@ void mc_task_free(McTask *t) {
   free(t);
 }
 
-int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot,
-              int limit, uint64_t seed, EvalResult *out, char *err, size_t errlen) {
+int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit,
+              uint64_t seed, EvalResult *out, char *err, size_t errlen) {
   int bos = llama_config(m)->vocab_size > (int)tokenizer_bos(tok) ? (int)tokenizer_bos(tok) : -1;
   McTask *t = mc_task_open(tok, task, path, k_shot, limit, seed, bos, err, errlen);
   if (!t) return -1;

@@ -19,11 +19,11 @@ extern "C" {
 #endif
 
 typedef struct {
-  char name[32];   // task name
-  int n;           // documents scored
+  char name[32];  // task name
+  int n;          // documents scored
   double acc;
   double acc_norm;
-  int has_norm;    // 0 for WinoGrande, whose harness task reports acc only
+  int has_norm;  // 0 for WinoGrande, whose harness task reports acc only
 } EvalResult;
 
 // The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
@@ -51,8 +51,8 @@ int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, s
 void mc_task_free(McTask *t);
 
 // One-shot convenience: open, run, free. BOS is prepended when the model's vocabulary has it.
-int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot,
-              int limit, uint64_t seed, EvalResult *out, char *err, size_t errlen);
+int eval_task(Llama *m, int B, int T, const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit,
+              uint64_t seed, EvalResult *out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

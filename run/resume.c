@@ -16,19 +16,27 @@
 // names the file's side in the message ("checkpoint has ..."). max_seq_len only sizes the RoPE
 // tables, and the scaling details only matter when scaling is on, so neither is compared.
 static int model_mismatch(const LlamaConfig *a, const LlamaConfig *b, const char *what, char *msg, size_t len) {
-#define CMP(field, key, fmt)                                                                        \
-  if (a->field != b->field) {                                                                       \
-    snprintf(msg, len, key ": %s has " fmt ", this run has " fmt, what, a->field, b->field);        \
-    return 1;                                                                                       \
-  }
-  CMP(vocab_size, "model.vocab_size", "%d") CMP(dim, "model.dim", "%d") CMP(n_layers, "model.n_layers", "%d")
-  CMP(n_heads, "model.n_heads", "%d") CMP(n_kv_heads, "model.n_kv_heads", "%d") CMP(ffn_dim, "model.ffn_dim", "%d")
-  CMP(norm_eps, "model.norm_eps", "%g") CMP(rope_theta, "model.rope_theta", "%g")
-  CMP(rope_scaling, "model.rope_scaling", "%d")
+#define CMP(field, key, fmt)                                                                   \
+  do {                                                                                         \
+    if (a->field != b->field) {                                                                \
+      snprintf(msg, len, key ": %s has " fmt ", this run has " fmt, what, a->field, b->field); \
+      return 1;                                                                                \
+    }                                                                                          \
+  } while (0)
+  CMP(vocab_size, "model.vocab_size", "%d");
+  CMP(dim, "model.dim", "%d");
+  CMP(n_layers, "model.n_layers", "%d");
+  CMP(n_heads, "model.n_heads", "%d");
+  CMP(n_kv_heads, "model.n_kv_heads", "%d");
+  CMP(ffn_dim, "model.ffn_dim", "%d");
+  CMP(norm_eps, "model.norm_eps", "%g");
+  CMP(rope_theta, "model.rope_theta", "%g");
+  CMP(rope_scaling, "model.rope_scaling", "%d");
   if (a->rope_scaling) {
-    CMP(rope_factor, "model.rope_factor", "%g") CMP(rope_low_freq_factor, "model.rope_low_freq_factor", "%g")
-    CMP(rope_high_freq_factor, "model.rope_high_freq_factor", "%g")
-    CMP(rope_original_max_pos, "model.rope_original_max_pos", "%d")
+    CMP(rope_factor, "model.rope_factor", "%g");
+    CMP(rope_low_freq_factor, "model.rope_low_freq_factor", "%g");
+    CMP(rope_high_freq_factor, "model.rope_high_freq_factor", "%g");
+    CMP(rope_original_max_pos, "model.rope_original_max_pos", "%d");
   }
 #undef CMP
   return 0;
@@ -37,15 +45,20 @@ static int model_mismatch(const LlamaConfig *a, const LlamaConfig *b, const char
 // Names the first field where a checkpoint's meta differs from this run's, by its config key.
 static int meta_mismatch(const RunMeta *a, const RunMeta *b, char *msg, size_t len) {
 #define CMP(field, key, fmt)                                                                     \
-  if (a->field != b->field) {                                                                    \
-    snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, a->field, b->field); \
-    return 1;                                                                                    \
-  }
-  CMP(version, "run metadata version", "%u")
+  do {                                                                                           \
+    if (a->field != b->field) {                                                                  \
+      snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, a->field, b->field); \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+  CMP(version, "run metadata version", "%u");
   if (model_mismatch(&a->model, &b->model, "checkpoint", msg, len)) return 1;
-  CMP(micro_batch, "batch.micro_batch", "%d") CMP(global_batch, "batch.global_batch", "%d")
-  CMP(seq_len, "batch.seq_len", "%d") CMP(world, "parallel.data_parallel", "%d") CMP(seed, "seed", "%" PRIu64)
-  CMP(n_params, "parameter count", "%" PRIu64)
+  CMP(micro_batch, "batch.micro_batch", "%d");
+  CMP(global_batch, "batch.global_batch", "%d");
+  CMP(seq_len, "batch.seq_len", "%d");
+  CMP(world, "parallel.data_parallel", "%d");
+  CMP(seed, "seed", "%" PRIu64);
+  CMP(n_params, "parameter count", "%" PRIu64);
 #undef CMP
   if (strcmp(a->recipe, b->recipe)) {
     snprintf(msg, len, "precision.recipe: checkpoint has %s, this run has %s", a->recipe, b->recipe);
@@ -64,20 +77,22 @@ static int recipe_mismatch(const RecipeMeta *a, const RecipeMeta *b, char *msg, 
     snprintf(msg, len, "precision.sr: checkpoint has %s, this run has %s", sr[sa & 3], sr[sb & 3]);
     return 1;
   }
-#define CMP(field, key, fmt, A, B)                                                                  \
-  if (a->field != b->field) {                                                                        \
-    snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, A, B);                  \
-    return 1;                                                                                        \
-  }
-  CMP(hadamard, "precision.hadamard", "%s", hadamard_name(a->hadamard), hadamard_name(b->hadamard))
-  CMP(weight_2d, "precision.weight_2d", "%s", a->weight_2d ? "on" : "off", b->weight_2d ? "on" : "off")
-  CMP(scale_round_up, "precision.scale_rounding", "%s", a->scale_round_up ? "up" : "down", b->scale_round_up ? "up" : "down")
-  CMP(bf16_first, "precision.bf16_first_blocks", "%d", a->bf16_first, b->bf16_first)
-  CMP(bf16_last, "precision.bf16_last_blocks", "%d", a->bf16_last, b->bf16_last)
+#define CMP(field, key, fmt, A, B)                                                 \
+  do {                                                                             \
+    if (a->field != b->field) {                                                    \
+      snprintf(msg, len, key ": checkpoint has " fmt ", this run has " fmt, A, B); \
+      return 1;                                                                    \
+    }                                                                              \
+  } while (0)
+  CMP(hadamard, "precision.hadamard", "%s", hadamard_name(a->hadamard), hadamard_name(b->hadamard));
+  CMP(weight_2d, "precision.weight_2d", "%s", a->weight_2d ? "on" : "off", b->weight_2d ? "on" : "off");
+  CMP(scale_round_up, "precision.scale_rounding", "%s", a->scale_round_up ? "up" : "down",
+      b->scale_round_up ? "up" : "down");
+  CMP(bf16_first, "precision.bf16_first_blocks", "%d", a->bf16_first, b->bf16_first);
+  CMP(bf16_last, "precision.bf16_last_blocks", "%d", a->bf16_last, b->bf16_last);
 #undef CMP
   return 0;
 }
-
 
 // The checkpointed state: params (all of them), then AdamW m and v (this rank's shard). state[]
 // is backend memory; host[] is the same memory on the CPU, else room in the staging buffer.
@@ -107,7 +122,8 @@ void save_checkpoint(Run *r) {
   // a collective, so every rank calls it.
   const float *params = zero_full_params(r->zero);
   for (int i = 0; i < 3; i++)
-    if (!on_host(r) && (i || r->rank == 0)) r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
+    if (!on_host(r) && (i || r->rank == 0))
+      r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
   CkptSection secs[6] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
@@ -125,8 +141,7 @@ void save_checkpoint(Run *r) {
   // ranks then stop at their next collective, naming this one.
   if (ckpt_save(dir, r->step, secs, (int)(s - secs), r->cfg.ckpt_keep, err, sizeof err))
     die("checkpoint at step %lld failed: %s; stopping (%s%s)", (long long)r->step, err,
-        r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run",
-        r->last_ckpt);
+        r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run", r->last_ckpt);
   char path[2200];
   snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
   if (sharded) {
@@ -225,7 +240,8 @@ int resume(Run *r) {
   r->step = r->saved_step = step;
   if (pick.kind == 1) snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick.path);
   else snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);
-  if (old.world != r->world) printf("resume: re-sharding the optimizer state from %d to %d ranks\n", old.world, r->world);
+  if (old.world != r->world)
+    printf("resume: re-sharding the optimizer state from %d to %d ranks\n", old.world, r->world);
   printf("resumed from %s at step %lld\n", r->last_ckpt, (long long)step);
   manifest_free(&man);
   return 1;
@@ -247,13 +263,15 @@ void init_from(Run *r) {
   size_t want_bytes = has == 1 ? sizeof(RunMeta) : sizeof(InitMeta);
   uint32_t want_version = has == 1 ? META_VERSION : INIT_META_VERSION;
   if (meta_bytes != want_bytes)
-    die("checkpoint.init_from: '%s': section '%s' has %zu bytes, this build's has %zu", path, name, meta_bytes, want_bytes);
+    die("checkpoint.init_from: '%s': section '%s' has %zu bytes, this build's has %zu", path, name, meta_bytes,
+        want_bytes);
   // Both structs start with the version, then the model config.
   LlamaConfig model = has == 1 ? ((RunMeta *)buf)->model : ((InitMeta *)buf)->model;
   uint32_t version = *(uint32_t *)buf;
   free(buf);
   if (version != want_version)
-    die("checkpoint.init_from: '%s': section '%s' has version %u, this build reads %u", path, name, version, want_version);
+    die("checkpoint.init_from: '%s': section '%s' has version %u, this build reads %u", path, name, version,
+        want_version);
   if (model_mismatch(&model, &r->cfg.model, "the file", why, sizeof why))
     die("checkpoint.init_from: '%s' holds a different model: %s", path, why);
   size_t bytes = llama_param_count(r->model) * sizeof(float);

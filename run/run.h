@@ -44,23 +44,23 @@ typedef struct {
   TrainConfig cfg;
   const Ops *ops;  // the backend instance (model/backend.c): the CPU table or the CUDA one
   Llama *model;
-  Comm *comm;    // the data-parallel job (world 1: no other process, no sockets)
+  Comm *comm;  // the data-parallel job (world 1: no other process, no sockets)
   int rank, world;
-  Zero *zero;    // the optimizer: AdamW moments of this rank's shard (all of them when world is 1)
+  Zero *zero;  // the optimizer: AdamW moments of this rank's shard (all of them when world is 1)
   DataLoader *train, *val;
   int *inputs, *targets;
   float *host_stage;  // device backends: host room for the params and the m, v shards of a checkpoint
-  Tokenizer *tok;           // eval.tasks: the tokenizer and the parsed, tokenized tasks
+  Tokenizer *tok;     // eval.tasks: the tokenizer and the parsed, tokenized tasks
   McTask *tasks[8];
   int n_tasks;
   RunMeta meta;
   RecipeMeta recipe;
-  int64_t step;           // optimizer steps completed
-  int64_t saved_step;     // step of the newest checkpoint of this run (-1: none yet)
-  char last_ckpt[4200];   // its path (a manifest when sharded), for messages when something goes wrong
+  int64_t step;          // optimizer steps completed
+  int64_t saved_step;    // step of the newest checkpoint of this run (-1: none yet)
+  char last_ckpt[4200];  // its path (a manifest when sharded), for messages when something goes wrong
 } Run;
 
-int on_host(const Run *r);       // the backend computes in host memory (no staging needed)
-void save_checkpoint(Run *r);    // this rank's part of a checkpoint at r->step (a manifest when sharded)
-int resume(Run *r);              // loads the newest complete checkpoint; 1 if one was loaded
-void init_from(Run *r);          // checkpoint.init_from: parameters from another file, when not resuming
+int on_host(const Run *r);     // the backend computes in host memory (no staging needed)
+void save_checkpoint(Run *r);  // this rank's part of a checkpoint at r->step (a manifest when sharded)
+int resume(Run *r);            // loads the newest complete checkpoint; 1 if one was loaded
+void init_from(Run *r);        // checkpoint.init_from: parameters from another file, when not resuming

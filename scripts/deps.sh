@@ -5,7 +5,7 @@
 #                   backend cuDNN and its header-only C++ frontend; writes what it found to
 #                   build/deps.mk, which the Makefile includes
 #   deps.sh test    what `make test` needs beyond the build: numpy (tests/system/test_hf_export.sh) and
-#                   clang with libFuzzer (tests/system/test_fuzz.sh)
+#                   clang with libFuzzer (tests/system/test_fuzz.sh), clang-format where it can
 #   deps.sh fetch   for a machine without internet (the GPU machine): unpacks the C libraries into
 #                   .deps/root and the frontend into .deps/cudnn_fe here; carry .deps/ there
 # For each missing piece, in order: on the system already; in .deps/ already; installed with
@@ -155,6 +155,9 @@ deps_test() {
     say "install it with:  sudo apt-get install clang libclang-rt-dev"; ok=0
   fi
   rm -f "$BUILD/.fuzz_probe"
+  # clang-format (tests/system/test_style.sh compares the sources with clang-format 14; without it,
+  # or with another version, only the column limit is checked): installed when it can be, not required.
+  command -v clang-format >/dev/null || apt_install clang-format || true
   [ $ok = 1 ]
 }
 

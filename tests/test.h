@@ -8,28 +8,28 @@
 static int test_passed_, test_failed_;
 
 // CHECK(cond, fmt, ...): one assertion. On failure prints where and why.
-#define CHECK(cond, ...)                                               \
-  do {                                                                 \
-    if (cond) test_passed_++;                                          \
-    else {                                                             \
-      test_failed_++;                                                  \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-      printf(__VA_ARGS__);                                             \
-      printf("\n");                                                    \
-    }                                                                  \
+#define CHECK(cond, ...)                                     \
+  do {                                                       \
+    if (cond) test_passed_++;                                \
+    else {                                                   \
+      test_failed_++;                                        \
+      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                   \
+      printf("\n");                                          \
+    }                                                        \
   } while (0)
 
 // CHECK_NEAR(a, b, tol): |a-b| <= tol (absolute).
-#define CHECK_NEAR(a, b, tol)                                                              \
-  do {                                                                                     \
-    double a_ = (a), b_ = (b);                                                             \
+#define CHECK_NEAR(a, b, tol)                                                                       \
+  do {                                                                                              \
+    double a_ = (a), b_ = (b);                                                                      \
     CHECK(fabs(a_ - b_) <= (tol), "%s = %.9g, %s = %.9g, tol %.3g", #a, a_, #b, b_, (double)(tol)); \
   } while (0)
 
 #define TEST_SECTION(name) printf("-- %s\n", name)
 
-#define TEST_END()                                                  \
-  do {                                                              \
-    printf("%d passed, %d failed\n", test_passed_, test_failed_);  \
-    return test_failed_ ? 1 : 0;                                    \
+#define TEST_END()                                                \
+  do {                                                            \
+    printf("%d passed, %d failed\n", test_passed_, test_failed_); \
+    return test_failed_ ? 1 : 0;                                  \
   } while (0)

@@ -34,8 +34,8 @@ float clip_scale(float norm, float clip) {
   return clip / (norm + 1e-6f);
 }
 
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t) {
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float grad_scale, int64_t t) {
   if (t < 1) die("adamw_update: step t must start at 1, got %lld", (long long)t);
   // The scalars are formed the way torch.optim.AdamW forms them: bias corrections in double
   // (Python floats), then step_size = lr / bc1 and denom = sqrt(v) / sqrt(bc2) + eps.

@@ -54,8 +54,8 @@ static float head_ce_rows(float *dx, float *dw, float *scratch, const float *x, 
   return count ? (float)(total / count) : 0.0f;
 }
 
-float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets,
-                        int N, int D, int V, int chunk, int ignore_index, float dloss) {
+float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets, int N,
+                        int D, int V, int chunk, int ignore_index, float dloss) {
   return head_ce_rows(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss, NULL);
 }
 

@@ -41,8 +41,8 @@ static void cpu_embed_bwd(void *ctx, float *dtable, const void *dout, const int 
 static void cpu_rmsnorm_fwd(void *ctx, void *out, float *rstd, const void *x, const float *w, int N, int D, float eps) {
   rmsnorm_forward(out, rstd, x, w, N, D, eps);
 }
-static void cpu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
-                            int N, int D) {
+static void cpu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                            const float *rstd, int N, int D) {
   clear_if_overwriting(ctx, dw, (size_t)D);
   rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
 }
@@ -50,8 +50,8 @@ static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, con
                            int out_dim) {
   matmul_forward(out, x, w, N, in, out_dim);
 }
-static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
-                           const float *w, int N, int in, int out_dim, int dx_accumulate) {
+static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                           int N, int in, int out_dim, int dx_accumulate) {
   clear_if_overwriting(ctx, dw, (size_t)in * out_dim);
   matmul_backward(dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
@@ -61,27 +61,32 @@ static void cpu_rope_fwd(void *ctx, void *x, const float *cos, const float *sin,
 static void cpu_rope_bwd(void *ctx, void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
   rope_backward(dx, cos, sin, B, T, n_heads, hd);
 }
-static void cpu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
-                              int H, int KV, int hd) {
+static void cpu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                              int T, int H, int KV, int hd) {
   attention_forward(out, lse, q, k, v, B, T, H, KV, hd);
 }
 static void cpu_attention_bwd(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                               const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd) {
   attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, hd);
 }
-static void cpu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up, size_t n) { swiglu_forward(out, gate, up, n); }
-static void cpu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
+static void cpu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up, size_t n) {
+  swiglu_forward(out, gate, up, n);
+}
+static void cpu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
+                           size_t n) {
   swiglu_backward(dgate, dup, dout, gate, up, n);
 }
-static void cpu_residual_fwd(void *ctx, void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
-static float cpu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
-                         int N, int D, int V, int chunk, int ignore_index, float dloss) {
+static void cpu_residual_fwd(void *ctx, void *out, const void *a, const void *b, size_t n) {
+  residual_forward(out, a, b, n);
+}
+static float cpu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w,
+                         const int *targets, int N, int D, int V, int chunk, int ignore_index, float dloss) {
   if (dx) clear_if_overwriting(ctx, dw, (size_t)V * D);  // without dx nothing is written to dw
   return head_crossentropy(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss);
 }
 
-static void cpu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
-                         int V, int chunk, int ignore_index) {
+static void cpu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets,
+                         int N, int D, int V, int chunk, int ignore_index) {
   head_token_nll(nll, scratch, x, w, targets, N, D, V, chunk, ignore_index);
 }
 

@@ -16,8 +16,8 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
   }
 }
 
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
-                      int N, int D) {
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N,
+                      int D) {
   // With xhat = x r and g = dout * w: dx = r (g - xhat mean(g xhat)).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {

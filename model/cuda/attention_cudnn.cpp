@@ -56,8 +56,8 @@ struct AttnCudnn {
 
 static const char *key_str(const AttnKey &k) {
   static char buf[160];
-  snprintf(buf, sizeof buf, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s", k.backward ? "backward" : "forward", k.B,
-           k.T, k.H, k.KV, k.hd, k.backward && k.deterministic ? " deterministic" : "");
+  snprintf(buf, sizeof buf, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s", k.backward ? "backward" : "forward", k.B, k.T,
+           k.H, k.KV, k.hd, k.backward && k.deterministic ? " deterministic" : "");
   return buf;
 }
 
@@ -187,8 +187,7 @@ static CachedGraph *get_graph(AttnCudnn *a, const AttnKey &k) {
 }
 
 static void check_shape(const AttnKey &k) {
-  if (k.B <= 0 || k.T <= 0 || k.H <= 0 || k.KV <= 0 || k.hd <= 0)
-    die("%s: every size must be positive", key_str(k));
+  if (k.B <= 0 || k.T <= 0 || k.H <= 0 || k.KV <= 0 || k.hd <= 0) die("%s: every size must be positive", key_str(k));
   if (k.H % k.KV != 0) die("%s: H=%d query heads is not a multiple of KV=%d kv heads", key_str(k), k.H, k.KV);
   if (k.hd % 8 != 0 || k.hd > 256)
     die("%s: head dim hd=%d must be a multiple of 8 and at most 256 (cuDNN flash attention)", key_str(k), k.hd);
@@ -224,7 +223,10 @@ static void run_call(AttnCudnn *a, const AttnKey &key, const Arg *args, int n) {
 
 extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v,
                                     int B, int T, int H, int KV, int hd) {
-  const Arg args[] = {{UID_Q, q, "q", 16}, {UID_K, k, "k", 16}, {UID_V, v, "v", 16}, {UID_O, out, "out", 16},
+  const Arg args[] = {{UID_Q, q, "q", 16},
+                      {UID_K, k, "k", 16},
+                      {UID_V, v, "v", 16},
+                      {UID_O, out, "out", 16},
                       {UID_STATS, lse, "lse", 4}};
   run_call(a, AttnKey{B, T, H, KV, hd, 0, 0}, args, 5);
 }
@@ -232,9 +234,9 @@ extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const v
 extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
                                     const void *k, const void *v, const void *out, const float *lse, int B, int T,
                                     int H, int KV, int hd) {
-  const Arg args[] = {{UID_Q, q, "q", 16},        {UID_K, k, "k", 16},     {UID_V, v, "v", 16},
-                      {UID_O, out, "out", 16},    {UID_DO, dout, "dout", 16}, {UID_DQ, dq, "dq", 16},
-                      {UID_DK, dk, "dk", 16},     {UID_DV, dv, "dv", 16},  {UID_STATS, lse, "lse", 4}};
+  const Arg args[] = {{UID_Q, q, "q", 16},     {UID_K, k, "k", 16},        {UID_V, v, "v", 16},
+                      {UID_O, out, "out", 16}, {UID_DO, dout, "dout", 16}, {UID_DQ, dq, "dq", 16},
+                      {UID_DK, dk, "dk", 16},  {UID_DV, dv, "dv", 16},     {UID_STATS, lse, "lse", 4}};
   run_call(a, AttnKey{B, T, H, KV, hd, 1, a->deterministic_bwd}, args, 9);
 }
 

@@ -30,12 +30,12 @@ AttnCudnn *attention_cudnn_create(void);
 void attention_cudnn_destroy(AttnCudnn *a);
 
 // out and lse are overwritten.
-void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
-                         int KV, int hd);
+void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+                         int H, int KV, int hd);
 
 // dq, dk, dv are overwritten (not accumulated). out and lse are the forward's outputs.
-void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
-                         const void *out, const float *lse, int B, int T, int H, int KV, int hd);
+void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                         const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd);
 
 // Deterministic backward (bit-identical dq/dk/dv from run to run). Off by default: the fast
 // backward sums dq partials with atomics in an unspecified order. On Hopper, cuDNN's deterministic
@@ -49,7 +49,6 @@ size_t attention_cudnn_version(void);
 
 // Bytes of the shared device workspace currently held (the largest any cached graph needed so far).
 size_t attention_cudnn_workspace_bytes(const AttnCudnn *a);
-
 
 #ifdef __cplusplus
 }

@@ -43,9 +43,9 @@ __device__ __forceinline__ void warp_max_sum(float &m, float &s) {
 }
 
 // Row r of the chunk: loss and, when dlogits is not NULL, d(loss)/d(logits) scaled by g.
-__global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(const float *logits, bf16 *dlogits, float *row_loss,
-                                                                  const int *targets, int V, int ignore_index,
-                                                                  float g) {
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_kernel(const float *logits, bf16 *dlogits, float *row_loss, const int *targets, int V,
+                        int ignore_index, float g) {
   __shared__ float sm[32], ss[32];
   const size_t row = blockIdx.x;
   const float *lg = logits + row * V;
@@ -112,8 +112,8 @@ static int chunk_tokens(int N, int V, int forced) {
   return c < N ? c : N;
 }
 
-float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
+float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
+                             int N, int D, int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
                              float *nll_host) {
   if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
     die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
@@ -136,7 +136,8 @@ float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x,
 
   const int C = chunk_tokens(N, V, forced_chunk);
   float *logits = (float *)cuda_scratch(b, &b->head.logits, (size_t)C * V * sizeof(float), "head_ce fp32 logits");
-  bf16 *dlogits = dx ? (bf16 *)cuda_scratch(b, &b->head.dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
+  bf16 *dlogits =
+      dx ? (bf16 *)cuda_scratch(b, &b->head.dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
   float *row_loss = (float *)cuda_scratch(b, &b->head.row_loss, (size_t)N * sizeof(float), "head_ce per-token losses");
   double *total = (double *)cuda_scratch(b, &b->head.total, sizeof(double), "head_ce loss sum");
   cudaStream_t s = cuda_stream();

@@ -44,11 +44,11 @@ static void embedding_forward_any(CudaBackend *b, bf16 *out, const int *tokens, 
     if (tok[n] < 0 || tok[n] >= V) die("embedding: token id %d at position %d is outside [0, %d)", tok[n], n, V);
   const int threads = 256;
   if (D % 8 == 0 && aligned16(out) && aligned16(table)) {
-    embedding_forward_kernel<8, T><<<cuda_grid((size_t)N * D / 8, threads), threads, 0, cuda_stream()>>>(out, tokens,
-                                                                                                         table, N, D);
+    embedding_forward_kernel<8, T>
+        <<<cuda_grid((size_t)N * D / 8, threads), threads, 0, cuda_stream()>>>(out, tokens, table, N, D);
   } else {
-    embedding_forward_kernel<1, T><<<cuda_grid((size_t)N * D, threads), threads, 0, cuda_stream()>>>(out, tokens,
-                                                                                                     table, N, D);
+    embedding_forward_kernel<1, T>
+        <<<cuda_grid((size_t)N * D, threads), threads, 0, cuda_stream()>>>(out, tokens, table, N, D);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -57,8 +57,7 @@ void embedding_forward_cuda(CudaBackend *b, bf16 *out, const int *tokens, const 
   embedding_forward_any(b, out, tokens, table, N, D, V);
 }
 
-void embedding_forward_bf16_cuda(CudaBackend *b, bf16 *out, const int *tokens, const bf16 *table, int N, int D,
-                                 int V) {
+void embedding_forward_bf16_cuda(CudaBackend *b, bf16 *out, const int *tokens, const bf16 *table, int N, int D, int V) {
   embedding_forward_any(b, out, tokens, table, N, D, V);
 }
 
@@ -106,7 +105,7 @@ int embedding_backward_cuda(CudaBackend *b, float *dtable, const bf16 *dout, con
   int *end = (int *)xcalloc((size_t)vmax + 1, sizeof(int));  // per token: count, then its slots' end
   for (int n = 0; n < N; n++) end[tok[n]]++;
   for (int t = 1; t <= vmax; t++) end[t] += end[t - 1];
-  int *pos = up, *start = up + N, *token = tok + 0;  // token[] reuses tok[] once it is consumed
+  int *pos = up, *start = up + N, *token = tok + 0;         // token[] reuses tok[] once it is consumed
   for (int n = N - 1; n >= 0; n--) pos[--end[tok[n]]] = n;  // backwards, so end[t] ends at t's start
   int nb = 0;
   for (int t = 0; t <= vmax; t++) {
@@ -125,7 +124,8 @@ int embedding_backward_cuda(CudaBackend *b, float *dtable, const bf16 *dout, con
   const int vec = D % 8 == 0 && aligned16(dtable) && aligned16(dout) ? 8 : 1, cols = D / vec;
   const int threads = cols < 64 ? (cols + 31) / 32 * 32 : 64;
   dim3 grid(nb, (cols + threads - 1) / threads);
-  if (vec == 8) embedding_backward_kernel<8><<<grid, threads, 0, cuda_stream()>>>(dtable, dout, d_token, d_start, d_pos, D);
+  if (vec == 8)
+    embedding_backward_kernel<8><<<grid, threads, 0, cuda_stream()>>>(dtable, dout, d_token, d_start, d_pos, D);
   else embedding_backward_kernel<1><<<grid, threads, 0, cuda_stream()>>>(dtable, dout, d_token, d_start, d_pos, D);
   CUDA_CHECK_LAUNCH();
   return nb;

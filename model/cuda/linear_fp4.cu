@@ -14,7 +14,7 @@
 // ---- recipe state -------------------------------------------------------------------------------
 
 enum { USE_DY_ROW = 0, USE_DY_COL = 1, USE_X_COL = 2 };  // the tensor id's low bits (linear_fp4.h)
-static void forget_x(LinearFp4 *L);                       // below: the remembered quantizations of x are stale
+static void forget_x(LinearFp4 *L);                      // below: the remembered quantizations of x are stale
 static void free_saved(LinearFp4 *L);
 
 LinearFp4 *linear_fp4_create(CudaBackend *b) {
@@ -230,7 +230,8 @@ static const QWeight *weight_of(LinearFp4 *L, LinearId id, const float *w, const
 static void check_shape(const LinearFp4 *L, LinearId id, int N, int in, int out_dim) {
   if (N <= 0 || in <= 0 || out_dim <= 0 || N % 32 || in % 32 || out_dim % 32)
     die("linear_fp4: layer %d %s runs in %s: N=%d tokens, in=%d, out=%d must be positive multiples of 32 (FP4 blocks "
-        "along every GEMM's K)", id.layer, linear_kind_name(id.kind), L->f->name, N, in, out_dim);
+        "along every GEMM's K)",
+        id.layer, linear_kind_name(id.kind), L->f->name, N, in, out_dim);
 }
 
 // ---- one quantization of x for the linears that share it -------------------------------------------
@@ -250,7 +251,8 @@ static int shares_x_with(LinearKind follower, LinearKind prev) {
 // 1 when the scratch of this use still holds x's quantization for this follower; records the call.
 static int reuse_x(LinearFp4 *L, int use, LinearId id, const bf16 *x, int N, int in) {
   XQuant *r = &L->xq[use];
-  int hit = L->share_x && r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
+  int hit =
+      L->share_x && r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
   *r = (XQuant){x, N, in, id.layer, id.kind, 0};
   return hit;
 }
@@ -365,8 +367,8 @@ int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token,
   return 1;
 }
 
-int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up,
-                            int N, int F) {
+int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up, int N,
+                            int F) {
   if (!linear_fp4_fusable(L, leader)) return 0;
   QOp xq;
   SavedX *sv;
@@ -388,7 +390,8 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
   const int fp8 = linear_fp8_path(L);
   QOp xq = linear_scratch_op(L, S_X_ROW, fp8, 0, N, in);
   const XQuant *fq = &L->xq[XQ_ROW];  // a fused producer made x's copies for this very linear
-  const int fused = fq->fused && fq->x == x && fq->N == N && fq->in == in && fq->layer == id.layer && fq->kind == id.kind;
+  const int fused =
+      fq->fused && fq->x == x && fq->N == N && fq->in == in && fq->layer == id.layer && fq->kind == id.kind;
   const int shared = reuse_x(L, XQ_ROW, id, x, N, in) || fused;
   // The group leader keeps x's Wgrad copy for the backward (saved quantized, see SavedX).
   SavedX *sv = L->save_inputs && keeps_x(id.kind) ? saved_slot(L, id, N, in, 1) : NULL;
@@ -452,8 +455,10 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
     } else {
       if (!x)
         die("linear_fp4: layer %d %s: no saved FP4 copy of x from this micro-batch's forward and no BF16 x for "
-            "the Wgrad", id.layer, linear_kind_name(id.kind));
-      xc = linear_scratch_op(L, S_X_COL, fp8, x_col_blk(L), in, N);  // only here: with saved copies it is never allocated
+            "the Wgrad",
+            id.layer, linear_kind_name(id.kind));
+      xc = linear_scratch_op(L, S_X_COL, fp8, x_col_blk(L), in,
+                             N);  // only here: with saved copies it is never allocated
       if (!reuse_x(L, XQ_COL, id, x, N, in)) {
         mk = cuda_prof_begin(L->b);
         f->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), xc, amax_xc);

@@ -116,8 +116,8 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
 // rstd: rmsnorm_forward_cuda's (made first, with out = NULL); w: the norm weight (fp32).
 int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *res, const float *rstd,
                              const float *w, int N, int D);
-int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up,
-                            int N, int F);
+int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up, int N,
+                            int F);
 
 // ---- internal: shared by linear_fp4.cu and the format files ----------------------------------
 
@@ -132,12 +132,12 @@ typedef struct {
 
 // A weight's quantized copies, cached per fp32 master pointer.
 typedef struct {
-  const float *w;     // the key: the fp32 master pointer the graph passes
+  const float *w;  // the key: the fp32 master pointer the graph passes
   int in, out_dim;
-  uint8_t *mem;       // one allocation: W, W^T, and the tensor amax (formats that have one)
-  QOp wq, wtq;        // W [out, in] for Fprop, W^T [in, out] for Dgrad
-  float *amax;        // the tensor amax of W (device; NVFP4)
-  uint64_t version;   // weights version of the quantization (0: never)
+  uint8_t *mem;      // one allocation: W, W^T, and the tensor amax (formats that have one)
+  QOp wq, wtq;       // W [out, in] for Fprop, W^T [in, out] for Dgrad
+  float *amax;       // the tensor amax of W (device; NVFP4)
+  uint64_t version;  // weights version of the quantization (0: never)
 } QWeight;
 
 // The last quantization of an x, per use, for the linears that share it (linear_fp4.cu).
@@ -206,14 +206,13 @@ struct LinearFormat {
   // with stochastic rounding (sr_col) or without; dual makes them (the row copy skipped when row is
   // NULL), returning 0 and doing nothing where has_dual says no.
   int (*has_dual)(const LinearFp4 *L, int sr_col);
-  int (*dual)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr_row, PhiloxStream s_row, const QOp *row,
-              int sr_col, const QOp &col);
+  int (*dual)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr_row, PhiloxStream s_row, const QOp *row, int sr_col,
+              const QOp &col);
   // The dual producer (RNE columns) with RMSNorm / SwiGLU computed inside it (quant_fused.h); NULL
   // where the format has none.
-  void (*dual_rmsnorm)(LinearFp4 *L, const bf16 *x, const float *rstd, const float *w, int rows, int K,
-                       const QOp &row, const QOp &col);
-  void (*dual_swiglu)(LinearFp4 *L, const bf16 *gate, const bf16 *up, int rows, int K, const QOp &row,
-                      const QOp &col);
+  void (*dual_rmsnorm)(LinearFp4 *L, const bf16 *x, const float *rstd, const float *w, int rows, int K, const QOp &row,
+                       const QOp &col);
+  void (*dual_swiglu)(LinearFp4 *L, const bf16 *gate, const bf16 *up, int rows, int K, const QOp &row, const QOp &col);
   // The GEMM's alpha for operands a and b: a host value, or 1 with *alpha_dev set to a device
   // alpha computed from their tensor amaxes.
   float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);

@@ -65,6 +65,6 @@ static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const
 }
 
 const LinearFormat linear_mxfp4 = {
-    FMT_MXFP4, "mxfp4", "mx", 32, /*reads=*/1, /*fp8_embed=*/1, weight, rows, cols, has_dual, dual, dual_rmsnorm,
-    dual_swiglu, alpha,
+    FMT_MXFP4, "mxfp4", "mx",     32,   /*reads=*/1,  /*fp8_embed=*/1, weight,
+    rows,      cols,    has_dual, dual, dual_rmsnorm, dual_swiglu,     alpha,
 };

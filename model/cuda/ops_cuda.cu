@@ -121,10 +121,12 @@ static int params_upload(CudaBackend *b, void *dst, const void *src, size_t byte
     die("cuda backend: upload of %zu bytes at %p: not whole floats of the sharded parameter buffer", bytes, dst);
   const size_t PIECE = (size_t)16 << 20;  // floats: 64 MiB of staging
   size_t off = (size_t)((float *)dst - b->params), n = bytes / sizeof(float);
-  float *stage = (float *)cuda_scratch(b, &b->up_stage, (n < PIECE ? n : PIECE) * sizeof(float), "parameter upload staging");
+  float *stage =
+      (float *)cuda_scratch(b, &b->up_stage, (n < PIECE ? n : PIECE) * sizeof(float), "parameter upload staging");
   for (size_t a = 0; a < n; a += PIECE) {
     size_t k = n - a < PIECE ? n - a : PIECE, lo = off + a, hi = lo + k;
-    CUDA_CHECK(cudaMemcpyAsync(stage, (const float *)src + a, k * sizeof(float), cudaMemcpyHostToDevice, cuda_stream()));
+    CUDA_CHECK(
+        cudaMemcpyAsync(stage, (const float *)src + a, k * sizeof(float), cudaMemcpyHostToDevice, cuda_stream()));
     f32_to_bf16_cuda(b->shadow + lo, stage, k);
     for (int i = 0; i < b->nkeep; i++) {
       size_t x = b->keep_off[i] > lo ? b->keep_off[i] : lo, y = b->keep_off[i] + b->keep_len[i];
@@ -150,11 +152,13 @@ static void params_check_download(CudaBackend *b, const void *src, size_t bytes)
   size_t off = (size_t)((const float *)src - b->params), n = (bytes + sizeof(float) - 1) / sizeof(float);
   if (!kept(b, off, n))
     die("cuda backend: download of parameters [%zu, %zu): this rank holds only its shard of the fp32 parameters "
-        "(parallel.shard_master); gather them first (dist/zero.h zero_full_params)", off, off + n);
+        "(parallel.shard_master); gather them first (dist/zero.h zero_full_params)",
+        off, off + n);
 }
 
 void cuda_head_ce_set_chunk(CudaBackend *b, int tokens) {
-  if (tokens < 0 || tokens % 8) die("cuda_head_ce_set_chunk: %d tokens: must be 0 (automatic) or a positive multiple of 8", tokens);
+  if (tokens < 0 || tokens % 8)
+    die("cuda_head_ce_set_chunk: %d tokens: must be 0 (automatic) or a positive multiple of 8", tokens);
   b->head_chunk = tokens;
 }
 
@@ -175,7 +179,8 @@ static const bf16 *transposed_of(CudaBackend *b, const float *w, int in, int out
     if (b->wt[i].offset == off) e = &b->wt[i];
   if (e && (e->in != in || e->out_dim != out_dim))
     die("cuda backend: %s: the weight at parameter offset %zu is used as [out=%d, in=%d], but was [out=%d, in=%d] "
-        "before (its W^T copy is per weight)", what, off, out_dim, in, e->out_dim, e->in);
+        "before (its W^T copy is per weight)",
+        what, off, out_dim, in, e->out_dim, e->in);
   if (!e) {  // first dgrad of this weight (the first backward): allocate its copy
     b->wt = (WeightT *)grow_array(b->wt, b->nwt, &b->capwt, sizeof *b->wt);
     bf16 *t = (bf16 *)cuda_malloc_tracked(b, (size_t)in * out_dim * sizeof(bf16), "a transposed BF16 weight (W^T)");
@@ -261,7 +266,8 @@ static size_t cu_shard_params(void *ctx, const size_t *off, const size_t *len, i
   b->keep_off = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
   b->keep_len = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
   b->nkeep = 0;
-  size_t *boff = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t)), *blen = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
+  size_t *boff = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t)),
+         *blen = (size_t *)xmalloc((m ? m : 1) * sizeof(size_t));
   for (int i = 0; i < m; i++) {
     size_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
     if (b->nkeep && lo <= b->keep_off[b->nkeep - 1] + b->keep_len[b->nkeep - 1]) {
@@ -335,7 +341,9 @@ static void cu_params_changed(void *ctx) {
   cuda_prof_end(b, mk, "params to bf16", PROF_MEM, 6.0 * moved, 0, NULL);
 }
 
-static void cu_set_step(void *ctx, int64_t step, int micro) { linear_fp4_set_step(((CudaBackend *)ctx)->lin, step, micro); }
+static void cu_set_step(void *ctx, int64_t step, int micro) {
+  linear_fp4_set_step(((CudaBackend *)ctx)->lin, step, micro);
+}
 
 // Ops.set_grad_overwrite: the weight-gradient GEMMs run with beta = 0 (no read of dW, no memset).
 static void cu_set_grad_overwrite(void *ctx, int on) { ((CudaBackend *)ctx)->grad_overwrite = on; }
@@ -355,8 +363,8 @@ static double cu_grad_sumsq(void *ctx, const float *g, size_t n) {
   return s;
 }
 
-static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, float grad_scale, int64_t t) {
+static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
   CudaBackend *b = (CudaBackend *)ctx;
   // Parameters of the bound buffer get their BF16 copy refreshed in the same pass; a buffer
   // outside it (an optimizer test, say) has no copy to refresh.
@@ -393,8 +401,8 @@ static void cu_rmsnorm_fwd(void *ctx, void *out, float *rstd, const void *x, con
   cuda_prof_end(b, mk, "rmsnorm fwd", PROF_MEM, 4.0 * N * D + 4.0 * D + 4.0 * N, 0, NULL);
 }
 
-static void cu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w, const float *rstd,
-                           int N, int D) {
+static void cu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                           const float *rstd, int N, int D) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
   int parts = rmsnorm_backward_cuda(b, mb(dx), dw, cb(dout), cb(x), w, rstd, N, D, b->grad_overwrite);
@@ -418,8 +426,8 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
   cuda_gemm(b, name, out, 0, x, 0, w16, 1, N, out_dim, in, 1.0f, 0.0f);
 }
 
-static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x,
-                          const float *w, int N, int in, int out_dim, int dx_accumulate) {
+static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                          int N, int in, int out_dim, int dx_accumulate) {
   CudaBackend *b = (CudaBackend *)ctx;
   if (linear_fp4_active(b->lin, id)) {
     const bf16 *w16 = shadow_of(b, w, (size_t)in * out_dim, "FP4 matmul_bwd");
@@ -454,7 +462,8 @@ static void cu_rope_fwd(void *ctx, void *x, const float *cos_t, const float *sin
   cuda_prof_end(b, mk, "rope fwd", PROF_MEM, rope_bytes(B, T, n_heads, hd), 0, NULL);
 }
 
-static void cu_rope_bwd(void *ctx, void *dx, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd) {
+static void cu_rope_bwd(void *ctx, void *dx, const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                        int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
   rope_rotate_cuda(mb(dx), cos_t, sin_t, B, T, n_heads, hd, -1);
@@ -466,8 +475,8 @@ static void cu_rope_bwd(void *ctx, void *dx, const float *cos_t, const float *si
 // five (QK^T recomputed, dV, dP, dQ, dK).
 static double attn_flops(int B, int T, int H, int hd, int matmuls) { return matmuls * (double)B * H * T * T * hd; }
 
-static void cu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
-                             int KV, int hd) {
+static void cu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                             int T, int H, int KV, int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
   attention_cudnn_fwd(b->attn, out, lse, q, k, v, B, T, H, KV, hd);
@@ -491,8 +500,8 @@ static void cu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up
   cuda_prof_end(b, mk, "swiglu fwd", PROF_MEM, 6.0 * n, 0, NULL);
 }
 
-static void cu_rmsnorm_fwd_into(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w, int N, int D,
-                                float eps) {
+static void cu_rmsnorm_fwd_into(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w,
+                                int N, int D, float eps) {
   CudaBackend *b = (CudaBackend *)ctx;
   if (linear_fp4_fusable(b->lin, leader)) {
     int mk = cuda_prof_begin(b);
@@ -508,7 +517,8 @@ static void cu_swiglu_fwd_into(void *ctx, LinearId leader, void *out, const void
   cu_swiglu_fwd(ctx, out, gate, up, (size_t)N * F);
 }
 
-static void cu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
+static void cu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
+                          size_t n) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
   swiglu_backward_cuda(mb(dgate), mb(dup), cb(dout), cb(gate), cb(up), n);
@@ -524,16 +534,16 @@ static void cu_residual_fwd(void *ctx, void *out, const void *x, const void *y, 
 
 // The graph's `chunk` and `scratch` suit the CPU (a few MB of fp32 logits); the GPU wants
 // thousands of tokens per GEMM, so crossentropy.cu chunks with its own scratch instead.
-static float cu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
-                        int N, int D, int V, int chunk, int ignore_index, float dloss) {
+static float cu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w,
+                        const int *targets, int N, int D, int V, int chunk, int ignore_index, float dloss) {
   CudaBackend *b = (CudaBackend *)ctx;
   const bf16 *w16 = shadow_of(b, w, (size_t)V * D, "head_ce");
   return head_crossentropy_cuda(b, mb(dx), dw, cb(x), w16, targets, N, D, V, ignore_index, dloss, b->head_chunk,
                                 b->grad_overwrite, NULL);
 }
 
-static void cu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N, int D,
-                        int V, int chunk, int ignore_index) {
+static void cu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N,
+                        int D, int V, int chunk, int ignore_index) {
   CudaBackend *b = (CudaBackend *)ctx;
   const bf16 *w16 = shadow_of(b, w, (size_t)V * D, "head_nll");
   head_crossentropy_cuda(b, NULL, NULL, cb(x), w16, targets, N, D, V, ignore_index, 0.0f, b->head_chunk, 0, nll);
@@ -560,15 +570,21 @@ static void cu_profile_report(void *ctx, FILE *f, int steps) { cuda_profile_repo
 static size_t cu_mem_peak(void *ctx) { return cuda_mem_peak((CudaBackend *)ctx); }
 static void cu_mem_reset_peak(void *ctx) { cuda_mem_reset_peak((CudaBackend *)ctx); }
 static int cu_device_cc(void *ctx) { return cuda_device_cc(); }
-static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) { cuda_upload((CudaBackend *)ctx, dst, src, bytes); }
+static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
+  cuda_upload((CudaBackend *)ctx, dst, src, bytes);
+}
 static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
   cuda_download((CudaBackend *)ctx, dst, src, bytes);
 }
 static void cu_set_input_saving(void *ctx, int on) { linear_fp4_set_save_inputs(((CudaBackend *)ctx)->lin, on); }
-static int cu_linear_saves_input(void *ctx, LinearId id) { return linear_fp4_saves_input(((CudaBackend *)ctx)->lin, id); }
+static int cu_linear_saves_input(void *ctx, LinearId id) {
+  return linear_fp4_saves_input(((CudaBackend *)ctx)->lin, id);
+}
 static size_t cu_fp4_saved_bytes(void *ctx) { return linear_fp4_saved_bytes(((CudaBackend *)ctx)->lin); }
 
-static void cu_library_report(void *ctx, FILE *f) { fprintf(f, "bench: cuDNN %zu loaded at run time\n", attention_cudnn_version()); }
+static void cu_library_report(void *ctx, FILE *f) {
+  fprintf(f, "bench: cuDNN %zu loaded at run time\n", attention_cudnn_version());
+}
 
 // The exactness of the tiled Wgrad operands (precision.wgrad_2d) on this rank.
 static void cu_end_report(void *ctx, int rank) {

@@ -175,10 +175,10 @@ struct CudaBackend {
     int *host;
     size_t host_cap;
     CudaScratch buckets;
-  } embed;                   // embedding.cu
-  CudaScratch rms_partial;   // rmsnorm.cu
-  CudaScratch sumsq;         // adamw.cu's grad_sumsq
-  bf16 *acts_host;           // acts_to_f32's host staging
+  } embed;                  // embedding.cu
+  CudaScratch rms_partial;  // rmsnorm.cu
+  CudaScratch sumsq;        // adamw.cu's grad_sumsq
+  bf16 *acts_host;          // acts_to_f32's host staging
   size_t acts_cap;
 };
 
@@ -232,8 +232,8 @@ void cuda_prof_end(CudaBackend *b, int mark, const char *name, ProfKind kind, do
 void cuda_prof_collect(CudaBackend *b);  // books the finished intervals (sync() calls it)
 
 // gemm_bf16 (common/gemm.h), booked to the profile entry `name`.
-void cuda_gemm(CudaBackend *b, const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B, int b_t, int M,
-               int N, int K, float alpha, float beta);
+void cuda_gemm(CudaBackend *b, const char *name, void *out, int out_fp32, const void *A, int a_t, const void *B,
+               int b_t, int M, int N, int K, float alpha, float beta);
 
 // ---- the kernels' host entry points (typed twins of the CPU references in ops.h) ----
 // model/cuda/embedding.cu. Both read the N token ids back to the host: forward to check them (dies on
@@ -249,8 +249,8 @@ int embedding_backward_cuda(CudaBackend *b, float *dtable, const bf16 *dout, con
 void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w, int N, int D, float eps);
 // Returns the number of per-CTA partial rows of dw (for the profiler's byte count).
 // dw_overwrite: dw = ... instead of dw += ... (Ops.set_grad_overwrite).
-int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                          int N, int D, int dw_overwrite);
+int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w,
+                          const float *rstd, int N, int D, int dw_overwrite);
 
 // model/cuda/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
 void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign);
@@ -262,8 +262,8 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 
 // model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
 // chunking and its memory.
-float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets, int N, int D,
-                             int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
+float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
+                             int N, int D, int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
                              float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
 
 // model/cuda/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
@@ -280,7 +280,7 @@ void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
 // The elementwise outputs of RMSNorm and SwiGLU, shared by their kernels and by the fused FP4 producers
 // (model/cuda/quant_fused.cu), which compute the same BF16 values inside the quantizer: one definition, the
 // same bits either way.
-__device__ __forceinline__ float rmsnorm_value(float x, float r, float w) { return w * (x * r); }  // HF's order
+__device__ __forceinline__ float rmsnorm_value(float x, float r, float w) { return w * (x * r); }      // HF's order
 __device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }  // torch's silu
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -354,7 +354,8 @@ template <int VEC>
 __device__ __forceinline__ void store_vec(float *p, const float *f) {
   if constexpr (VEC % 4 == 0) {
 #pragma unroll
-    for (int k = 0; k < VEC; k += 4) *reinterpret_cast<float4 *>(p + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
+    for (int k = 0; k < VEC; k += 4)
+      *reinterpret_cast<float4 *>(p + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
   } else {
 #pragma unroll
     for (int k = 0; k < VEC; k++) p[k] = f[k];

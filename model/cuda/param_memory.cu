@@ -39,7 +39,8 @@ static void *entry(const char *name) {
   cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn)
     die("param memory: the CUDA driver has no %s (%s): the sharded parameter buffer needs the driver's virtual "
-        "memory API (CUDA 11.2+ drivers)", name, cudaGetErrorString(e));
+        "memory API (CUDA 11.2+ drivers)",
+        name, cudaGetErrorString(e));
   return fn;
 }
 
@@ -55,9 +56,9 @@ static void load_driver(void) {
   drv.gran = (PFN_gran)entry("cuMemGetAllocationGranularity");
 }
 
-#define CU_CHECK(call)                                                                          \
-  do {                                                                                          \
-    CUresult r_ = (call);                                                                       \
+#define CU_CHECK(call)                                                                                \
+  do {                                                                                                \
+    CUresult r_ = (call);                                                                             \
     if (r_ != CUDA_SUCCESS) die("%s:%d: %s failed: CUresult %d", __FILE__, __LINE__, #call, (int)r_); \
   } while (0)
 
@@ -118,8 +119,8 @@ void *param_memory_alloc(ParamMemory *pm, size_t bytes, size_t *mapped_out) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       die("param memory: cuMemCreate of chunk %zu of %zu (%zu MiB each) for the fp32 parameters failed: CUresult %d; "
-          "the device has %.3f GiB free of %.3f GiB", i, m.nchunk, chunk >> 20, (int)r, free_b / 1073741824.0,
-          total_b / 1073741824.0);
+          "the device has %.3f GiB free of %.3f GiB",
+          i, m.nchunk, chunk >> 20, (int)r, free_b / 1073741824.0, total_b / 1073741824.0);
     }
     CU_CHECK(drv.map(m.base + i * chunk, chunk, 0, m.handle[i], 0));
     CU_CHECK(drv.access(m.base + i * chunk, chunk, &acc, 1));

@@ -17,7 +17,7 @@ typedef struct {
   ProfKind kind;
   double ms, bytes, flops;
   long calls;
-  int nshapes, shapes_lost;           // GEMM shapes seen (beyond PROF_MAX_SHAPES: lost, no ceiling)
+  int nshapes, shapes_lost;  // GEMM shapes seen (beyond PROF_MAX_SHAPES: lost, no ceiling)
   GemmShape shape[PROF_MAX_SHAPES];
   double shape_flops[PROF_MAX_SHAPES];
 } ProfEntry;
@@ -139,10 +139,10 @@ void cuda_profile_reset(CudaBackend *b) {
 static double gemm_ceiling(CudaProfiler *p, const GemmShape *s) {
   for (int i = 0; i < p->nceil; i++)
     if (!memcmp(&p->ceil[i].s, s, sizeof *s)) return p->ceil[i].tflops;
-  double t = s->engine == GEMM_ENGINE_BF16 ? gemm_ceiling_tflops(s->out_fp32, s->a_t, s->b_t, s->M, s->N, s->K)
-             : s->engine == GEMM_ENGINE_NONE  ? 0
-                                              : fp4_gemm_fp8_tflops(s->M, s->N, s->K, s->engine == GEMM_ENGINE_FP8_ABLK,
-                                                                    s->engine == GEMM_ENGINE_FP8_BLK, s->out_fp32);
+  double t = s->engine == GEMM_ENGINE_BF16   ? gemm_ceiling_tflops(s->out_fp32, s->a_t, s->b_t, s->M, s->N, s->K)
+             : s->engine == GEMM_ENGINE_NONE ? 0
+                                             : fp4_gemm_fp8_tflops(s->M, s->N, s->K, s->engine == GEMM_ENGINE_FP8_ABLK,
+                                                                   s->engine == GEMM_ENGINE_FP8_BLK, s->out_fp32);
   if (p->nceil < 128) p->ceil[p->nceil++] = Ceiling{*s, t};
   return t;
 }
@@ -196,4 +196,3 @@ void cuda_profile_report(CudaBackend *b, FILE *f, int steps) {
   }
   fprintf(f, "%-22s %10s %10.3f %6.1f%%\n", "total", "", total / steps, 100.0);
 }
-

@@ -27,7 +27,8 @@ struct MxSrcRmsnorm {
       uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        o[i] = pack_bf16x2(rmsnorm_value(bf16_lo(wd[i]), r, wv[2 * i]), rmsnorm_value(bf16_hi(wd[i]), r, wv[2 * i + 1]));
+        o[i] =
+            pack_bf16x2(rmsnorm_value(bf16_lo(wd[i]), r, wv[2 * i]), rmsnorm_value(bf16_hi(wd[i]), r, wv[2 * i + 1]));
       u[c] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
@@ -38,7 +39,8 @@ struct MxSrcSwiglu {
   const bf16 *gate, *up;
   int K;
   __device__ __forceinline__ void load(size_t row, int b, uint4 *u) const {
-    const uint4 *pg = (const uint4 *)(gate + row * K + (size_t)b * 32), *pu = (const uint4 *)(up + row * K + (size_t)b * 32);
+    const uint4 *pg = (const uint4 *)(gate + row * K + (size_t)b * 32),
+                *pu = (const uint4 *)(up + row * K + (size_t)b * 32);
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const uint4 g4 = pg[c], u4 = pu[c];
@@ -57,7 +59,8 @@ static void check_args(const char *who, int rows, int K, const void *const *ptrs
   if (rows <= 0 || K <= 0 || rows % 32 || K % 32)
     die("%s: rows = %d, K = %d: need positive multiples of 32", who, rows, K);
   for (int i = 0; i < n; i++)
-    if (!ptrs[i] || !aligned16(ptrs[i])) die("%s: %s = %p must be a 16-byte aligned device pointer", who, names[i], ptrs[i]);
+    if (!ptrs[i] || !aligned16(ptrs[i]))
+      die("%s: %s = %p must be a 16-byte aligned device pointer", who, names[i], ptrs[i]);
   const MxOut *outs[2] = {&row, &col};
   for (int i = 0; i < 2; i++)
     if (outs[i]->q && (!aligned16(outs[i]->q) || (outs[i]->fp8 ? !outs[i]->scale : !outs[i]->e8m0)))

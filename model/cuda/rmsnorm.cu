@@ -10,7 +10,6 @@
 #include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
-
 // Threads per CTA (a multiple of 32, at most 1024) and vectors per thread (1, 2 or 4) for a row
 // of D = 8 * nv columns, aiming at `per_thread` vectors per thread.
 static void row_shape(int D, int per_thread, const char *who, int *threads, int *maxv) {
@@ -154,10 +153,11 @@ static int backward_parts(int threads, int N) {
 }
 
 template <int MAXV>
-static int backward_launch(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                           int N, int D, int threads, int overwrite) {
+static int backward_launch(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w,
+                           const float *rstd, int N, int D, int threads, int overwrite) {
   const int parts = backward_parts<MAXV>(threads, N);
-  float *partial = (float *)cuda_scratch(b, &b->rms_partial, (size_t)parts * D * sizeof(float), "rmsnorm backward partial sums");
+  float *partial =
+      (float *)cuda_scratch(b, &b->rms_partial, (size_t)parts * D * sizeof(float), "rmsnorm backward partial sums");
   cudaStream_t s = cuda_stream();
   rmsnorm_backward_kernel<MAXV><<<parts, threads, 0, s>>>(dx, partial, dout, x, w, rstd, N, D);
   CUDA_CHECK_LAUNCH();
@@ -166,14 +166,14 @@ static int backward_launch(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout
   return parts;
 }
 
-int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w, const float *rstd,
-                          int N, int D, int dw_overwrite) {
+int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w,
+                          const float *rstd, int N, int D, int dw_overwrite) {
   int threads, maxv;
   row_shape(D, 2, "rmsnorm backward", &threads, &maxv);
   if (N <= 0) die("rmsnorm backward (cuda): N = %d must be positive", N);
   if (!aligned16(dx) || !aligned16(dout) || !aligned16(x) || !aligned16(w))
-    die("rmsnorm backward (cuda): dx %p, dout %p, x %p, w %p must be 16-byte aligned", (void *)dx,
-        (const void *)dout, (const void *)x, (const void *)w);
+    die("rmsnorm backward (cuda): dx %p, dout %p, x %p, w %p must be 16-byte aligned", (void *)dx, (const void *)dout,
+        (const void *)x, (const void *)w);
   if (maxv == 1) return backward_launch<1>(b, dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);
   if (maxv == 2) return backward_launch<2>(b, dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);
   return backward_launch<4>(b, dx, dw, dout, x, w, rstd, N, D, threads, dw_overwrite);

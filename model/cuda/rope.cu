@@ -36,11 +36,14 @@ void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, in
   const int half = hd / 2;
   const int vec = half % 8 == 0 && aligned16(x) && aligned16(cos_t) && aligned16(sin_t) ? 8 : 1;
   const size_t items = (size_t)B * T * n_heads * (half / vec);
-  if (items > 0x7fffffffu) die("rope (cuda): %d x %d tokens x %d heads x %d is too large for 32-bit indexing", B, T, n_heads, hd);
+  if (items > 0x7fffffffu)
+    die("rope (cuda): %d x %d tokens x %d heads x %d is too large for 32-bit indexing", B, T, n_heads, hd);
   const int threads = 256, grid = cuda_grid(items, threads);
   if (vec == 8)
-    rope_kernel<8><<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
+    rope_kernel<8>
+        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
   else
-    rope_kernel<1><<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
+    rope_kernel<1>
+        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
   CUDA_CHECK_LAUNCH();
 }

@@ -25,11 +25,11 @@ __global__ void __launch_bounds__(TRANSPOSE_THREADS)
   const int r0 = blockIdx.y * TILE_ROWS + (warp >> 2) * 32 + (lane >> 3) * 8;
   const int c0 = blockIdx.x * TILE_COLS + (warp & 3) * 64 + (lane & 7) * 8;
   if (r0 >= rows || c0 >= cols) return;  // dimensions are multiples of 8: a block is all in or all out
-  uint32_t w[8][4];  // w[i][k]: source row r0 + i, columns c0 + 2k, c0 + 2k + 1
+  uint32_t w[8][4];                      // w[i][k]: source row r0 + i, columns c0 + 2k, c0 + 2k + 1
 #pragma unroll
   for (int i = 0; i < 8; i++) load_words(w[i], src + (size_t)(r0 + i) * cols + c0);
-  // Destination row c0 + j is source column j: word m packs rows 2m (low half) and 2m + 1, taken
-  // from the low (j even) or high (j odd) halves of their word j / 2.
+    // Destination row c0 + j is source column j: word m packs rows 2m (low half) and 2m + 1, taken
+    // from the low (j even) or high (j odd) halves of their word j / 2.
 #pragma unroll
   for (int j = 0; j < 8; j++) {
     const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;

@@ -32,11 +32,11 @@ static int open_backend(void) {
 }
 
 // The start of main(): a backend instance (the test fails and ends without one), the rng seeded.
-#define GPU_OPS_TEST_BEGIN(seed)                                    \
-  do {                                                              \
-    CHECK(open_backend(), "a CUDA backend instance on device 0");   \
-    if (!G) TEST_END();                                             \
-    rng_seed(&rng, seed);                                           \
+#define GPU_OPS_TEST_BEGIN(seed)                                  \
+  do {                                                            \
+    CHECK(open_backend(), "a CUDA backend instance on device 0"); \
+    if (!G) TEST_END();                                           \
+    rng_seed(&rng, seed);                                         \
   } while (0)
 
 // n normal values of standard deviation `scale`, BF16-rounded when `round` (activations).
@@ -78,4 +78,3 @@ static float *host_f32(const float *d, size_t n) {
   G->download(G->ctx, h, d, n * sizeof(float));
   return h;
 }
-

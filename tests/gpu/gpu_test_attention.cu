@@ -97,8 +97,8 @@ static void check_close(const char *what, const float *x, const float *ref, size
 
 typedef struct {
   Shape s;
-  size_t nq, nkv, nl;             // elements of q/out/dout/dq, of k/v/dk/dv, of lse
-  float *q, *k, *v, *dout;        // host
+  size_t nq, nkv, nl;              // elements of q/out/dout/dq, of k/v/dk/dv, of lse
+  float *q, *k, *v, *dout;         // host
   void *d_q, *d_k, *d_v, *d_dout;  // device BF16 inputs
   void *d_out, *d_dq, *d_dk, *d_dv;
   float *d_lse;
@@ -147,8 +147,8 @@ static void gpu_bwd(Problem *p) {
   CUDA_CHECK(cudaMemsetAsync(p->d_dq, 0xff, p->nq * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dk, 0xff, p->nkv * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dv, 0xff, p->nkv * 2, cuda_stream()));
-  attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T, s.H,
-                      s.KV, s.hd);
+  attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
+                      s.H, s.KV, s.hd);
 }
 
 // Host copies of everything the GPU produced.
@@ -337,7 +337,9 @@ static Sampled sampled_ref(Shape s, const float *q, const float *k, const float 
   return S;
 }
 
-static void sampled_free(Sampled *S) { free(S->rows), free(S->out), free(S->lse), free(S->dq), free(S->dk), free(S->dv); }
+static void sampled_free(Sampled *S) {
+  free(S->rows), free(S->out), free(S->lse), free(S->dq), free(S->dk), free(S->dv);
+}
 
 // Gathers the full-size results x at the sampled places and compares them with the reference.
 static void check_sampled(Shape s, const Sampled *S, const Results *x, double tol_out, double tol_lse,
@@ -426,8 +428,7 @@ static float time_op(Problem *p, int backward, int warmup, int reps) {
     if (backward)
       attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
                           s.H, s.KV, s.hd);
-    else
-      attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
+    else attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
   }
   CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
   float ms = elapsed_ms(e0, e1) / reps;
@@ -459,8 +460,7 @@ static void llama8b_fast(Problem *p, Results *g) {
   const double fwd = fwd_flop(s), bwd = 2.5 * fwd;
   const double paper_flop = 12.0 * s.H * s.hd * s.T * ((double)s.B * s.T);  // 12*H*hd*S per token, fwd+bwd
   float fwd_ms = time_op(p, 0, 3, 20), bwd_ms = time_op(p, 1, 3, 20), fb = fwd_ms + bwd_ms;
-  printf("  forward   %7.3f ms  %6.1f TFLOP/s  (causal count %.1f GFLOP)\n", fwd_ms, fwd / fwd_ms * 1e-9,
-         fwd * 1e-9);
+  printf("  forward   %7.3f ms  %6.1f TFLOP/s  (causal count %.1f GFLOP)\n", fwd_ms, fwd / fwd_ms * 1e-9, fwd * 1e-9);
   printf("  backward  %7.3f ms  %6.1f TFLOP/s  (2.5x forward)\n", bwd_ms, bwd / bwd_ms * 1e-9);
   printf("  fwd+bwd   %7.3f ms  %6.1f TFLOP/s causal; paper formula %.1f GFLOP -> %.1f TFLOP/s\n", fb,
          (fwd + bwd) / fb * 1e-9, paper_flop * 1e-9, paper_flop / fb * 1e-9);
@@ -478,16 +478,15 @@ static void llama8b_deterministic(Problem *p, const Results *g) {
   Results a = download_results(p);
   gpu_bwd(p);
   Results b = download_results(p);
-  CHECK(memcmp(a.dq, b.dq, p->nq * 4) == 0 && memcmp(a.dk, b.dk, p->nkv * 4) == 0 &&
-            memcmp(a.dv, b.dv, p->nkv * 4) == 0,
-        "deterministic backward differs between two runs at the 8B shape");
+  CHECK(
+      memcmp(a.dq, b.dq, p->nq * 4) == 0 && memcmp(a.dk, b.dk, p->nkv * 4) == 0 && memcmp(a.dv, b.dv, p->nkv * 4) == 0,
+      "deterministic backward differs between two runs at the 8B shape");
   check_close("dq", a.dq, g->dq, p->nq, TOL_GRAD);
   check_close("dk", a.dk, g->dk, p->nkv, TOL_GRAD);
   check_close("dv", a.dv, g->dv, p->nkv, TOL_GRAD);
   float det_ms = time_op(p, 1, 1, 5);
   printf("  deterministic backward %.3f ms (%.1f TFLOP/s), workspace %.1f MiB\n", det_ms,
-         2.5 * fwd_flop(p->s) / det_ms * 1e-9,
-         attention_cudnn_workspace_bytes(A) / 1048576.0);
+         2.5 * fwd_flop(p->s) / det_ms * 1e-9, attention_cudnn_workspace_bytes(A) / 1048576.0);
   attention_cudnn_set_deterministic(A, 0);
   results_free(&a);
   results_free(&b);

@@ -35,7 +35,7 @@ static const double TOL_REF = 1e-6, TOL_FP8 = 1e-5, TOL_BF16 = 1e-2;
 // 5e-5 to 1.9e-4 relative L2 against fp64 there (docs/formats.md §3's probe: a worst element of 2e-4). So the
 // outlier layers allow 2^-11 (4.9e-4), the accumulator's precision with margin, and no more.
 static const double TOL_FP8_SPREAD = 4.8828125e-4;
-static double g_tol_fp8 = 1e-5;  // TOL_FP8, or TOL_FP8_SPREAD inside an outlier layer
+static double g_tol_fp8 = 1e-5;           // TOL_FP8, or TOL_FP8_SPREAD inside an outlier layer
 static const float ALPHA = 1.0f / 36.0f;  // mx_unit(MX_SCALE_UP)^2
 
 static void *upload(const void *h, size_t bytes) {
@@ -82,7 +82,8 @@ static void operand_finish(Operand *o) {
   // spread over more than 14 binades rounds its smallest blocks (counted and printed, then bounded by
   // the fp8-vs-fp64 tolerance in run_use).
   o->inexact = inexact;
-  if (o->tile_act && inexact) printf("  (operand %dx%d in 128x128 tiles: %ld of %zu values rounded by the embedding)\n", rows, K, inexact, n);
+  if (o->tile_act && inexact)
+    printf("  (operand %dx%d in 128x128 tiles: %ld of %zu values rounded by the embedding)\n", rows, K, inexact, n);
   CHECK(inexact == 0 || o->tile_act, "operand %dx%d %s: %ld of %zu embedded values differ from q*2^e", rows, K,
         o->blk ? "BLK128x128" : "VEC128", inexact, n);
   free(f);
@@ -192,8 +193,8 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   });
   // Both reference forms feed gemm_bf16 the same BF16 operands where the embedding is exact: same bits.
   if (!A->inexact && !B->inexact)
-    CHECK(memcmp(got, got_ref, n * 4) == 0, "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)",
-          name, rel_err(got, got_ref, n));
+    CHECK(memcmp(got, got_ref, n * 4) == 0,
+          "%s: reference from packed MXFP4 differs from reference from fp8 (rel %.3e)", name, rel_err(got, got_ref, n));
   else
     CHECK(rel_err(got, got_ref, n) < tol_fp8, "%s: reference from packed vs from the rounded embedding: rel %.3e", name,
           rel_err(got, got_ref, n));
@@ -204,9 +205,8 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(d < tol_fp8, "%s: fp8 vs reference: rel L2 %.3e >= %.1e", name, d, tol_fp8);
   }
   if (fp4_gemm_native_available()) {
-    run(got, [&] {
-      fp4_gemm_native(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL);
-    });
+    run(got,
+        [&] { fp4_gemm_native(d_out, out_fp32, FMT_MXFP4, packed_of(A), packed_of(B), M, N, K, ALPHA, beta, NULL); });
     vs_fp64("  native", got, tol_fp8);
   }
   printf("\n");
@@ -251,7 +251,7 @@ static void test_layer(int T, int in, int out, int kind, Rng *rng) {
   mx_quantize_rows(x, T, in, MX_SCALE_UP, MX_RNE, ps, X.codes, X.scales);
   mx_quantize_weight(w, out, in, MX_SCALE_UP, 1, Wq.codes, Wq.scales, Wt.codes, Wt.scales);
   mx_quantize_rows(dy, T, out, MX_SCALE_UP, MX_SR, ps, DY.codes, DY.scales);  // row-gradient SR
-  mx_quantize_cols(dy, T, out, 1, MX_SCALE_UP, DYt.codes, DYt.scales);         // H32, blocks along T
+  mx_quantize_cols(dy, T, out, 1, MX_SCALE_UP, DYt.codes, DYt.scales);        // H32, blocks along T
   mx_quantize_cols(x, T, in, 1, MX_SCALE_UP, Xt.codes, Xt.scales);
   mx_quantize_cols(dy, T, out, 1, MX_SCALE_UP, DYt2.codes, DYt2.scales);
   mx_quantize_cols(x, T, in, 1, MX_SCALE_UP, Xt2.codes, Xt2.scales);
@@ -364,10 +364,10 @@ static void test_swizzle(Rng *rng) {
   size_t ne = (size_t)rows * cols / 2;
   uint8_t *e8 = (uint8_t *)xmalloc(ne), *e4 = (uint8_t *)xmalloc((size_t)rows * cols);
   for (size_t i = 0; i < ne; i++) e8[i] = (uint8_t)(110 + rng_u64(rng) % 30);
-  e8[7] = 0xFF;        // NaN block: ignored by the max, NaN out
-  e8[8] = 150;         // the max
-  e8[9] = 150 - 17;    // 2^-9: the smallest kept
-  e8[10] = 150 - 18;   // 2^-10: flushed to 0
+  e8[7] = 0xFF;       // NaN block: ignored by the max, NaN out
+  e8[8] = 150;        // the max
+  e8[9] = 150 - 17;   // 2^-9: the smallest kept
+  e8[10] = 150 - 18;  // 2^-10: flushed to 0
   for (size_t i = 0; i < (size_t)rows * cols; i++) e4[i] = (uint8_t)(rng_u64(rng) % 0x7f);
   uint8_t *d_e8 = (uint8_t *)upload(e8, ne), *d_e4 = (uint8_t *)upload(e4, (size_t)rows * cols), *d_out;
   int *d_max;
@@ -465,14 +465,18 @@ static void test_nvfp4_reference(Rng *rng) {
 static void bench(void) {
   TEST_SECTION("FP8-embedded MXFP4 GEMM vs BF16, T = 8192 (TFLOP/s, best of the heuristic's top candidates)");
   const int T = 8192;
-  struct { const char *name; int out, in; } sh[] = {
-      {"q/o", 4096, 4096}, {"kv", 1024, 4096}, {"gate/up", 14336, 4096}, {"down", 4096, 14336}};
+  struct {
+    const char *name;
+    int out, in;
+  } sh[] = {{"q/o", 4096, 4096}, {"kv", 1024, 4096}, {"gate/up", 14336, 4096}, {"down", 4096, 14336}};
   printf("  %-8s %-6s %6s %6s %6s | %8s %8s %6s\n", "shape", "use", "M", "N", "K", "fp8", "bf16", "ratio");
   for (int s = 0; s < 4; s++) {
     int out = sh[s].out, in = sh[s].in;
     // use: (M, N, K, B blk), bf16 twin (out_fp32, a_t, b_t)
-    struct { const char *use; int M, N, K, blk, f32, at, bt; } u[3] = {
-        {"fprop", T, out, in, 1, 0, 0, 1}, {"dgrad", T, in, out, 1, 0, 0, 1}, {"wgrad", out, in, T, 0, 1, 1, 0}};
+    struct {
+      const char *use;
+      int M, N, K, blk, f32, at, bt;
+    } u[3] = {{"fprop", T, out, in, 1, 0, 0, 1}, {"dgrad", T, in, out, 1, 0, 0, 1}, {"wgrad", out, in, T, 0, 1, 1, 0}};
     for (int i = 0; i < 3; i++) {
       double f = fp4_gemm_fp8_tflops(u[i].M, u[i].N, u[i].K, 0, u[i].blk, u[i].f32);
       double b = gemm_ceiling_tflops(u[i].f32, u[i].at, u[i].bt, u[i].M, u[i].N, u[i].K);
@@ -485,13 +489,13 @@ static void bench(void) {
     for (int which = 0; which < 2; which++) {
       int ab = which, bb = !which;
       if (!fp4_gemm_fp8_supported(1, ab, bb, out, in, T)) {
-        printf("  %-8s %-6s %6d %6d %6d | %8s  (no cuBLASLt algorithm for a 2D %s)\n", sh[s].name, "wgrad", out, in,
-               T, "-", ab ? "A" : "B");
+        printf("  %-8s %-6s %6d %6d %6d | %8s  (no cuBLASLt algorithm for a 2D %s)\n", sh[s].name, "wgrad", out, in, T,
+               "-", ab ? "A" : "B");
         continue;
       }
       double f = fp4_gemm_fp8_tflops(out, in, T, ab, bb, 1);
-      printf("  %-8s %-6s %6d %6d %6d | %8.0f  (2D %s: %s tiles)\n", sh[s].name, "wgrad", out, in, T, f,
-             ab ? "A" : "B", ab ? "dY^T" : "X^T");
+      printf("  %-8s %-6s %6d %6d %6d | %8.0f  (2D %s: %s tiles)\n", sh[s].name, "wgrad", out, in, T, f, ab ? "A" : "B",
+             ab ? "dY^T" : "X^T");
       CHECK(f > 0, "%s wgrad 2D %s: rate %.1f", sh[s].name, ab ? "A" : "B", f);
     }
   }

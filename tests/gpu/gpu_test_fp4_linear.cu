@@ -51,10 +51,10 @@ static Recipe mx_recipe(FP4GemmBackend gemm) {
 // Device buffers of one linear y = x W^T with W at the start of a bound parameter buffer.
 typedef struct {
   int N, in, out;
-  float *w;          // device, the bound parameter buffer
-  void *x, *dy;      // BF16 inputs
-  void *y, *dx;      // BF16 outputs
-  float *dw;         // fp32
+  float *w;      // device, the bound parameter buffer
+  void *x, *dy;  // BF16 inputs
+  void *y, *dx;  // BF16 outputs
+  float *dw;     // fp32
 } Lin;
 
 static Lin lin_create(int N, int in, int out, const float *hw, const float *hx, const float *hdy) {
@@ -111,8 +111,8 @@ static void test_paths(int N, int in, int out) {
   double f[3] = {rel_err(a.y, c.y, ny), rel_err(a.dx, c.dx, nx), rel_err(a.dw, c.dw, nw)};
   double g[3] = {rel_err(b.y, c.y, ny), rel_err(b.dx, c.dx, nx), rel_err(b.dw, c.dw, nw)};
   printf("  N=%d in=%d out=%d: fp8 vs ref  fprop %.3g dgrad %.3g wgrad %.3g\n", N, in, out, e[0], e[1], e[2]);
-  printf("  %*s  fp8 vs bf16 fprop %.4f dgrad %.4f wgrad %.4f; ref vs bf16 %.4f %.4f %.4f\n", 22, "", f[0], f[1],
-         f[2], g[0], g[1], g[2]);
+  printf("  %*s  fp8 vs bf16 fprop %.4f dgrad %.4f wgrad %.4f; ref vs bf16 %.4f %.4f %.4f\n", 22, "", f[0], f[1], f[2],
+         g[0], g[1], g[2]);
   CHECK(e[0] < 1e-3, "N=%d in=%d out=%d: Fprop fp8 vs reference %.3g", N, in, out, e[0]);
   CHECK(e[1] < 1e-3, "N=%d in=%d out=%d: Dgrad fp8 vs reference %.3g", N, in, out, e[1]);
   CHECK(e[2] < 1e-5, "N=%d in=%d out=%d: Wgrad fp8 vs reference %.3g", N, in, out, e[2]);
@@ -130,8 +130,8 @@ static void test_paths(int N, int in, int out) {
   }
   const char *names[3] = {"Fprop", "Dgrad", "Wgrad"};
   for (int i = 0; i < 3; i++) {
-    CHECK(f[i] > 0.05 && f[i] < 0.3, "N=%d in=%d out=%d: %s fp8 vs BF16 %.4f outside [0.05, 0.3]", N, in, out,
-          names[i], f[i]);
+    CHECK(f[i] > 0.05 && f[i] < 0.3, "N=%d in=%d out=%d: %s fp8 vs BF16 %.4f outside [0.05, 0.3]", N, in, out, names[i],
+          f[i]);
     CHECK(g[i] > 0.05 && g[i] < 0.3, "N=%d in=%d out=%d: %s reference vs BF16 %.4f outside [0.05, 0.3]", N, in, out,
           names[i], g[i]);
   }
@@ -243,7 +243,8 @@ static void test_weight_cache(void) {
   CHECK(q1 - q0 == 1, "one weights version, 3 uses: %ld quantizations (expected 1)", q1 - q0);
   CHECK(!memcmp(y1, y2, ny * sizeof(float)), "the same weights gave different Fprop outputs");
   // an AdamW step on the parameters: the next use requantizes
-  float *g = (float *)G->alloc(G->ctx, nw * 4), *m = (float *)G->alloc(G->ctx, nw * 4), *v = (float *)G->alloc(G->ctx, nw * 4);
+  float *g = (float *)G->alloc(G->ctx, nw * 4), *m = (float *)G->alloc(G->ctx, nw * 4),
+        *v = (float *)G->alloc(G->ctx, nw * 4);
   float *hg = randn_bf16(nw, 1.0f);
   G->upload(G->ctx, g, hg, nw * 4);
   G->zero(G->ctx, m, nw * 4), G->zero(G->ctx, v, nw * 4);
@@ -319,8 +320,8 @@ static void test_model(void) {
   all_bf16.bf16_last = c.n_layers;
   Pass warm = model_pass(m, NULL, in, tg);  // builds every BF16 GEMM plan first
   Pass bf = model_pass(m, NULL, in, tg), fp = model_pass(m, &mx, in, tg), ov = model_pass(m, &all_bf16, in, tg);
-  printf("  tiny model loss: bf16 %.5f, mxfp4 %.5f, mxfp4 with every block overridden to BF16 %.5f\n", bf.loss,
-         fp.loss, ov.loss);
+  printf("  tiny model loss: bf16 %.5f, mxfp4 %.5f, mxfp4 with every block overridden to BF16 %.5f\n", bf.loss, fp.loss,
+         ov.loss);
   CHECK(fabs(fp.loss - bf.loss) < 0.02 * bf.loss, "mxfp4 loss %.5f vs bf16 %.5f", fp.loss, bf.loss);
   double worst = 0;
   for (int i = 0; i < llama_num_tensors(m); i++) {

@@ -23,7 +23,8 @@ static Rng rng;
 
 // ---- inputs ---------------------------------------------------------------------------------------
 enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_RANGE, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
-static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge/tiny", "pow2", "ties", "nan/inf"};
+static const char *in_name[IN_NKINDS] = {"normal",    "outliers", "zeros", "const",
+                                         "huge/tiny", "pow2",     "ties",  "nan/inf"};
 
 // rows x K values, BF16-representable. Blocks of 32 along K (and rows) get a per-block flavour.
 static float *make_input(int kind, int rows, int K) {
@@ -34,11 +35,21 @@ static float *make_input(int kind, int rows, int K) {
     float v = rng_normal(&rng);
     size_t blk = i / 32;
     switch (kind) {
-      case IN_OUTLIERS: v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f); break;
-      case IN_ZEROS: v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f); break;
-      case IN_CONST: v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f); break;
-      case IN_RANGE: v = ldexpf(v, (int)(blk % 11) * 24 - 132); break;  // 2^-132 (BF16 subnormal) .. 2^108
-      case IN_POW2: v = (i % 32 == 5) ? ldexpf(1.0f, (int)(blk % 13) - 6) : v * ldexpf(1.0f, (int)(blk % 13) - 8); break;
+      case IN_OUTLIERS:
+        v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f);
+        break;
+      case IN_ZEROS:
+        v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f);
+        break;
+      case IN_CONST:
+        v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f);
+        break;
+      case IN_RANGE:
+        v = ldexpf(v, (int)(blk % 11) * 24 - 132);
+        break;  // 2^-132 (BF16 subnormal) .. 2^108
+      case IN_POW2:
+        v = (i % 32 == 5) ? ldexpf(1.0f, (int)(blk % 13) - 6) : v * ldexpf(1.0f, (int)(blk % 13) - 8);
+        break;
       case IN_TIES: {
         // Exact ties of the OCP scale (amax 4*2^k -> e = k) and the paper's (6 z / 2^e = tie).
         int k = (int)(blk % 7) - 3;
@@ -51,7 +62,8 @@ static float *make_input(int kind, int rows, int K) {
         v = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : v;
         break;
       }
-      default: break;
+      default:
+        break;
     }
     x[i] = bf16r(v);
   }
@@ -135,7 +147,8 @@ static unsigned long long count_rounded(const uint8_t *codes, const uint8_t *sca
     for (int b0 = 0; b0 < nb; b0 += 4) {
       int Et = -127;
       for (int k = t0; k < K && k < t0 + 128; k++)
-        for (int b = b0; b < nb && b < b0 + 4; b++) Et = Et > mx_embed_exp_of(scales[(size_t)k * nb + b]) ? Et : mx_embed_exp_of(scales[(size_t)k * nb + b]);
+        for (int b = b0; b < nb && b < b0 + 4; b++)
+          Et = Et > mx_embed_exp_of(scales[(size_t)k * nb + b]) ? Et : mx_embed_exp_of(scales[(size_t)k * nb + b]);
       for (int k = t0; k < K && k < t0 + 128; k++)
         for (int b = b0; b < nb && b < b0 + 4; b++) {
           uint8_t sb = scales[(size_t)k * nb + b];
@@ -185,7 +198,7 @@ static void test_dual(int kind, int rows, int K) {
     mx_quantize_rows(x, rows, K, MX_SCALE_UP, (MxRound)rnd, ps, rc, rs);
     mx_quantize_cols(x, rows, K, had, MX_SCALE_UP, cc, cs);
     MxOut ro = fp8 ? fp8_out(rows, K, mx_vec128_scale_count(rows, K), 1.0f / 6) : packed_out(rows, K);
-    MxOut co = !fp8 ? packed_out(K, rows)
+    MxOut co = !fp8  ? packed_out(K, rows)
                : blk ? fp8_out(K, rows, mx_blk128_scale_count(K, rows), 1.0f)
                      : fp8_out(K, rows, mx_vec128_scale_count(K, rows), 1.0f);
     co.blk128 = blk;
@@ -202,8 +215,9 @@ static void test_dual(int kind, int rows, int K) {
       unsigned long long want = count_rounded(cc, cs, K, rows);
       CHECK(rounded == want, "dual %s %dx%d H32=%d BLK128x128: %llu blocks counted outside the exact range, CPU %llu",
             in_name[kind], rows, K, had, rounded, want);
-      if (want) printf("  dual %s %dx%d H32=%d BLK128x128: %llu blocks outside the exact range (counted alike)\n",
-                       in_name[kind], rows, K, had, want);
+      if (want)
+        printf("  dual %s %dx%d H32=%d BLK128x128: %llu blocks outside the exact range (counted alike)\n",
+               in_name[kind], rows, K, had, want);
       cudaFree(d_rounded);
     }
     char what[128];
@@ -211,7 +225,9 @@ static void test_dual(int kind, int rows, int K) {
              fp8 ? "fp8" : "packed");
     CHECK(check_out(what, ro, rc, rs, rows, K, 0), "%s", what);
     snprintf(what, sizeof what, "dual %s %dx%d %s H32=%d %s: col", in_name[kind], rows, K, rnd ? "SR" : "RNE", had,
-             !fp8 ? "packed" : blk ? "fp8 BLK128x128" : "fp8");
+             !fp8  ? "packed"
+             : blk ? "fp8 BLK128x128"
+                   : "fp8");
     CHECK(check_out(what, co, cc, cs, K, rows, blk), "%s", what);
     free_out(ro), free_out(co);
   }
@@ -251,8 +267,8 @@ static void test_weight(int kind, int N, int K) {
       else mx_quantize_weight_cuda(dw, N, K, MX_SCALE_UP, rule, wo, wto);
       CUDA_CHECK(cudaDeviceSynchronize());
       char what[128];
-      snprintf(what, sizeof what, "weight %s %dx%d rule087=%d %s %s: W", in_name[kind], N, K, rule, fp8 ? "fp8" : "packed",
-               in_bf16 ? "bf16" : "fp32");
+      snprintf(what, sizeof what, "weight %s %dx%d rule087=%d %s %s: W", in_name[kind], N, K, rule,
+               fp8 ? "fp8" : "packed", in_bf16 ? "bf16" : "fp32");
       CHECK(check_out(what, wo, c, s, N, K, 1), "%s", what);
       what[strlen(what) - 1] = 0;
       strcat(what, "W^T");
@@ -288,8 +304,8 @@ static void test_hadamard(int rows, int cols) {
       if (down) fp4_hadamard_cols(h, rows, cols, nb);
       else fp4_hadamard_rows(h, rows, cols, nb);
       CUDA_CHECK(cudaDeviceSynchronize());
-      CHECK(same_bytes("hadamard", d, h, n * 4, cols * 4), "H%d %s %dx%d bit-exact", nb, down ? "down columns" : "along rows",
-            rows, cols);
+      CHECK(same_bytes("hadamard", d, h, n * 4, cols * 4), "H%d %s %dx%d bit-exact", nb,
+            down ? "down columns" : "along rows", rows, cols);
     }
   cudaFree(d);
   free(x), free(h);
@@ -339,23 +355,26 @@ static void bench(void) {
         int fa, fb;  // output kinds: 0 none, 1 packed, 2 fp8, 3 fp8 BLK128x128 (columns)
         int sr, had;
         double bytes;
-      } cases[10] = {
-          {"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 0, 0, 2.0 * n + n / 2.0 + n / 32.0},
-          {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 0, 0, 2.0 * n + n + n / 32.0},
-          {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
-          {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 1, 1, 2.0 * n + 2 * (n + n / 32.0)},
-          {"dY: SR rows + H32 cols BLK128x128, FP8", b_dual, 2, 3, 1, 1, 2.0 * n + 2 * n + n / 32.0},
-          {"  part: x RNE rows + H32 cols, FP8", b_dual, 2, 2, 0, 1, 2.0 * n + 2 * (n + n / 32.0)},
-          {"  part: SR rows only (tile kernel), FP8", b_dual, 2, 0, 1, 0, 2.0 * n + n + n / 32.0},
-          {"  part: H32 cols only, FP8", b_dual, 0, 2, 0, 1, 2.0 * n + n + n / 32.0},
-          {"  part: cols only, no Hadamard, FP8", b_dual, 0, 2, 0, 0, 2.0 * n + n + n / 32.0},
-          {NULL, NULL, 0, 0, 0, 0, 0}};
+      } cases[10] = {{"MX 1x32 RNE -> packed + E8M0", b_rows, 1, 0, 0, 0, 2.0 * n + n / 2.0 + n / 32.0},
+                     {"MX 1x32 RNE -> FP8 embed (E4M3 + VEC128)", b_rows, 2, 0, 0, 0, 2.0 * n + n + n / 32.0},
+                     {"dY: SR rows + H32 cols, packed", b_dual, 1, 1, 1, 1, 2.0 * n + 2 * (n / 2.0 + n / 32.0)},
+                     {"dY: SR rows + H32 cols, FP8 embed", b_dual, 2, 2, 1, 1, 2.0 * n + 2 * (n + n / 32.0)},
+                     {"dY: SR rows + H32 cols BLK128x128, FP8", b_dual, 2, 3, 1, 1, 2.0 * n + 2 * n + n / 32.0},
+                     {"  part: x RNE rows + H32 cols, FP8", b_dual, 2, 2, 0, 1, 2.0 * n + 2 * (n + n / 32.0)},
+                     {"  part: SR rows only (tile kernel), FP8", b_dual, 2, 0, 1, 0, 2.0 * n + n + n / 32.0},
+                     {"  part: H32 cols only, FP8", b_dual, 0, 2, 0, 1, 2.0 * n + n + n / 32.0},
+                     {"  part: cols only, no Hadamard, FP8", b_dual, 0, 2, 0, 0, 2.0 * n + n + n / 32.0},
+                     {NULL, NULL, 0, 0, 0, 0, 0}};
       for (int c = 0; cases[c].name; c++) {
         g.sr = cases[c].sr, g.had = cases[c].had;
         MxOut none = {NULL, NULL, NULL, 0, 1.0f};
-        g.a = cases[c].fa == 0 ? none : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f) : packed_out(T, K);
-        g.b = cases[c].fb == 0 ? none : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f)
-              : cases[c].fb == 3 ? fp8_out(K, T, mx_blk128_scale_count(K, T), 1.0f) : packed_out(K, T);
+        g.a = cases[c].fa == 0   ? none
+              : cases[c].fa == 2 ? fp8_out(T, K, mx_vec128_scale_count(T, K), 1.0f)
+                                 : packed_out(T, K);
+        g.b = cases[c].fb == 0   ? none
+              : cases[c].fb == 2 ? fp8_out(K, T, mx_vec128_scale_count(K, T), 1.0f)
+              : cases[c].fb == 3 ? fp8_out(K, T, mx_blk128_scale_count(K, T), 1.0f)
+                                 : packed_out(K, T);
         g.b.blk128 = cases[c].fb == 3;
         double ms = time_median_ms(cases[c].fn, &g), gbs = cases[c].bytes / (ms * 1e-3) / 1e9;
         printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", cases[c].name, T, K, ms * 1e3, gbs, gbs / 4280 * 100);
@@ -381,8 +400,11 @@ static void bench(void) {
       g.b = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
       double bytes = (in16 ? 2.0 : 4.0) * n + (fp8 ? 2.0 * n : 2 * (n / 2.0 + n / 32.0));
       double ms = time_median_ms(b_weight, &g), gbs = bytes / (ms * 1e-3) / 1e9;
-      printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n", v == 0 ? "W fp32 -> W, W^T packed (0.87)" : v == 1 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)" : "W bf16 -> W, W^T FP8 BLK128x128 (0.87)", N, K,
-             ms * 1e3, gbs, gbs / 4280 * 100);
+      printf("%-44s %7d %6d %9.1f %8.0f %5.1f%%\n",
+             v == 0   ? "W fp32 -> W, W^T packed (0.87)"
+             : v == 1 ? "W fp32 -> W, W^T FP8 BLK128x128 (0.87)"
+                      : "W bf16 -> W, W^T FP8 BLK128x128 (0.87)",
+             N, K, ms * 1e3, gbs, gbs / 4280 * 100);
       free_out(g.a), free_out(g.b);
     }
     cudaFree(wb);

@@ -22,7 +22,7 @@ static Rng rng;
 
 // ---- inputs ---------------------------------------------------------------------------------------
 enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_HUGE, IN_TINY, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
-static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge",
+static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const",  "huge",
                                          "tiny",   "pow2",     "ties",  "nan/inf"};
 
 // rows x K BF16-representable values; 16-blocks along K get a per-block flavour.
@@ -34,14 +34,26 @@ static float *make_input(int kind, int rows, int K) {
     float v = rng_normal(&rng);
     const size_t blk = i / 16;
     switch (kind) {
-      case IN_OUTLIERS: v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f); break;
-      case IN_ZEROS: v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f); break;
-      case IN_CONST: v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f); break;
+      case IN_OUTLIERS:
+        v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f);
+        break;
+      case IN_ZEROS:
+        v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f);
+        break;
+      case IN_CONST:
+        v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f);
+        break;
       // Huge values make the other blocks' scales round to 0 or to E4M3 subnormals.
-      case IN_HUGE: v *= blk % 5 == 0 ? 1e30f : (blk % 5 == 1 ? 1e-30f : (blk % 5 == 2 ? 1e-38f : 1.0f)); break;
+      case IN_HUGE:
+        v *= blk % 5 == 0 ? 1e30f : (blk % 5 == 1 ? 1e-30f : (blk % 5 == 2 ? 1e-38f : 1.0f));
+        break;
       // A tiny tensor (amax ~ 1e-38, so 2688 / amax overflows and s_enc clamps), with subnormals.
-      case IN_TINY: v = i % 7 == 0 ? 0.0f : v * (blk % 2 ? 1e-38f : 1e-40f); break;
-      case IN_POW2: v = (i % 53 == 0) ? ldexpf(1.0f, 20) : v * 1000.0f; break;
+      case IN_TINY:
+        v = i % 7 == 0 ? 0.0f : v * (blk % 2 ? 1e-38f : 1e-40f);
+        break;
+      case IN_POW2:
+        v = (i % 53 == 0) ? ldexpf(1.0f, 20) : v * 1000.0f;
+        break;
       // The tensor amax 2688 (s_enc = 1) and blocks of amax 6 (scale 1.0): every E2M1 tie lands exactly.
       case IN_TIES:
         if (i == 0) v = 2688.0f;
@@ -178,7 +190,7 @@ static void check_case(int kind, int rows, int K, int stale) {
   if (rows % 16 == 0 && K % 16 == 0) {
     float *w = (float *)xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) w[i] = x[i] * (1.0f + 1e-3f * rng_uniform(&rng));  // not BF16-exact
-    if (kind == IN_TIES) memcpy(w, x, n * sizeof(float));                                // keep the exact ties
+    if (kind == IN_TIES) memcpy(w, x, n * sizeof(float));                             // keep the exact ties
     float *dw = (float *)upload(w, n * sizeof(float));
     uint8_t *ct_cpu = (uint8_t *)xmalloc(n / 2), *st_cpu = (uint8_t *)xmalloc(n / 16);
     uint8_t *ct_gpu = (uint8_t *)xmalloc(n / 2), *st_gpu = (uint8_t *)xmalloc(n / 16);
@@ -254,9 +266,10 @@ static void row(const char *name, int T, int C, double ms, double bytes) {
 }
 
 static void bench(void) {
-  printf("\nNVFP4 producers at Llama-3 8B shapes (bytes = reads + writes; ceiling 4.28 TB/s copy).\n"
-         "\"effective\": the two-kernel producer (amax pass, then quantize) timed together, over the bytes\n"
-         "of one read of x and the writes (the amax pass reads x a second time).\n");
+  printf(
+      "\nNVFP4 producers at Llama-3 8B shapes (bytes = reads + writes; ceiling 4.28 TB/s copy).\n"
+      "\"effective\": the two-kernel producer (amax pass, then quantize) timed together, over the bytes\n"
+      "of one read of x and the writes (the amax pass reads x a second time).\n");
   printf("| %-34s | %-13s | %8s | %6s | %6s |\n", "producer", "shape", "us", "GB/s", "% ceil");
   printf("|------------------------------------|---------------|----------|--------|--------|\n");
   const int Ts[2] = {8192, 16384}, Cs[2] = {4096, 14336};
@@ -313,10 +326,10 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaEventCreate(&ev1));
   TEST_SECTION("random shapes, every input kind: GPU == CPU byte for byte");
   // rows 1..300; K multiples of 16 incl. non-powers of two; column-copy-only K (not multiples of 16).
-  const int shapes[][2] = {{1, 16},    {1, 4096},  {2, 48},   {3, 32},   {7, 96},    {15, 160},  {16, 16},
-                           {16, 20},   {16, 37},   {17, 64},  {32, 96},  {48, 160},  {64, 40},   {64, 4096},
-                           {100, 112}, {128, 256}, {144, 80}, {255, 32}, {256, 1024}, {288, 336}, {300, 208},
-                           {320, 130}};
+  const int shapes[][2] = {{1, 16},     {1, 4096},  {2, 48},    {3, 32},    {7, 96},   {15, 160},
+                           {16, 16},    {16, 20},   {16, 37},   {17, 64},   {32, 96},  {48, 160},
+                           {64, 40},    {64, 4096}, {100, 112}, {128, 256}, {144, 80}, {255, 32},
+                           {256, 1024}, {288, 336}, {300, 208}, {320, 130}};
   const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
   for (int i = 0; i < nshapes; i++) check_case(IN_NORMAL, shapes[i][0], shapes[i][1], 0);
   TEST_SECTION("edge-case inputs");

@@ -56,7 +56,9 @@ static Outs make_outs(int rows, int K, int kind) {
   o.row_bytes = fp8 ? (size_t)rows * K : (size_t)rows * K / 2;
   o.col_bytes = o.row_bytes;
   o.row_sbytes = fp8 ? mx_vec128_scale_count(rows, K) * 4 : (size_t)rows * K / 32;
-  o.col_sbytes = blk ? mx_blk128_scale_count(K, rows) * 4 : fp8 ? mx_vec128_scale_count(K, rows) * 4 : (size_t)rows * K / 32;
+  o.col_sbytes = blk   ? mx_blk128_scale_count(K, rows) * 4
+                 : fp8 ? mx_vec128_scale_count(K, rows) * 4
+                       : (size_t)rows * K / 32;
   o.col.blk128 = blk;
   o.row.q = (uint8_t *)dalloc(o.row_bytes), o.col.q = (uint8_t *)dalloc(o.col_bytes);
   o.row.fp8 = o.col.fp8 = fp8, o.row.scale_mul = o.col.scale_mul = 1.0f;
@@ -104,8 +106,11 @@ static void test_rmsnorm(int rows, int D) {
       PhiloxStream none = {};
       mx_quantize_dual_cuda(y, rows, D, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_rmsnorm_cuda(x, rstd2, w, rows, D, MX_SCALE_UP, got.row, had, got.col);
-      CHECK(same_outs(&ref, &got), "rmsnorm %d x %d (%s, %s): fused bytes differ from rmsnorm + dual producer", rows,
-            D, fp8 == 2 ? "fp8, BLK128x128 columns" : fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
+      CHECK(same_outs(&ref, &got), "rmsnorm %d x %d (%s, %s): fused bytes differ from rmsnorm + dual producer", rows, D,
+            fp8 == 2 ? "fp8, BLK128x128 columns"
+            : fp8    ? "fp8"
+                     : "packed",
+            had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(x), cudaFree(y), cudaFree(w), cudaFree(rstd), cudaFree(rstd2), free(hw);
@@ -121,7 +126,10 @@ static void test_swiglu(int rows, int F) {
       mx_quantize_dual_cuda(y, rows, F, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_swiglu_cuda(g, u, rows, F, MX_SCALE_UP, got.row, had, got.col);
       CHECK(same_outs(&ref, &got), "swiglu %d x %d (%s, %s): fused bytes differ from swiglu + dual producer", rows, F,
-            fp8 == 2 ? "fp8, BLK128x128 columns" : fp8 ? "fp8" : "packed", had ? "H32" : "no Hadamard");
+            fp8 == 2 ? "fp8, BLK128x128 columns"
+            : fp8    ? "fp8"
+                     : "packed",
+            had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(g), cudaFree(u), cudaFree(y);
@@ -170,7 +178,8 @@ static void bench(void) {
       B.o = make_outs(B.rows, B.K, 1);
       // bytes read + written: the inputs (x twice for RMSNorm: its rstd pass, then the producer), both copies
       double out = 2.0 * (n + n / 32.0), bytes = sw ? 4.0 * n + out : 4.0 * n + 8.0 * B.rows + out;
-      double us = 1e3 * time_median_ms(run_fused, &B), un = 1e3 * time_median_ms(run_unfused, &B), gbs = bytes / (us * 1e-6) / 1e9;
+      double us = 1e3 * time_median_ms(run_fused, &B), un = 1e3 * time_median_ms(run_unfused, &B),
+             gbs = bytes / (us * 1e-6) / 1e9;
       printf("%-46s %6d %6d %9.1f %8.0f %5.1f%% %12.1f\n",
              sw ? "SwiGLU -> down's x copies (fused)" : "RMSNorm (rstd pass + fused producer)", B.rows, B.K, us, gbs,
              gbs / 4280 * 100, un);

@@ -86,12 +86,12 @@ static double run_case(int out_fp32, int a_t, int b_t, int M, int N, int K, floa
 }
 
 // CHECK that a relative error is within tol; the printf-style rest names the case.
-#define CHECK_CASE(err, tol, ...)                                                                 \
-  do {                                                                                            \
-    char what_[192];                                                                              \
-    snprintf(what_, sizeof what_, __VA_ARGS__);                                                   \
-    double e_ = (err);                                                                            \
-    CHECK(e_ <= (tol), "%s: relative error %.3g > tolerance %.0e", what_, e_, (double)(tol));     \
+#define CHECK_CASE(err, tol, ...)                                                             \
+  do {                                                                                        \
+    char what_[192];                                                                          \
+    snprintf(what_, sizeof what_, __VA_ARGS__);                                               \
+    double e_ = (err);                                                                        \
+    CHECK(e_ <= (tol), "%s: relative error %.3g > tolerance %.0e", what_, e_, (double)(tol)); \
   } while (0)
 
 typedef struct {
@@ -144,10 +144,10 @@ static void check_uses_engine(LinShape s, uint64_t seed) {
   void *Yd, *dXo;
   CUDA_CHECK(cudaMalloc(&Yd, ny * 2));
   CUDA_CHECK(cudaMalloc(&dXo, nx * 2));
-  gemm_bf16(Yd, 0, dXd, 0, dWd, 1, N, out, in, 1, 0);       // forward
-  gemm_bf16(dXo, 0, dYd, 0, dWd, 0, N, in, out, 1, 0);      // dgrad, overwrite
-  gemm_bf16(dXa, 0, dYd, 0, dWd, 0, N, in, out, 1, 1);      // dgrad, accumulate
-  gemm_bf16(dWg, 1, dYd, 1, dXd, 0, out, in, N, 1, 1);      // wgrad, accumulate (fp32)
+  gemm_bf16(Yd, 0, dXd, 0, dWd, 1, N, out, in, 1, 0);   // forward
+  gemm_bf16(dXo, 0, dYd, 0, dWd, 0, N, in, out, 1, 0);  // dgrad, overwrite
+  gemm_bf16(dXa, 0, dYd, 0, dWd, 0, N, in, out, 1, 1);  // dgrad, accumulate
+  gemm_bf16(dWg, 1, dYd, 1, dXd, 0, out, in, N, 1, 1);  // wgrad, accumulate (fp32)
 
   float *got = (float *)xmalloc((nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny)) * 4);
   float *ref = (float *)xmalloc(ny * 4), *refx = (float *)xmalloc(nx * 4);
@@ -203,7 +203,11 @@ static void check_determinism(int out_fp32, int a_t, int b_t, int M, int N, int 
 static __global__ void fill_uniform(bf16 *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
     p[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
   }
 }
@@ -245,9 +249,14 @@ static double time_gemm(void *out, int out_fp32, const void *A, int a_t, const v
 static void bench_8b(void) {
   const int N = 8192;
   // The linear layers of Llama-3 8B: name, in, out, and how many of each one block holds (the head: none).
-  struct { const char *name; int in, out, per_block; } lin[] = {
-      {"q, o", 4096, 4096, 2}, {"k, v", 4096, 1024, 2}, {"gate, up", 4096, 14336, 2},
-      {"down", 14336, 4096, 1}, {"head", 4096, 128256, 0}};
+  struct {
+    const char *name;
+    int in, out, per_block;
+  } lin[] = {{"q, o", 4096, 4096, 2},
+             {"k, v", 4096, 1024, 2},
+             {"gate, up", 4096, 14336, 2},
+             {"down", 14336, 4096, 1},
+             {"head", 4096, 128256, 0}};
   const int nlin = sizeof lin / sizeof lin[0];
   const size_t max_in = 14336, max_out = 128256, max_w = (size_t)128256 * 4096;
   void *X = device_random((size_t)N * max_in, 11), *W = device_random(max_w, 12);
@@ -281,8 +290,8 @@ static void bench_8b(void) {
       // non-tensor-core or badly tiled algorithm.
       CHECK(ceil_rate > 400, "%s %s: ceiling %.1f TFLOP/s is implausibly low", lin[l].name, use_name[u], ceil_rate);
       // The tuned algorithm, called as the model calls it, should be as fast as the best in isolation.
-      CHECK(rate >= 0.85 * ceil_rate, "%s %s: %.1f TFLOP/s is below 85%% of the ceiling %.1f", lin[l].name,
-            use_name[u], rate, ceil_rate);
+      CHECK(rate >= 0.85 * ceil_rate, "%s %s: %.1f TFLOP/s is below 85%% of the ceiling %.1f", lin[l].name, use_name[u],
+            rate, ceil_rate);
       block_ms += lin[l].per_block * ms;
       block_flop += lin[l].per_block * flop;
       if (lin[l].per_block == 0) head_ms += ms, head_flop += flop;

@@ -97,8 +97,8 @@ typedef struct {
 typedef struct {
   const char *op, *about;
   void (*run)(OpRun *R, const int *d);
-  int d[6];               // sizes (meaning per run function)
-  double tol[MAX_OUT];    // per emitted output, in emit order
+  int d[6];             // sizes (meaning per run function)
+  double tol[MAX_OUT];  // per emitted output, in emit order
 } OpCase;
 
 static void *held(OpRun *R, void *p) {
@@ -231,8 +231,8 @@ static void run_rmsnorm_bwd(OpRun *R, const int *d) {
   void *dx = in_act(R, dx0, nd, 0);
   float *dw = in_f32(R, dw0, D);
   R->o->set_grad_overwrite(R->o->ctx, d[2]);
-  R->o->rmsnorm_bwd(R->o->ctx, dx, dw, in_act(R, dout, nd, 0), in_act(R, x, nd, 0), in_f32(R, w, D),
-                    in_f32(R, rstd, N), N, D);
+  R->o->rmsnorm_bwd(R->o->ctx, dx, dw, in_act(R, dout, nd, 0), in_act(R, x, nd, 0), in_f32(R, w, D), in_f32(R, rstd, N),
+                    N, D);
   R->o->set_grad_overwrite(R->o->ctx, 0);
   emit_act(R, "dx (+=)", dx, nd);
   emit_f32(R, d[2] ? "dw (overwrite)" : "dw increment", dw, D, d[2] ? NULL : dw0);
@@ -359,8 +359,8 @@ static void run_attention_fwd(OpRun *R, const int *d) {
   float *q = h_randn(R, nq, 1.0f), *k = h_randn(R, nkv, 1.0f), *v = h_randn(R, nkv, 1.0f);
   void *out = new_act(R, nq, 0);
   float *lse = (float *)held(R, R->o->alloc(R->o->ctx, (size_t)B * H * T * sizeof(float)));
-  R->o->attention_fwd(R->o->ctx, out, lse, in_act(R, q, nq, 0), in_act(R, k, nkv, 0), in_act(R, v, nkv, 0), B, T, H,
-                      KV, hd);
+  R->o->attention_fwd(R->o->ctx, out, lse, in_act(R, q, nq, 0), in_act(R, k, nkv, 0), in_act(R, v, nkv, 0), B, T, H, KV,
+                      hd);
   emit_act(R, "out", out, nq);
   emit_f32(R, "lse", lse, (size_t)B * H * T, NULL);
 }
@@ -403,7 +403,6 @@ static void run_grad_sumsq(OpRun *R, const int *d) {
   float s = (float)R->o->grad_sumsq(R->o->ctx, g + at, n);
   emit_host(R, "sum of squares", &s, 1);
 }
-
 
 static const OpCase OP_CASES[] = {
     {"embed_fwd", "table row, odd sizes", run_embed_fwd, {13, 20, 50, 5, 0}, {EXACT}},
@@ -534,7 +533,8 @@ static void test_dgrad_transposed(int N, int in, int out_dim) {
   float *p0 = randn(total, 0.05f, 0), *dy1 = randn((size_t)N * out_dim, 1.0f, 1), *dy2 = randn((size_t)N * in, 1.0f, 1);
   float *d_p = bind_params(p0, total), *w1 = d_p, *w2 = d_p + off2;
   void *d_dy1 = dev_bf16(dy1, (size_t)N * out_dim), *d_dy2 = dev_bf16(dy2, (size_t)N * in);
-  void *d_dx1 = G->alloc(G->ctx, (size_t)N * in * sizeof(bf16)), *d_dx2 = G->alloc(G->ctx, (size_t)N * out_dim * sizeof(bf16));
+  void *d_dx1 = G->alloc(G->ctx, (size_t)N * in * sizeof(bf16)),
+       *d_dx2 = G->alloc(G->ctx, (size_t)N * out_dim * sizeof(bf16));
   void *d_ref = G->alloc(G->ctx, (size_t)N * (in > out_dim ? in : out_dim) * sizeof(bf16));
 
   // CPU references with bf16(W) of the given parameters
@@ -567,7 +567,8 @@ static void test_dgrad_transposed(int N, int in, int out_dim) {
   free(again);
 
   // adamw (large lr, every weight moves by ~lr = 40% of its scale): the next dgrad must see it.
-  float *d_m = (float *)G->alloc(G->ctx, total * sizeof(float)), *d_v = (float *)G->alloc(G->ctx, total * sizeof(float));
+  float *d_m = (float *)G->alloc(G->ctx, total * sizeof(float)),
+        *d_v = (float *)G->alloc(G->ctx, total * sizeof(float));
   G->zero(G->ctx, d_m, total * sizeof(float));
   G->zero(G->ctx, d_v, total * sizeof(float));
   float *g = randn(total, 1.0f, 0), *d_g = dev_f32(g, total);
@@ -787,8 +788,8 @@ static void speed(void) {
   cuda_set_dgrad_transposed(CB, 1);
   G->sync(G->ctx);
   cuda_profile_enable(CB, 0);
-  printf("  per call, %d calls each (N=%d, D=%d, F=%d, q heads %dx%d, V=%d; adamw etc. over %zu floats):\n", reps, N,
-         D, F, H, hd, V, np);
+  printf("  per call, %d calls each (N=%d, D=%d, F=%d, q heads %dx%d, V=%d; adamw etc. over %zu floats):\n", reps, N, D,
+         F, H, hd, V, np);
   cuda_profile_report(CB, stdout, reps);
   printf("  device memory held by the backend: %.2f GB now, %.2f GB peak\n", cuda_mem_used(CB) / 1e9,
          cuda_mem_peak(CB) / 1e9);

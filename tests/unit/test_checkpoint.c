@@ -106,8 +106,8 @@ static void test_round_trip(void) {
   const char meta[] = "preset=tiny seed=42";
   unsigned char tail[3] = {1, 2, 3};
   CkptSection secs[] = {
-      {"meta", (void *)meta, sizeof meta}, {"empty", NULL, 0}, {"params", params, sizeof params},
-      {"big", big, big_n}, {"tail", tail, sizeof tail},
+      {"meta", (void *)meta, sizeof meta}, {"empty", NULL, 0}, {"params", params, sizeof params}, {"big", big, big_n},
+      {"tail", tail, sizeof tail},
   };
   char err[1024] = "";
   int rc = ckpt_save(dir, 7, secs, 5, 3, err, sizeof err);
@@ -120,8 +120,11 @@ static void test_round_trip(void) {
   unsigned char tail2[3] = {0};
   memset(big2, 0, big_n);
   // A different order from the save's, to show lookup is by name.
-  CkptSection load[] = {{"tail", tail2, 3}, {"big", big2, big_n}, {"params", params2, sizeof params2},
-                        {"empty", NULL, 0}, {"meta", meta2, sizeof meta2}};
+  CkptSection load[] = {{"tail", tail2, 3},
+                        {"big", big2, big_n},
+                        {"params", params2, sizeof params2},
+                        {"empty", NULL, 0},
+                        {"meta", meta2, sizeof meta2}};
   int64_t step = -1;
   rc = ckpt_load(at("rt/ckpt_00000007.bin"), load, 5, &step, err, sizeof err);
   CHECK(rc == 0, "load: %s", err);

@@ -144,7 +144,8 @@ int main(void) {
   expect_error("optim:\n  zzzzzz: 1\n", "t.yaml:2: optim.zzzzzz: unknown key", NULL);
   CHECK(strstr(err, "did you mean") == NULL, "far-off key got a suggestion: %s", err);
   expect_error("optim.lr: 1\n", "t.yaml:1: optim.lr: write section keys nested", NULL);
-  expect_error("optim:\n  beta1: 0.9\n  lr:\n    a: 1\n", "t.yaml:3: optim.lr: expected a single value, got a mapping", NULL);
+  expect_error("optim:\n  beta1: 0.9\n  lr:\n    a: 1\n", "t.yaml:3: optim.lr: expected a single value, got a mapping",
+               NULL);
   expect_error("batch:\n  seq_len: [1, 2]\n", "t.yaml:2: batch.seq_len: expected a single value, got a sequence", NULL);
   expect_error("\n\noptim: 3\n", "t.yaml:3: optim: expected a mapping of keys, got a scalar", NULL);
   expect_error("seed:\n  a: 1\n", "t.yaml:1: seed: expected a single value, got a mapping", NULL);
@@ -172,8 +173,10 @@ int main(void) {
   expect_error("parallel:\n  backend: tpu\n", "parallel.backend: invalid value 'tpu'", "auto/cpu/cuda");
   expect_error("parallel:\n  grad_reduce: fp16\n", "t.yaml:2: parallel.grad_reduce: invalid value 'fp16'", "fp32/bf16");
   expect_error("parallel:\n  bucket_mb: -1\n", "t.yaml:2: parallel.bucket_mb: must be >= 0", NULL);
-  expect_error("parallel:\n  overlap_reduce: sometimes\n", "t.yaml:2: parallel.overlap_reduce: expected true or false", NULL);
-  expect_error("parallel:\n  dgrad_transposed: 2\n", "t.yaml:2: parallel.dgrad_transposed: expected true or false", NULL);
+  expect_error("parallel:\n  overlap_reduce: sometimes\n", "t.yaml:2: parallel.overlap_reduce: expected true or false",
+               NULL);
+  expect_error("parallel:\n  dgrad_transposed: 2\n", "t.yaml:2: parallel.dgrad_transposed: expected true or false",
+               NULL);
   {
     config_defaults(&c);
     int ok = set(&c, "parallel.grad_reduce=bf16") == 0 && set(&c, "parallel.overlap_reduce=false") == 0 &&
@@ -185,7 +188,8 @@ int main(void) {
                "tiny, small, llama3_8b");
   expect_error("checkpoint:\n  resume: maybe\n", "t.yaml:2: checkpoint.resume: expected true or false", NULL);
   expect_error("optim:\n  lr: 1\n  beta1: 0.5\n  lr: 2\n", "t.yaml:4: optim.lr: duplicate key (first on line 2)", NULL);
-  expect_error("optim:\n  lr: 1\nseed: 3\noptim:\n  eps: 1\n", "t.yaml:4: optim: duplicate key (first on line 1)", NULL);
+  expect_error("optim:\n  lr: 1\nseed: 3\noptim:\n  eps: 1\n", "t.yaml:4: optim: duplicate key (first on line 1)",
+               NULL);
   expect_error("model:\n  preset: tiny\n  preset: small\n", "t.yaml:3: model.preset: duplicate key", NULL);
   expect_error("optim:\n  lr: [1, 2\nseed: 1\n", "YAML syntax error", "t.yaml:");
   expect_error("optim:\n  lr: 1\n bad: 2\n", "t.yaml:3: YAML syntax error", NULL);
@@ -242,7 +246,8 @@ int main(void) {
   // The preset is applied first wherever it sits in the mapping; explicit keys win.
   CHECK(load(&c, "model:\n  dim: 96\n  n_heads: 4\n  preset: small\n  n_layers: 3\n") == 0, "%s", err);
   CHECK(c.model.dim == 96 && c.model.n_heads == 4 && c.model.n_layers == 3, "explicit keys lost to the preset");
-  CHECK(c.model.ffn_dim == 2816 && c.model.vocab_size == 128256 && !strcmp(c.model_preset, "small"), "preset not applied");
+  CHECK(c.model.ffn_dim == 2816 && c.model.vocab_size == 128256 && !strcmp(c.model_preset, "small"),
+        "preset not applied");
   // Without a preset key, model keys override what is there (the tiny default).
   CHECK(load(&c, "model:\n  n_layers: 5\n") == 0 && c.model.n_layers == 5 && c.model.dim == 64, "%s", err);
 
@@ -250,26 +255,36 @@ int main(void) {
   expect_error("batch:\n  micro_batch: 4\n  global_batch: 6\n",
                "t.yaml:3: batch.global_batch: 6 is not divisible by batch.micro_batch (4) x parallel.data_parallel (1)",
                NULL);
-  expect_error("parallel:\n  data_parallel: 3\n", "batch.global_batch: 16 is not divisible by batch.micro_batch (8) x "
-               "parallel.data_parallel (3)", NULL);
-  expect_error("model:\n  n_heads: 3\n", "t.yaml:2: model.n_heads: model.dim 64 is not divisible by model.n_heads 3", NULL);
-  expect_error("model:\n  n_kv_heads: 3\n", "t.yaml:2: model.n_kv_heads: model.n_heads 4 is not divisible by model.n_kv_heads 3", NULL);
-  expect_error("model:\n  dim: 36\n  n_heads: 4\n  n_kv_heads: 1\n", "t.yaml:3: model.n_heads: head dimension", "= 9 is odd");
+  expect_error("parallel:\n  data_parallel: 3\n",
+               "batch.global_batch: 16 is not divisible by batch.micro_batch (8) x "
+               "parallel.data_parallel (3)",
+               NULL);
+  expect_error("model:\n  n_heads: 3\n", "t.yaml:2: model.n_heads: model.dim 64 is not divisible by model.n_heads 3",
+               NULL);
+  expect_error("model:\n  n_kv_heads: 3\n",
+               "t.yaml:2: model.n_kv_heads: model.n_heads 4 is not divisible by model.n_kv_heads 3", NULL);
+  expect_error("model:\n  dim: 36\n  n_heads: 4\n  n_kv_heads: 1\n", "t.yaml:3: model.n_heads: head dimension",
+               "= 9 is odd");
   expect_error("batch:\n  seq_len: 65\n", "t.yaml:2: batch.seq_len: 65 exceeds model.max_seq_len (64)", NULL);
-  expect_error("schedule:\n  warmup_steps: 301\n", "t.yaml:2: schedule.warmup_steps: 301 exceeds schedule.total_steps (300)",
+  expect_error("schedule:\n  warmup_steps: 301\n",
+               "t.yaml:2: schedule.warmup_steps: 301 exceeds schedule.total_steps (300)", NULL);
+  expect_error("schedule:\n  type: wsd\n  decay_start: 250\n",
+               "schedule.decay_steps: the decay (schedule.decay_start 250 "
+               "+ 60 steps) ends after schedule.total_steps (300)",
                NULL);
-  expect_error("schedule:\n  type: wsd\n  decay_start: 250\n", "schedule.decay_steps: the decay (schedule.decay_start 250 "
-               "+ 60 steps) ends after schedule.total_steps (300)", NULL);
-  expect_error("schedule:\n  type: wsd\n  decay_start: 10\n", "t.yaml:3: schedule.decay_start: 10 is inside the warmup", NULL);
+  expect_error("schedule:\n  type: wsd\n  decay_start: 10\n", "t.yaml:3: schedule.decay_start: 10 is inside the warmup",
+               NULL);
   expect_error("schedule:\n  type: wsd\n  decay_steps: 0\n", "t.yaml:3: schedule.decay_steps: must be >= 1", NULL);
-  CHECK(load(&c, "schedule:\n  type: wsd\n  decay_start: 300\n  decay_steps: 0\n") == 0, "never-reached decay: %s", err);
+  CHECK(load(&c, "schedule:\n  type: wsd\n  decay_start: 300\n  decay_steps: 0\n") == 0, "never-reached decay: %s",
+        err);
   CHECK(load(&c, "schedule:\n  type: wsd\n  decay_start: 240\n  decay_steps: 60\n") == 0, "decay to the end: %s", err);
-  expect_error("model:\n  ignore_index: 5\n", "t.yaml:2: model.ignore_index: 5 is a valid token id (model.vocab_size is 512)",
-               NULL);
+  expect_error("model:\n  ignore_index: 5\n",
+               "t.yaml:2: model.ignore_index: 5 is a valid token id (model.vocab_size is 512)", NULL);
   CHECK(load(&c, "model:\n  ignore_index: 512\n") == 0, "ignore_index = vocab: %s", err);
   expect_error("model:\n  rope_scaling: true\n  rope_high_freq_factor: 1\n",
                "t.yaml:3: model.rope_high_freq_factor: 1 must exceed model.rope_low_freq_factor (1)", NULL);
-  expect_error("checkpoint:\n  resume: true\n", "t.yaml:2: checkpoint.resume: is on, but checkpoint.dir is empty", NULL);
+  expect_error("checkpoint:\n  resume: true\n", "t.yaml:2: checkpoint.resume: is on, but checkpoint.dir is empty",
+               NULL);
   expect_error("eval:\n  interval: 10\n", "t.yaml:2: eval.interval: 10, but data.val and eval.tasks are empty", NULL);
   expect_error("data:\n  train: \"\"\n", "t.yaml:2: data.train: is empty", NULL);
   // After --set the key has no line: the message names the source without one.
@@ -280,16 +295,20 @@ int main(void) {
   // Lines come from the last load; a key set by --set afterwards loses its line.
   CHECK(load(&c, "seed: 1\nbatch:\n  global_batch: 32\n") == 0, "%s", err);
   c.global_batch = 20;
-  CHECK(config_validate(&c, "t.yaml", err, sizeof err) == -1 && strstr(err, "t.yaml:3: batch.global_batch: 20"), "%s", err);
+  CHECK(config_validate(&c, "t.yaml", err, sizeof err) == -1 && strstr(err, "t.yaml:3: batch.global_batch: 20"), "%s",
+        err);
   CHECK(set(&c, "batch.global_batch=20") == 0, "set");
-  CHECK(config_validate(&c, "t.yaml", err, sizeof err) == -1 && strstr(err, "t.yaml: batch.global_batch: 20"), "%s", err);
+  CHECK(config_validate(&c, "t.yaml", err, sizeof err) == -1 && strstr(err, "t.yaml: batch.global_batch: 20"), "%s",
+        err);
   // Values edited in code get the single-value checks too.
   config_defaults(&c);
   c.beta1 = 1.5f;
-  CHECK(config_validate(&c, "code", err, sizeof err) == -1 && strstr(err, "code: optim.beta1: must be in [0, 1)"), "%s", err);
+  CHECK(config_validate(&c, "code", err, sizeof err) == -1 && strstr(err, "code: optim.beta1: must be in [0, 1)"), "%s",
+        err);
   config_defaults(&c);
   strcpy(c.recipe, "fp3");
-  CHECK(config_validate(&c, "code", err, sizeof err) == -1 && strstr(err, "precision.recipe: invalid value 'fp3'"), "%s", err);
+  CHECK(config_validate(&c, "code", err, sizeof err) == -1 && strstr(err, "precision.recipe: invalid value 'fp3'"),
+        "%s", err);
   config_defaults(&c);
   c.model.n_heads = 0;
   CHECK(config_validate(&c, "code", err, sizeof err) == -1 && strstr(err, "model.n_heads: must be >= 1"), "%s", err);
@@ -301,10 +320,23 @@ int main(void) {
     FILE *f = open_memstream(&buf, &len);
     config_print_reference(f);
     fclose(f);
-    const char *expect[] = {"seed ", "model.preset ", "tiny|small|llama3_8b", "model.rope_original_max_pos ",
-                            "optim.beta1 ", "[0, 1)", "schedule.type ", "constant|cosine|wsd", "data.train ",
-                            "\"synthetic\"", "precision.recipe ", "parallel.data_parallel ", "(preset)",
-                            "parallel.grad_reduce ", "fp32|bf16", "parallel.overlap_reduce ", "parallel.bucket_mb ",
+    const char *expect[] = {"seed ",
+                            "model.preset ",
+                            "tiny|small|llama3_8b",
+                            "model.rope_original_max_pos ",
+                            "optim.beta1 ",
+                            "[0, 1)",
+                            "schedule.type ",
+                            "constant|cosine|wsd",
+                            "data.train ",
+                            "\"synthetic\"",
+                            "precision.recipe ",
+                            "parallel.data_parallel ",
+                            "(preset)",
+                            "parallel.grad_reduce ",
+                            "fp32|bf16",
+                            "parallel.overlap_reduce ",
+                            "parallel.bucket_mb ",
                             "parallel.dgrad_transposed "};
     for (int i = 0; i < (int)(sizeof expect / sizeof expect[0]); i++)
       CHECK(strstr(buf, expect[i]) != NULL, "reference lacks '%s'", expect[i]);

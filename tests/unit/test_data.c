@@ -12,7 +12,7 @@
 
 static char tmpdir[64];
 static const char *big_vocab_shard;  // a vocab-128256 shard from the round trip
-static char made[64][256];  // files to delete at the end
+static char made[64][256];           // files to delete at the end
 static int n_made;
 
 static const char *tmp_path(const char *name) {
@@ -81,7 +81,11 @@ static void test_round_trip(void) {
   TEST_SECTION("shard round trip");
   const size_t cap = 700000;  // > one 1 MiB chunk at both token widths
   uint32_t *tok = xmalloc(cap * sizeof(uint32_t));
-  struct { uint32_t vocab, bos, eos; int level; const char *name; } cases[] = {
+  struct {
+    uint32_t vocab, bos, eos;
+    int level;
+    const char *name;
+  } cases[] = {
       {512, 0, 1, 0, "rt_512_raw.bin"},
       {512, 0, 1, 3, "rt_512_zstd.bin"},
       {128256, SHARD_BOS_ID, SHARD_EOS_ID, 0, "rt_128k_raw.bin"},
@@ -104,15 +108,20 @@ static void test_round_trip(void) {
     CHECK(info.version == SHARD_VERSION, "version %u", info.version);
     CHECK(info.vocab_size == cases[c].vocab, "vocab %u", info.vocab_size);
     CHECK(info.token_bytes == tb, "token_bytes %u", info.token_bytes);
-    CHECK(info.compression == (cases[c].level ? SHARD_COMPRESS_ZSTD : SHARD_COMPRESS_NONE), "compression %u", info.compression);
+    CHECK(info.compression == (cases[c].level ? SHARD_COMPRESS_ZSTD : SHARD_COMPRESS_NONE), "compression %u",
+          info.compression);
     CHECK(info.n_tokens == n, "n_tokens %llu vs %zu", (unsigned long long)info.n_tokens, n);
-    if (cases[c].level == 0) CHECK(info.payload_bytes == n * tb, "raw payload %llu", (unsigned long long)info.payload_bytes);
-    else CHECK(info.payload_bytes < n * tb, "zstd payload %llu not smaller than raw", (unsigned long long)info.payload_bytes);
+    if (cases[c].level == 0)
+      CHECK(info.payload_bytes == n * tb, "raw payload %llu", (unsigned long long)info.payload_bytes);
+    else
+      CHECK(info.payload_bytes < n * tb, "zstd payload %llu not smaller than raw",
+            (unsigned long long)info.payload_bytes);
     CHECK(info.checksum == hash64_chunked_ref(tok, n, tb), "checksum differs from the documented definition");
     // The checksum covers the uncompressed tokens, so raw and zstd shards of the same tokens agree.
     if (cases[c].level == 0) checksum_raw = info.checksum;
-    else CHECK(info.checksum == checksum_raw, "zstd checksum %llx vs raw %llx", (unsigned long long)info.checksum,
-               (unsigned long long)checksum_raw);
+    else
+      CHECK(info.checksum == checksum_raw, "zstd checksum %llx vs raw %llx", (unsigned long long)info.checksum,
+            (unsigned long long)checksum_raw);
 
     uint32_t *back = NULL;
     ShardInfo info2;
@@ -298,7 +307,8 @@ static void test_loader_shards(void) {
   make_loader_shards();
   enum { B = 4, STEPS = 2 * NW / B + 3 };  // more than two epochs
   DataLoader *dl = open_ok(spec3, B, 0, 1, 42, 1, 65536);
-  CHECK(loader_tokens_per_epoch(dl) == (uint64_t)NW * T, "tokens/epoch %llu", (unsigned long long)loader_tokens_per_epoch(dl));
+  CHECK(loader_tokens_per_epoch(dl) == (uint64_t)NW * T, "tokens/epoch %llu",
+        (unsigned long long)loader_tokens_per_epoch(dl));
   CHECK(loader_synthetic_entropy(dl) == -1.0, "entropy is synthetic-only");
 
   // Targets are the inputs shifted by one; rows start at window boundaries.
@@ -323,7 +333,8 @@ static void test_loader_shards(void) {
   LoaderState st;
   loader_get_state(dl, &st);
   CHECK(st.epoch == 2 && st.cursor == (uint64_t)(STEPS * B - 2 * NW) && st.n_windows == NW && st.seed == 42,
-        "state after %d steps: epoch %llu cursor %llu", STEPS, (unsigned long long)st.epoch, (unsigned long long)st.cursor);
+        "state after %d steps: epoch %llu cursor %llu", STEPS, (unsigned long long)st.epoch,
+        (unsigned long long)st.cursor);
 
   // Deterministic by seed; another seed gives another order.
   DataLoader *same = open_ok(spec3, B, 0, 1, 42, 1, 65536), *other = open_ok(spec3, B, 0, 1, 43, 1, 65536);
@@ -338,8 +349,7 @@ static void test_loader_shards(void) {
   take_ids(r0, B / 2, STEPS, a);
   take_ids(r1, B / 2, STEPS, c);
   for (int k = 0; k < STEPS; k++)
-    for (int b = 0; b < B / 2; b++)
-      union_ok &= a[k * 2 + b] == ids[k * B + b] && c[k * 2 + b] == ids[k * B + 2 + b];
+    for (int b = 0; b < B / 2; b++) union_ok &= a[k * 2 + b] == ids[k * B + b] && c[k * 2 + b] == ids[k * B + 2 + b];
   CHECK(union_ok, "rank 0 + rank 1 rows == world=1 rows at every step, across epoch wraps");
   int disjoint = 1;
   for (int i = 0; i < NW / 2 - 1; i++)
@@ -392,7 +402,8 @@ static void test_loader_shards(void) {
   loader_next(val, in, tg);
   loader_reset(val);
   loader_next(val, in, tg);
-  CHECK(in[0] == (int)BASES[0] && in[T] == (int)BASES[0] + T && tg[T - 1] == (int)BASES[0] + T, "reset: first batch again");
+  CHECK(in[0] == (int)BASES[0] && in[T] == (int)BASES[0] + T && tg[T - 1] == (int)BASES[0] + T,
+        "reset: first batch again");
 
   loader_close(dl);
   loader_close(same);
@@ -469,14 +480,16 @@ static void test_synthetic(void) {
   for (int k = 0; k < 3; k++) loader_next(a, in, tg);
   LoaderState st;
   loader_get_state(a, &st);
-  CHECK(st.n_windows == 0 && st.epoch == 0 && st.cursor == 4 * SB, "synthetic state cursor %llu", (unsigned long long)st.cursor);
+  CHECK(st.n_windows == 0 && st.epoch == 0 && st.cursor == 4 * SB, "synthetic state cursor %llu",
+        (unsigned long long)st.cursor);
   loader_next(a, in, tg);
   DataLoader *r = loader_open("synthetic", SB, ST, 0, 1, 5, 1, V, err, sizeof(err));
   CHECK(loader_set_state(r, &st, err, sizeof(err)) == 0, "%s", err);
   loader_next(r, in2, tg2);
   CHECK(memcmp(in, in2, sizeof(in)) == 0 && memcmp(tg, tg2, sizeof(tg)) == 0, "synthetic resume is exact");
   LoaderState shard_state = {5, 0, 3, NW};
-  CHECK(loader_set_state(r, &shard_state, err, sizeof(err)) == -1 && strstr(err, "another"), "shard state refused: %s", err);
+  CHECK(loader_set_state(r, &shard_state, err, sizeof(err)) == -1 && strstr(err, "another"), "shard state refused: %s",
+        err);
 
   // Ranks: two ranks of SB/2 rows equal one rank of SB rows.
   DataLoader *q0 = loader_open("synthetic", SB / 2, ST, 0, 2, 5, 1, V, err, sizeof(err));

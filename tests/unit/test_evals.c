@@ -39,7 +39,8 @@ static void test_parsing(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
                 "Question: An astronomer observes that a planet rotates faster after a meteorite impact. Which is the "
                 "most likely effect of this increase in rotation?\nAnswer:"),
         "%s", arc->docs[0].query);
-  CHECK(arc->docs[0].n_choices == 4 && arc->docs[0].gold == 2, "n %d gold %d", arc->docs[0].n_choices, arc->docs[0].gold);
+  CHECK(arc->docs[0].n_choices == 4 && arc->docs[0].gold == 2, "n %d gold %d", arc->docs[0].n_choices,
+        arc->docs[0].gold);
   CHECK(!strcmp(arc->docs[0].choices[2], "Planetary days will become shorter."), "%s", arc->docs[0].choices[2]);
   CHECK(arc->docs[1].gold == 1 && !strcmp(arc->docs[1].choices[3], "building materials will be cheaper"), "%s",
         arc->docs[1].choices[3]);
@@ -47,8 +48,10 @@ static void test_parsing(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
   CHECK(wg->n == 1267 && wg->kind == EVAL_WINOGRANDE, "winogrande n = %d", wg->n);
   CHECK(wg->docs[0].n_choices == 2 && wg->docs[0].gold == 1 && wg->docs[1].gold == 0, "gold %d %d", wg->docs[0].gold,
         wg->docs[1].gold);
-  CHECK(!strcmp(wg->docs[0].choices[0], "Sarah was a much better surgeon than Maria so Sarah"), "%s", wg->docs[0].choices[0]);
-  CHECK(!strcmp(wg->docs[0].choices[1], "Sarah was a much better surgeon than Maria so Maria"), "%s", wg->docs[0].choices[1]);
+  CHECK(!strcmp(wg->docs[0].choices[0], "Sarah was a much better surgeon than Maria so Sarah"), "%s",
+        wg->docs[0].choices[0]);
+  CHECK(!strcmp(wg->docs[0].choices[1], "Sarah was a much better surgeon than Maria so Maria"), "%s",
+        wg->docs[0].choices[1]);
   CHECK(!strcmp(wg->docs[0].target, "always got the easier cases."), "%s", wg->docs[0].target);
 
   char err[512];
@@ -73,7 +76,8 @@ static void test_parsing(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
   fprintf(f, "{\"query\": \"Question: \\u00e9 \\\"q\\\"\", \"choices\": [\"a\\\"]\", \"b\"] ,\"gold\":1}\n");
   fclose(f);
   EvalSet *esc = evalset_load("arc_challenge", bad, err, sizeof err);
-  CHECK(esc && !strcmp(esc->docs[0].query, "Question: \xc3\xa9 \"q\"\nAnswer:") && !strcmp(esc->docs[0].choices[0], "a\"]"),
+  CHECK(esc && !strcmp(esc->docs[0].query, "Question: \xc3\xa9 \"q\"\nAnswer:") &&
+            !strcmp(esc->docs[0].choices[0], "a\"]"),
         "escapes: %s", esc ? esc->docs[0].query : err);
   CHECK(esc && esc->docs[0].gold == 1 && esc->docs[0].n_choices == 2, "gold");
   evalset_free(esc);
@@ -114,7 +118,8 @@ static void test_prompts(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
     valid &= a[i] != 7 && a[i] >= 0 && a[i] < arc->n;
     for (int j = 0; j < i; j++) valid &= a[i] != a[j];
   }
-  CHECK(same && differ && valid, "deterministic %d, seed-dependent %d, distinct and not the doc %d", same, differ, valid);
+  CHECK(same && differ && valid, "deterministic %d, seed-dependent %d, distinct and not the doc %d", same, differ,
+        valid);
   int small[2];
   eval_fewshot_pick(3, 1, 2, 9, small);  // the only choice: {0, 2}
   CHECK(small[0] + small[1] == 2 && small[0] != 1 && small[1] != 1, "%d %d", small[0], small[1]);
@@ -123,8 +128,9 @@ static void test_prompts(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
   char *prefix = eval_fewshot_prefix(arc, 0, 2, 42), *ctx, *cont, want[8192];
   int p[2];
   eval_fewshot_pick(arc->n, 0, 2, 42, p);
-  snprintf(want, sizeof want, "%s %s\n\n%s %s\n\n", arc->docs[p[0]].query, arc->docs[p[0]].choices[arc->docs[p[0]].gold],
-           arc->docs[p[1]].query, arc->docs[p[1]].choices[arc->docs[p[1]].gold]);
+  snprintf(want, sizeof want, "%s %s\n\n%s %s\n\n", arc->docs[p[0]].query,
+           arc->docs[p[0]].choices[arc->docs[p[0]].gold], arc->docs[p[1]].query,
+           arc->docs[p[1]].choices[arc->docs[p[1]].gold]);
   CHECK(!strcmp(prefix, want), "prefix:\n%s\nwant:\n%s", prefix, want);
   CHECK(!strncmp(prefix, "Question: ", 10) && strstr(prefix, "\nAnswer: "), "%.60s", prefix);
   eval_request_text(arc, 0, 1, prefix, &ctx, &cont);
@@ -252,8 +258,8 @@ static void test_scoring(void) {
   CHECK_NEAR(lp[2], direct_logp(m1, T, V, t2, 1, 3, 17), 1e-5);
   CHECK(lp[0] < 0 && lp[1] < 0 && lp[2] < 0 && lp[0] != lp[2], "%g %g %g", lp[0], lp[1], lp[2]);
   CHECK(mc_score(m1, 1, T, reqs, 3, lp2, err, sizeof err) == 0, "%s", err);
-  CHECK(fabs(lp2[0] - lp[0]) < 1e-5 && fabs(lp2[1] - lp[1]) < 1e-5 && fabs(lp2[2] - lp[2]) < 1e-5,
-        "B=1 vs B=2: %g %g", lp2[1], lp[1]);
+  CHECK(fabs(lp2[0] - lp[0]) < 1e-5 && fabs(lp2[1] - lp[1]) < 1e-5 && fabs(lp2[2] - lp[2]) < 1e-5, "B=1 vs B=2: %g %g",
+        lp2[1], lp[1]);
   CHECK(mc_score(m2, 2, T, reqs, 3, lp2, err, sizeof err) == 0 && !memcmp(lp, lp2, sizeof lp), "bit-identical rerun");
   int bad[3] = {1, 2, 37};
   EvalRequest br = {bad, 2, 1};
@@ -335,7 +341,8 @@ int main(void) {
   double t0 = now_seconds();
   EvalSet *hs = load("hellaswag", EVALS "hellaswag_val.txt"), *arc = load("arc_challenge", EVALS "arc_challenge.jsonl"),
           *wg = load("winogrande", EVALS "winogrande.jsonl");
-  const char *model = getenv("TOKENIZER_MODEL") ? getenv("TOKENIZER_MODEL") : "../shared/data/tokenizer/tokenizer.model";
+  const char *model =
+      getenv("TOKENIZER_MODEL") ? getenv("TOKENIZER_MODEL") : "../shared/data/tokenizer/tokenizer.model";
   char err[512];
   Tokenizer *tok = tokenizer_load(model, NULL, err, sizeof err);
   if (!tok) die("%s", err);

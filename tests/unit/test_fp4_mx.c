@@ -166,7 +166,7 @@ static void test_mx_blocks(void) {
   uint8_t c[4 * 16], s[4];
   PhiloxStream ps = philox_stream(1, 0, 0, 0, 0);
   for (int i = 0; i < 32; i++) x[i] = 3.0f * (i - 16) / 16.0f;  // amax 3 (x[0] = -3)
-  x[32 + 5] = 4.0f;                                                   // amax exactly a power of two
+  x[32 + 5] = 4.0f;                                             // amax exactly a power of two
   x[32 + 6] = 1.0f;
   x[64 + 1] = nanf("");
   x[96 + 2] = INFINITY;
@@ -244,7 +244,8 @@ static void test_weights_and_cols(void) {
   int ok = 1;
   for (int n = 0; n < N; n++)
     for (int k = 0; k < K; k++)
-      ok &= code_at(c, (size_t)n * K + k) == code_at(ct, (size_t)k * N + n) && s[n * (K / 32) + k / 32] == st[k * (N / 32) + n / 32];
+      ok &= code_at(c, (size_t)n * K + k) == code_at(ct, (size_t)k * N + n) &&
+            s[n * (K / 32) + k / 32] == st[k * (N / 32) + n / 32];
   CHECK(ok, "W and W^T carry identical codes and scales");
   // Column copy == row copy of the transpose (after the H32 along rows when asked).
   for (int i = 0; i < N * K; i++) w[i] = rng_normal(&rng);
@@ -305,7 +306,8 @@ static void test_embed(void) {
     inexact += want != got;
     worst = fmax(worst, fabs(want - got));
   }
-  CHECK(inexact > 0 && worst <= ldexp(1, 0 - 16), "spread 20: %d inexact, worst error %.3g <= 2^(Et-16)", inexact, worst);
+  CHECK(inexact > 0 && worst <= ldexp(1, 0 - 16), "spread 20: %d inexact, worst error %.3g <= 2^(Et-16)", inexact,
+        worst);
   CHECK(worst < ldexp(1, -17) * 6, "and below 2^-17 of the group max (6 * 2^Et)");
   // BLK128x128 for weights: 160 x 256 (one partial row tile), padding scales zero.
   enum { N = 160, KW = 256 };
@@ -320,7 +322,8 @@ static void test_embed(void) {
   for (int n = 0; n < N; n++)
     for (int k = 0; k < KW; k++) {
       size_t i = (size_t)n * KW + k;
-      exact &= e4m3_decode(fw[i]) * sw[(n / 128) * L4 + k / 128] == ldexpf(e2m1_decode(code_at(cw, i)), swq[i / 32] - 127);
+      exact &=
+          e4m3_decode(fw[i]) * sw[(n / 128) * L4 + k / 128] == ldexpf(e2m1_decode(code_at(cw, i)), swq[i / 32] - 127);
     }
   CHECK(mx_blk128_scale_count(N, KW) == 8 && L4 == 4, "BLK128x128 scale count (2 tiles x L4 4)");
   CHECK(exact, "BLK128x128: E4M3 * scale == q * 2^e for weights");

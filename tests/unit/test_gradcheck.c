@@ -168,8 +168,8 @@ static void make_batch(int *in, int *tg, int N, int V, uint64_t seed) {
   Rng r;
   rng_seed(&r, seed);
   for (int n = 0; n < N; n++) in[n] = (int)(rng_u64(&r) % V), tg[n] = (int)(rng_u64(&r) % V);
-  in[5] = in[1];                        // a repeated token (embedding gradient rows add up)
-  tg[2] = tg[7] = tg[N - 1] = IGN;      // some ignored targets
+  in[5] = in[1];                    // a repeated token (embedding gradient rows add up)
+  tg[2] = tg[7] = tg[N - 1] = IGN;  // some ignored targets
 }
 
 // ---- tests ----------------------------------------------------------------------------------------
@@ -178,11 +178,11 @@ static void test_tensor_table(void) {
   TEST_SECTION("tensor table and init");
   LlamaConfig c = tiny_config();
   Llama *m = llama_create(&c, 2, 7, cpu_backend_open());
-  const char *names[] = {"tok_embedding", "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down",
-                         "final_norm", "head"};
+  const char *names[] = {"tok_embedding", "attn_norm", "wq",   "wk",     "wv",         "wo",
+                         "ffn_norm",      "w_gate",    "w_up", "w_down", "final_norm", "head"};
   const int64_t L = 2, D = 16, Q = 16, K = 8, F = 24, V = 37;
-  const int64_t shapes[12][3] = {{V, D}, {L, D}, {L, Q, D}, {L, K, D}, {L, K, D}, {L, D, Q},
-                                 {L, D}, {L, F, D}, {L, F, D}, {L, D, F}, {D},    {V, D}};
+  const int64_t shapes[12][3] = {{V, D}, {L, D},    {L, Q, D}, {L, K, D}, {L, K, D}, {L, D, Q},
+                                 {L, D}, {L, F, D}, {L, F, D}, {L, D, F}, {D},       {V, D}};
   const int ndims[12] = {2, 2, 3, 3, 3, 3, 2, 3, 3, 3, 1, 2};
   CHECK(llama_num_tensors(m) == 12, "%d tensors", llama_num_tensors(m));
   size_t off = 0;
@@ -299,8 +299,8 @@ static void test_against_reference(void) {
     }
     printf("  %-14s %5zu entries  max|grad| %.3e  max abs err %.2e  max rel err %.2e\n", t->name, t->numel, scale,
            max_abs, max_rel);
-    CHECK(scale > 0 && max_rel < tol, "%s: entry %zu: analytic %.9g, finite difference %.9g (rel err %.3g)",
-          t->name, at, grads[t->offset + at], fd[at], max_rel);
+    CHECK(scale > 0 && max_rel < tol, "%s: entry %zu: analytic %.9g, finite difference %.9g (rel err %.3g)", t->name,
+          at, grads[t->offset + at], fd[at], max_rel);
     free(fd);
   }
   free(grads), free(logits), free(r.p);
@@ -470,8 +470,8 @@ static void test_recompute(void) {
   const size_t L = c.n_layers, D = c.dim, F = c.ffn_dim, hd = D / c.n_heads, Q = c.n_heads * hd;
   const size_t K = c.n_kv_heads * hd, H = c.n_heads, fb = sizeof(float);
   const size_t ffn_slice[] = {N * D * fb, N * F * fb, N * F * fb, N * F * fb, N * fb};  // ffn_in gate up swi ffn_rstd
-  const size_t attn_slice[] = {N * D * fb, N * Q * fb, N * K * fb, N * K * fb, N * Q * fb, N * D * fb, N * fb,
-                               N * H * fb};  // attn_in q k v att res_mid attn_rstd lse
+  const size_t attn_slice[] = {N * D * fb, N * Q * fb, N * K * fb, N * K * fb, N * Q * fb,
+                               N * D * fb, N * fb,     N * H * fb};  // attn_in q k v att res_mid attn_rstd lse
   size_t save_ffn = 0, save_attn = 0;
   for (int i = 0; i < 5; i++) save_ffn += align256(L * ffn_slice[i]) - align256(ffn_slice[i]);
   for (int i = 0; i < 8; i++) save_attn += align256(L * attn_slice[i]) - align256(attn_slice[i]);
@@ -547,8 +547,8 @@ static void test_saved_inputs(void) {
   const size_t fb = sizeof(float), D = c.dim, F = c.ffn_dim;
   size_t want = align256(4 * N * D * fb) - align256(2 * N * D * fb);
   want = 2 * want + align256(4 * N * F * fb) - align256(2 * N * F * fb);
-  CHECK(plain.act_bytes - saved.act_bytes == want, "arena %zu bytes smaller, want %zu", plain.act_bytes - saved.act_bytes,
-        want);
+  CHECK(plain.act_bytes - saved.act_bytes == want, "arena %zu bytes smaller, want %zu",
+        plain.act_bytes - saved.act_bytes, want);
   printf("  arena %zu bytes with saved inputs, %zu without\n", saved.act_bytes, plain.act_bytes);
   RecomputeRun full = recompute_run_ops(&c, B, T, LLAMA_RECOMPUTE_FULL, g1, l1, &saving);
   CHECK(g_saving == 0, "recompute full turns input saving off");

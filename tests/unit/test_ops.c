@@ -265,9 +265,9 @@ static void naive_attention(double *out, double *lse, const AttnCtx *c) {
       int g = h / (H / KV);
       for (int t = 0; t < T; t++)
         for (int j = 0; j < T; j++)
-          s[t * T + j] = j > t ? -INFINITY  // the causal mask
-                               : dot_d(c->q + (b * T + t) * qs + h * hd, c->k + (b * T + j) * ks + g * hd, hd) /
-                                     sqrt(hd);
+          s[t * T + j] = j > t
+                             ? -INFINITY  // the causal mask
+                             : dot_d(c->q + (b * T + t) * qs + h * hd, c->k + (b * T + j) * ks + g * hd, hd) / sqrt(hd);
       for (int t = 0; t < T; t++) {
         double mx = -INFINITY, sum = 0;
         for (int j = 0; j < T; j++) mx = fmax(mx, s[t * T + j]);

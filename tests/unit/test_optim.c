@@ -171,8 +171,8 @@ static void test_schedules(void) {
   CHECK(lr_at(&c, 0) == (float)(lr / 10), "cosine step 0: %g", lr_at(&c, 0));
   CHECK(lr_at(&c, 9) == (float)lr, "cosine warmup end: %g", lr_at(&c, 9));
   CHECK(lr_at(&c, 10) == (float)lr, "cosine decay start: %g", lr_at(&c, 10));
-  CHECK_NEAR(lr_at(&c, 60), lo + (lr - lo) * 0.5, 1e-10);                                // p = 1/2
-  CHECK_NEAR(lr_at(&c, 35), lo + (lr - lo) * 0.5 * (1 + cos(M_PI * 0.25)), 1e-10);       // p = 1/4
+  CHECK_NEAR(lr_at(&c, 60), lo + (lr - lo) * 0.5, 1e-10);                                  // p = 1/2
+  CHECK_NEAR(lr_at(&c, 35), lo + (lr - lo) * 0.5 * (1 + cos(M_PI * 0.25)), 1e-10);         // p = 1/4
   CHECK_NEAR(lr_at(&c, 109), lo + (lr - lo) * 0.5 * (1 + cos(M_PI * 99.0 / 100)), 1e-10);  // last step
   CHECK_NEAR(lr_at(&c, 110), lo, 1e-12);
   CHECK_NEAR(lr_at(&c, 500), lo, 1e-12);

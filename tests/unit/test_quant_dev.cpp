@@ -36,15 +36,21 @@ static uint32_t next32(void) {  // xorshift64*
 static float bf16_of(uint32_t bits16) { return fp4_u2f(bits16 << 16); }
 
 static float value(int kind) {
-  static const float grid[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f};
+  static const float grid[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f,
+                               2.0f, 2.5f,  3.0f, 3.5f,  4.0f, 5.0f,  6.0f};
   uint32_t u = next32();
   float sign = u & 0x80000000u ? -1.0f : 1.0f;
   switch (kind) {
-    case 0: return fp4_u2f(u);                                                   // any bits
-    case 1: return sign * grid[u % 15] * (float)(1 << (next32() % 4));           // ties and grid points
-    case 2: return bf16_of((u & 0x807fu) | ((120u + (u >> 20) % 16) << 7));      // narrow exponent spread
-    case 3: return bf16_of((u & 0x807fu) | ((1u + (u >> 20) % 254) << 7));       // any finite BF16
-    default: return sign * fp4_u2f(u & 0x007fffffu);                             // subnormals
+    case 0:
+      return fp4_u2f(u);  // any bits
+    case 1:
+      return sign * grid[u % 15] * (float)(1 << (next32() % 4));  // ties and grid points
+    case 2:
+      return bf16_of((u & 0x807fu) | ((120u + (u >> 20) % 16) << 7));  // narrow exponent spread
+    case 3:
+      return bf16_of((u & 0x807fu) | ((1u + (u >> 20) % 254) << 7));  // any finite BF16
+    default:
+      return sign * fp4_u2f(u & 0x007fffffu);  // subnormals
   }
 }
 
@@ -153,7 +159,8 @@ int main(void) {
       for (int i = 0; i < 8; i++) rnd[i] = next32();
       for (int mode = 0; mode < 2; mode++) {
         uint32_t a[4], b[4];
-        uint8_t sa = mx_quantize_block32(v, (MxScale)mode, 0, rnd, a), sb = mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
+        uint8_t sa = mx_quantize_block32(v, (MxScale)mode, 0, rnd, a),
+                sb = mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
         bad += sa != sb || memcmp(a, b, sizeof a), total++;
       }
     }
@@ -187,22 +194,26 @@ int main(void) {
       for (int sr = 0; sr < 2; sr++) {
         uint32_t a[4], b[4];
         uint8_t sa = mx_quantize_block32(v, (MxScale)mode, sr, rnd, a);
-        uint8_t sb = sr ? mx_block32_dev<true>(v, (MxScale)mode, rnd, b) : mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
+        uint8_t sb =
+            sr ? mx_block32_dev<true>(v, (MxScale)mode, rnd, b) : mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
         bad_mx += sa != sb || memcmp(a, b, sizeof a), n_mx++;
         // The FP8 path (code accumulators, sign bytes, mx_embed_word4) against mx_embed_value of the
         // reference's signed codes, at a group exponent 0..20 above the block's (the embedding's
         // normal range and its subnormal and flush-to-zero cases).
         float acc[8];
-        uint8_t sc = sr ? mx_block32_acc<true>(v, (MxScale)mode, rnd, acc) : mx_block32_acc<false>(v, (MxScale)mode, rnd, acc);
+        uint8_t sc =
+            sr ? mx_block32_acc<true>(v, (MxScale)mode, rnd, acc) : mx_block32_acc<false>(v, (MxScale)mode, rnd, acc);
         const int Et = mx_embed_exp_of(sa) + (int)(next32() % 21);
         const MxEmbedLut L = mx_embed_lut(sa, Et);
         int diff = sc != sa;
         for (int k = 0; k < 8; k++) {
           const uint32_t codes = sr ? mx_acc_codes4<true>(acc[k]) : mx_acc_codes4<false>(acc[k]);
-          const uint32_t word = k % 2 ? mx_embed_word4(L, codes, fp4_sign_bytes4(v + 4 * k))
-                                      : mx_embed_word4(L, codes, fp4_sign_bytes4_bf16(
-                                            (fp4_f2u(v[4 * k]) >> 16) | (fp4_f2u(v[4 * k + 1]) & 0xFFFF0000u),
-                                            (fp4_f2u(v[4 * k + 2]) >> 16) | (fp4_f2u(v[4 * k + 3]) & 0xFFFF0000u)));
+          const uint32_t word =
+              k % 2 ? mx_embed_word4(L, codes, fp4_sign_bytes4(v + 4 * k))
+                    : mx_embed_word4(
+                          L, codes,
+                          fp4_sign_bytes4_bf16((fp4_f2u(v[4 * k]) >> 16) | (fp4_f2u(v[4 * k + 1]) & 0xFFFF0000u),
+                                               (fp4_f2u(v[4 * k + 2]) >> 16) | (fp4_f2u(v[4 * k + 3]) & 0xFFFF0000u)));
           for (int j = 0; j < 4; j++) {
             const int i = 4 * k + j;
             diff |= (uint8_t)(word >> (8 * j)) != mx_embed_value(mx_code_of(a, i), sa, Et);
@@ -216,7 +227,8 @@ int main(void) {
         mx_block32_scale(v, (MxScale)mode, &c);
         if (is16 && c != 0.0f) {
           for (int k = 0; k < 8; k++) {
-            const float f = sr ? mx_acc4_bf16<true>(v + 4 * k, c, c * 0.5f, rnd[k]) : mx_acc4_bf16<false>(v + 4 * k, c, c * 0.5f, 0);
+            const float f = sr ? mx_acc4_bf16<true>(v + 4 * k, c, c * 0.5f, rnd[k])
+                               : mx_acc4_bf16<false>(v + 4 * k, c, c * 0.5f, 0);
             diff |= fp4_f2u(f) != fp4_f2u(acc[k]);
           }
           n_bf16++;

@@ -67,7 +67,8 @@ int main(void) {
             strstr(err, "precision.scale_rounding"),
         "round-down is MXFP4's: %s", err);
 
-  CHECK(resolve(&r, "nvfp4", "auto", "h32", "auto", "auto", "reference", 0, 0, 90, err) && strstr(err, "precision.hadamard"),
+  CHECK(resolve(&r, "nvfp4", "auto", "h32", "auto", "auto", "reference", 0, 0, 90, err) &&
+            strstr(err, "precision.hadamard"),
         "nvfp4 with h32 (its producers rotate 16-blocks): %s", err);
   CHECK(resolve(&r, "mxfp4", "auto", "h8", "auto", "auto", "auto", 0, 0, 90, err) &&
             strstr(err, "precision.hadamard: unknown value 'h8'") && strstr(err, RECIPE_HADAMARD),

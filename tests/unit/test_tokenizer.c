@@ -181,12 +181,17 @@ static void test_basics(const Tokenizer *t) {
   free(ids);
 
   TEST_SECTION("invalid UTF-8 becomes U+FFFD per maximal subpart");
-  struct { const char *in, *want; } repl[] = {
-      {"abc\xff" "def", "abc\xEF\xBF\xBD" "def"},
-      {"\xe2\x82", "\xEF\xBF\xBD"},                                            // truncated: one U+FFFD
-      {"\xed\xa0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},                // surrogate: three
-      {"\xc0\x80!", "\xEF\xBF\xBD\xEF\xBF\xBD!"},                              // overlong: two
-      {"\xf0\x9f\x98 \xf0\x9f\x98\x80", "\xEF\xBF\xBD \xf0\x9f\x98\x80"},      // cut emoji, then a whole one
+  struct {
+    const char *in, *want;
+  } repl[] = {
+      {"abc\xff"
+       "def",
+       "abc\xEF\xBF\xBD"
+       "def"},
+      {"\xe2\x82", "\xEF\xBF\xBD"},                                        // truncated: one U+FFFD
+      {"\xed\xa0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},            // surrogate: three
+      {"\xc0\x80!", "\xEF\xBF\xBD\xEF\xBF\xBD!"},                          // overlong: two
+      {"\xf0\x9f\x98 \xf0\x9f\x98\x80", "\xEF\xBF\xBD \xf0\x9f\x98\x80"},  // cut emoji, then a whole one
   };
   for (size_t i = 0; i < sizeof repl / sizeof repl[0]; i++) {
     n = encode_str(t, repl[i].in, &ids);
@@ -282,15 +287,17 @@ static void test_json(void) {
   TEST_SECTION("JSON string field");
   char *s, err[256];
   size_t n;
-  const char *line = "{\"id\": 7, \"meta\": {\"text\": 1, \"a\": [1, -2.5e3, true, null, {\"x\": \"}\"}]}, "
-                     "\"text\": \"a\\\"b\\\\c\\/d\\n\\t\\u00e9\\u4e2d\\ud83d\\ude00\\ud800x\\u0041\"}";
+  const char *line =
+      "{\"id\": 7, \"meta\": {\"text\": 1, \"a\": [1, -2.5e3, true, null, {\"x\": \"}\"}]}, "
+      "\"text\": \"a\\\"b\\\\c\\/d\\n\\t\\u00e9\\u4e2d\\ud83d\\ude00\\ud800x\\u0041\"}";
   int rc = json_get_string(line, strlen(line), "text", &s, &n, err, sizeof err);
   const char *want = "a\"b\\c/d\n\t\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80\xEF\xBF\xBDxA";
   CHECK(rc == 1 && n == strlen(want) && !memcmp(s, want, n), "escapes decoded (rc %d: '%s')", rc, rc == 1 ? s : err);
   free(s);
 
-  line = "{\"te\\u0078t\": \"first\", \"text\": \"last\", \"long_key_that_is_longer_than_sixty_four_bytes_and_so_is_"
-         "never_decoded\": 0}";
+  line =
+      "{\"te\\u0078t\": \"first\", \"text\": \"last\", \"long_key_that_is_longer_than_sixty_four_bytes_and_so_is_"
+      "never_decoded\": 0}";
   rc = json_get_string(line, strlen(line), "text", &s, &n, err, sizeof err);
   CHECK(rc == 1 && !strcmp(s, "last"), "duplicate key: last wins");
   free(s);
@@ -301,7 +308,9 @@ static void test_json(void) {
   line = "  {\"id\": 1}  ";
   CHECK(json_get_string(line, strlen(line), "text", &s, &n, err, sizeof err) == 0 && !s, "missing key gives 0");
 
-  struct { const char *line, *msg; } bad[] = {
+  struct {
+    const char *line, *msg;
+  } bad[] = {
       {"{\"text\": 5}", "column 10: member \"text\" is not a string"},
       {"{\"text\": \"abc}", "unterminated string"},
       {"{\"text\": \"a\\qb\"}", "column 12: bad escape"},
@@ -436,9 +445,25 @@ static void test_prepare(const Tokenizer *t, const char *model) {
 
   char prefix[600];
   snprintf(prefix, sizeof prefix, "%s/out", tmpdir);
-  char *argv[] = {"tokenize", "--tokenizer", (char *)model, "--input", (char *)tmp_path("docs.jsonl"),
-                  "--input", (char *)tmp_path("docs.jsonl.zst"), "--input", (char *)tmp_path("doc.txt"),
-                  "--output", prefix, "--shard-tokens", "50", "--val-docs", "1", "--threads", "2", "--quiet", NULL};
+  char *argv[] = {"tokenize",
+                  "--tokenizer",
+                  (char *)model,
+                  "--input",
+                  (char *)tmp_path("docs.jsonl"),
+                  "--input",
+                  (char *)tmp_path("docs.jsonl.zst"),
+                  "--input",
+                  (char *)tmp_path("doc.txt"),
+                  "--output",
+                  prefix,
+                  "--shard-tokens",
+                  "50",
+                  "--val-docs",
+                  "1",
+                  "--threads",
+                  "2",
+                  "--quiet",
+                  NULL};
   int argc = (int)(sizeof argv / sizeof argv[0]) - 1;
   CHECK(tokenize_main(argc, argv) == 0, "tokenize_main succeeded");
 
@@ -465,8 +490,15 @@ static void test_prepare(const Tokenizer *t, const char *model) {
   snprintf(p1, sizeof p1, "%s/frac1", tmpdir);
   snprintf(p2, sizeof p2, "%s/frac2", tmpdir);
   const char *inputs[] = {tmp_path("docs.jsonl"), tmp_path("docs.jsonl.zst"), tmp_path("doc.txt")};
-  PrepareOptions opt = {.tokenizer_path = model, .inputs = inputs, .n_inputs = 3, .output_prefix = p1,
-                        .shard_tokens = 1000, .val_fraction = 0.5, .zstd_level = 0, .threads = 1, .quiet = 1};
+  PrepareOptions opt = {.tokenizer_path = model,
+                        .inputs = inputs,
+                        .n_inputs = 3,
+                        .output_prefix = p1,
+                        .shard_tokens = 1000,
+                        .val_fraction = 0.5,
+                        .zstd_level = 0,
+                        .threads = 1,
+                        .quiet = 1};
   PrepareStats st1, st2;
   char err[1024];
   CHECK(prepare_run(&opt, &st1, err, sizeof err) == 0, "val-fraction run: %s", err);
@@ -512,11 +544,18 @@ static void test_prepare(const Tokenizer *t, const char *model) {
   const char *many_in = tmp_path("many.jsonl");
   char pm[600];
   snprintf(pm, sizeof pm, "%s/many", tmpdir);
-  PrepareOptions mo = {.tokenizer_path = model, .inputs = &many_in, .n_inputs = 1, .output_prefix = pm,
-                       .shard_tokens = 100000000, .val_docs = 10, .zstd_level = 1, .threads = 2, .quiet = 1};
+  PrepareOptions mo = {.tokenizer_path = model,
+                       .inputs = &many_in,
+                       .n_inputs = 1,
+                       .output_prefix = pm,
+                       .shard_tokens = 100000000,
+                       .val_docs = 10,
+                       .zstd_level = 1,
+                       .threads = 2,
+                       .quiet = 1};
   CHECK(prepare_run(&mo, &st1, err, sizeof err) == 0, "many docs: %s", err);
-  CHECK(st1.docs[0] == MANY - 10 && st1.docs[1] == 10, "%llu train + %llu val docs",
-        (unsigned long long)st1.docs[0], (unsigned long long)st1.docs[1]);
+  CHECK(st1.docs[0] == MANY - 10 && st1.docs[1] == 10, "%llu train + %llu val docs", (unsigned long long)st1.docs[0],
+        (unsigned long long)st1.docs[1]);
   uint32_t *got;
   size_t n_got, n_exp;
   read_split(pm, "train", &got, &n_got, NULL);
@@ -532,7 +571,9 @@ static void test_prepare(const Tokenizer *t, const char *model) {
   const char *no_text = "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n";
   write_bytes(tmp_path("notext.jsonl"), no_text, strlen(no_text));
   write_bytes(tmp_path("data.csv"), "a,b\n", 4);
-  struct { const char *input, *msg; } cases[] = {
+  struct {
+    const char *input, *msg;
+  } cases[] = {
       {"bad.jsonl", "bad.jsonl:2: bad JSON: column 10: unterminated string"},
       {"notext.jsonl", "notext.jsonl:3: object has no \"text\" member"},
       {"nope.jsonl", "cannot open"},
