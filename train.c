@@ -277,40 +277,72 @@ static void open_tasks(Run *r) {
     die("eval.tasks: model.vocab_size %d cannot hold the Llama-3 tokenizer's ids (128256)", c->model.vocab_size);
   r->tok = tokenizer_load(c->tokenizer_path, NULL, err, sizeof err);
   if (!r->tok) die("data.tokenizer: %s", err);
-  static const struct {
-    const char *name, *file;
-  } files[] = {
-      {"hellaswag", "hellaswag_val.txt"}, {"arc_challenge", "arc_challenge.jsonl"}, {"winogrande", "winogrande.jsonl"}};
-  snprintf(buf, sizeof buf, "%s", c->eval_tasks);
+  if (c->eval_samples[0] && make_dirs(c->eval_samples, err, sizeof err)) die("eval.samples: %s", err);
+  snprintf(buf, sizeof buf, "%s", eval_tasks_spec(c->eval_tasks));
   for (char *item = strtok_r(buf, ",", &save); item && r->n_tasks < 8; item = strtok_r(NULL, ",", &save)) {
     char *colon = strchr(item, ':'), path[2 * CFG_PATH];
     int shots = colon ? atoi(colon + 1) : 0;
     if (colon) *colon = 0;
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-      if (!strcmp(item, files[i].name)) snprintf(path, sizeof path, "%s/%s", c->eval_dir, files[i].file);
+    const EvalTaskInfo *info = eval_task_info(item);  // known: run/config.c checked the names
+    snprintf(path, sizeof path, "%s/%s", c->eval_dir, info->file);
+    double t0 = now_seconds();
     r->tasks[r->n_tasks] =
         mc_task_open(r->tok, item, path, shots, c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
     if (!r->tasks[r->n_tasks]) die("eval.tasks: %s", err);
+    printf("eval task %s %d-shot: %d documents, %d requests (%.1fs to prepare)\n", item, shots,
+           r->tasks[r->n_tasks]->rq.n_docs, r->tasks[r->n_tasks]->rq.n_req, now_seconds() - t0);
     r->n_tasks++;
   }
 }
 
-// Scores every task and logs accuracy (and length-normalized accuracy) beside the training loss.
+// Scores every task and logs accuracy (and length-normalized accuracy) beside the training loss;
+// MMLU adds its categories and subjects to the log. With more than one task, a table of each task's
+// paper metric and their mean.
 static void run_tasks(Run *r, FILE *log) {
   char err[512];
+  EvalResult res[8];
+  double secs[8];
   for (int i = 0; i < r->n_tasks; i++) {
-    EvalResult e;
+    EvalResult *e = &res[i];
     double t0 = now_seconds();
-    if (mc_task_run(r->tasks[i], r->model, r->cfg.micro_batch, r->cfg.seq_len, &e, err, sizeof err))
+    if (mc_task_run(r->tasks[i], r->model, r->cfg.micro_batch, r->cfg.seq_len, e, err, sizeof err))
       die("eval at step %lld: %s", (long long)r->step, err);
-    printf("step %6lld | %s %d-shot: acc %.4f", (long long)r->step, e.name, r->tasks[i]->k_shot, e.acc);
-    if (e.has_norm) printf(", acc_norm %.4f", e.acc_norm);
-    printf(" (%d docs, %.1fs)\n", e.n, now_seconds() - t0);
+    secs[i] = now_seconds() - t0;
+    printf("step %6lld | %s %d-shot: acc %.4f", (long long)r->step, e->name, r->tasks[i]->k_shot, e->acc);
+    if (e->has_norm) printf(", acc_norm %.4f", e->acc_norm);
+    printf(" (%d docs, %.1fs)\n", e->n, secs[i]);
+    for (int c = 0; e->n_subjects && c < EVAL_MMLU_CATEGORIES; c++)
+      if (e->category[c].n)
+        printf("step %6lld |   %s %-16s acc %.4f (%d docs)\n", (long long)r->step, e->name, e->category[c].name,
+               e->category[c].acc, e->category[c].n);
     if (log) {
-      fprintf(log, "{\"step\": %lld, \"eval/%s/acc\": %.6f", (long long)r->step, e.name, e.acc);
-      if (e.has_norm) fprintf(log, ", \"eval/%s/acc_norm\": %.6f", e.name, e.acc_norm);
-      fprintf(log, ", \"eval/%s/n\": %d}\n", e.name, e.n);
+      fprintf(log, "{\"step\": %lld, \"eval/%s/acc\": %.6f", (long long)r->step, e->name, e->acc);
+      if (e->has_norm) fprintf(log, ", \"eval/%s/acc_norm\": %.6f", e->name, e->acc_norm);
+      fprintf(log, ", \"eval/%s/n\": %d", e->name, e->n);
+      for (int c = 0; e->n_subjects && c < EVAL_MMLU_CATEGORIES; c++)
+        if (e->category[c].n)
+          fprintf(log, ", \"eval/%s_%s/acc\": %.6f", e->name, e->category[c].name, e->category[c].acc);
+      for (int k = 0; k < e->n_subjects; k++)
+        fprintf(log, ", \"eval/%s_%s/acc\": %.6f", e->name, e->subject[k].name, e->subject[k].acc);
+      fprintf(log, "}\n");
     }
+    if (r->cfg.eval_samples[0]) {
+      char path[2 * CFG_PATH];
+      if (snprintf(path, sizeof path, "%s/%s.jsonl", r->cfg.eval_samples, e->name) >= (int)sizeof path)
+        die("eval.samples: the path is too long");
+      if (mc_task_write_samples(r->tasks[i], path, err, sizeof err)) die("eval.samples: %s", err);
+    }
+  }
+  if (r->n_tasks > 1) {
+    printf("%-14s %6s %-9s %8s %7s %8s\n", "task", "shots", "metric", "value", "docs", "seconds");
+    double sum = 0;
+    for (int i = 0; i < r->n_tasks; i++) {
+      sum += eval_paper_metric(&res[i]);
+      printf("%-14s %6d %-9s %8.4f %7d %8.1f\n", res[i].name, r->tasks[i]->k_shot,
+             res[i].paper_norm ? "acc_norm" : "acc", eval_paper_metric(&res[i]), res[i].n, secs[i]);
+    }
+    printf("%-14s %6s %-9s %8.4f\n", "mean", "", "", sum / r->n_tasks);
+    if (log) fprintf(log, "{\"step\": %lld, \"eval/mean\": %.6f}\n", (long long)r->step, sum / r->n_tasks);
   }
   fflush(stdout);
 }

@@ -24,12 +24,98 @@ static char *concat3(const char *a, const char *b, const char *c) {
   return s;
 }
 
+// The paper scores MMLU 5-shot (acc), HellaSwag 10-shot (acc_norm), WinoGrande 5-shot (acc) and
+// ARC-Challenge 25-shot (acc_norm).
+const EvalTaskInfo EVAL_TASKS[] = {
+    {"mmlu", "mmlu.jsonl", EVAL_MMLU, 5, 0},
+    {"hellaswag", "hellaswag_val.txt", EVAL_HELLASWAG, 10, 1},
+    {"winogrande", "winogrande.jsonl", EVAL_WINOGRANDE, 5, 0},
+    {"arc_challenge", "arc_challenge.jsonl", EVAL_ARC_CHALLENGE, 25, 1},
+};
+const int EVAL_N_TASKS = (int)(sizeof EVAL_TASKS / sizeof EVAL_TASKS[0]);
+
+const EvalTaskInfo *eval_task_info(const char *name) {
+  for (int i = 0; i < EVAL_N_TASKS; i++)
+    if (!strcmp(name, EVAL_TASKS[i].name)) return &EVAL_TASKS[i];
+  return NULL;
+}
+
 int eval_kind_from_name(const char *name, EvalKind *kind) {
-  if (!strcmp(name, "hellaswag")) *kind = EVAL_HELLASWAG;
-  else if (!strcmp(name, "arc_challenge")) *kind = EVAL_ARC_CHALLENGE;
-  else if (!strcmp(name, "winogrande")) *kind = EVAL_WINOGRANDE;
-  else return -1;
+  const EvalTaskInfo *t = eval_task_info(name);
+  if (!t) return -1;
+  *kind = t->kind;
   return 0;
+}
+
+// The harness's groups (lm_eval/tasks/mmlu/default: each subject's tag mmlu_<category>_tasks).
+const char *const EVAL_MMLU_CATEGORY[EVAL_MMLU_CATEGORIES] = {"stem", "other", "social_sciences", "humanities"};
+static const struct {
+  const char *subject;
+  int category;
+} MMLU_SUBJECTS[] = {
+    {"abstract_algebra", 0},
+    {"anatomy", 0},
+    {"astronomy", 0},
+    {"business_ethics", 1},
+    {"clinical_knowledge", 1},
+    {"college_biology", 0},
+    {"college_chemistry", 0},
+    {"college_computer_science", 0},
+    {"college_mathematics", 0},
+    {"college_medicine", 1},
+    {"college_physics", 0},
+    {"computer_security", 0},
+    {"conceptual_physics", 0},
+    {"econometrics", 2},
+    {"electrical_engineering", 0},
+    {"elementary_mathematics", 0},
+    {"formal_logic", 3},
+    {"global_facts", 1},
+    {"high_school_biology", 0},
+    {"high_school_chemistry", 0},
+    {"high_school_computer_science", 0},
+    {"high_school_european_history", 3},
+    {"high_school_geography", 2},
+    {"high_school_government_and_politics", 2},
+    {"high_school_macroeconomics", 2},
+    {"high_school_mathematics", 0},
+    {"high_school_microeconomics", 2},
+    {"high_school_physics", 0},
+    {"high_school_psychology", 2},
+    {"high_school_statistics", 0},
+    {"high_school_us_history", 3},
+    {"high_school_world_history", 3},
+    {"human_aging", 1},
+    {"human_sexuality", 2},
+    {"international_law", 3},
+    {"jurisprudence", 3},
+    {"logical_fallacies", 3},
+    {"machine_learning", 0},
+    {"management", 1},
+    {"marketing", 1},
+    {"medical_genetics", 1},
+    {"miscellaneous", 1},
+    {"moral_disputes", 3},
+    {"moral_scenarios", 3},
+    {"nutrition", 1},
+    {"philosophy", 3},
+    {"prehistory", 3},
+    {"professional_accounting", 1},
+    {"professional_law", 3},
+    {"professional_medicine", 1},
+    {"professional_psychology", 2},
+    {"public_relations", 2},
+    {"security_studies", 2},
+    {"sociology", 2},
+    {"us_foreign_policy", 2},
+    {"virology", 1},
+    {"world_religions", 3},
+};
+
+int eval_mmlu_category(const char *subject) {
+  for (size_t i = 0; i < sizeof MMLU_SUBJECTS / sizeof MMLU_SUBJECTS[0]; i++)
+    if (!strcmp(subject, MMLU_SUBJECTS[i].subject)) return MMLU_SUBJECTS[i].category;
+  return -1;
 }
 
 // ---- HellaSwag preprocessing ---------------------------------------------------------------------
@@ -152,6 +238,14 @@ static int load_hellaswag(EvalSet *s, const char *path, char *err, size_t errlen
     doc->query = hellaswag_preprocess(l[0]);
     doc->n_choices = 4;
     for (int j = 0; j < 4; j++) doc->choices[j] = hellaswag_preprocess(l[2 + j]);
+    for (int j = 0; j < 4; j++)
+      if (!doc->choices[j][0] || !doc->query[0]) {
+        set_err(err, errlen, "%s:%d: %s is empty", path, 6 * d + (doc->query[0] ? 3 + j : 1),
+                doc->query[0] ? "an ending" : "the context");
+        s->n = d + 1;
+        free_lines(&L);
+        return -1;
+      }
   }
   free_lines(&L);
   return 0;
@@ -251,10 +345,11 @@ static int get_string_array(const char *line, const char *key, char **out, const
   return count ? count : -1;
 }
 
-static int get_gold(const char *line, int n_choices, const char *where, char *err, size_t errlen) {
+// Integer member key in 0..n_choices-1 (the gold answer), or -1 with a message.
+static int get_index(const char *line, const char *key, int n_choices, const char *where, char *err, size_t errlen) {
   size_t n = strlen(line), b, e;
-  int v = member_span(line, n, "gold", &b, &e) ? parse_index(line + b, e - b, n_choices - 1) : -1;
-  if (v < 0) set_err(err, errlen, "%s: \"gold\": expected an integer in 0..%d", where, n_choices - 1);
+  int v = member_span(line, n, key, &b, &e) ? parse_index(line + b, e - b, n_choices - 1) : -1;
+  if (v < 0) set_err(err, errlen, "%s: \"%s\": expected an integer in 0..%d", where, key, n_choices - 1);
   return v;
 }
 
@@ -304,7 +399,12 @@ static int load_jsonl(EvalSet *s, const char *path, char *err, size_t errlen) {
       d->n_choices = 0;
       rc = -1;
     }
-    if (rc == 0 && (d->gold = get_gold(line, d->n_choices, where, err, errlen)) < 0) rc = -1;
+    for (int j = 0; rc == 0 && j < d->n_choices; j++)
+      if (!d->choices[j][0])
+        set_err(err, errlen, "%s: \"%s\"[%d] is empty", where,
+                s->kind == EVAL_ARC_CHALLENGE ? "choices" : "context_options", j),
+            rc = -1;
+    if (rc == 0 && (d->gold = get_index(line, "gold", d->n_choices, where, err, errlen)) < 0) rc = -1;
   }
   if (rc == 0 && s->n == 0) {
     set_err(err, errlen, "%s: no documents", path);
@@ -314,15 +414,135 @@ static int load_jsonl(EvalSet *s, const char *path, char *err, size_t errlen) {
   return rc;
 }
 
+// Python's str.isspace() code points, for str.strip() on UTF-8 text.
+static int py_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// The code point of the UTF-8 sequence at s (length *n), or -1 for a malformed one.
+static int32_t utf8_at(const unsigned char *s, size_t avail, int *n) {
+  if (s[0] < 0x80) return *n = 1, s[0];
+  int k = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+  if (!k || (size_t)k > avail) return -1;
+  int32_t c = s[0] & (0x7f >> k);
+  for (int i = 1; i < k; i++) {
+    if ((s[i] & 0xc0) != 0x80) return -1;
+    c = (c << 6) | (s[i] & 0x3f);
+  }
+  return *n = k, c;
+}
+
+// Python's str.strip(): a malloc'd copy without leading and trailing whitespace (Unicode's, as
+// Python counts it: the MMLU file has a question ending in U+0085).
+static char *py_strip(const char *text) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t n = strlen(text), a = 0, b = n;
+  int k;
+  for (int32_t c; a < n && (c = utf8_at(s + a, n - a, &k)) >= 0 && py_space((uint32_t)c);) a += k;
+  while (b > a) {  // back to the start of the last code point
+    size_t p = b - 1;
+    while (p > a && (s[p] & 0xc0) == 0x80) p--;
+    int32_t c = utf8_at(s + p, b - p, &k);
+    if (c < 0 || p + k != b || !py_space((uint32_t)c)) break;
+    b = p;
+  }
+  char *out = xmalloc(b - a + 1);
+  memcpy(out, text + a, b - a);
+  out[b - a] = 0;
+  return out;
+}
+
+// MMLU's doc_to_text: "{question.strip()}\nA. {c0}\nB. {c1}\nC. {c2}\nD. {c3}\nAnswer:".
+static char *mmlu_text(const char *question, char *const choices[4]) {
+  char *q = py_strip(question);
+  size_t n = strlen(q) + 16;
+  for (int j = 0; j < 4; j++) n += strlen(choices[j]) + 4;
+  char *out = xmalloc(n);
+  int o = snprintf(out, n, "%s", q);
+  for (int j = 0; j < 4; j++) o += snprintf(out + o, n - o, "\n%c. %s", 'A' + j, choices[j]);
+  snprintf(out + o, n - o, "\nAnswer:");
+  free(q);
+  return out;
+}
+
+static int load_mmlu(EvalSet *s, const char *path, char *err, size_t errlen) {
+  Lines L;
+  if (read_lines(path, &L, err, errlen)) return -1;
+  s->docs = xcalloc((size_t)L.n + 1, sizeof(EvalDoc));
+  s->dev = xcalloc((size_t)L.n + 1, sizeof(EvalDoc));
+  s->n = s->n_dev = 0;
+  int rc = 0;
+  for (int i = 0; i < L.n && rc == 0; i++) {
+    const char *line = L.line[i];
+    if (!line[skip_ws_at(line, strlen(line), 0)]) continue;  // blank line
+    char where[600], e[128], *unused;
+    size_t unused_len;
+    snprintf(where, sizeof where, "%s:%d", path, i + 1);
+    if (json_get_string(line, strlen(line), "", &unused, &unused_len, e, sizeof e) < 0) {  // syntax check
+      set_err(err, errlen, "%s: %s", where, e);
+      rc = -1;
+      break;
+    }
+    if (unused) free(unused);
+    char *subject = get_string(line, "subject", where, err, errlen), *split = NULL, *question = NULL;
+    if (subject) split = get_string(line, "split", where, err, errlen);
+    if (split) question = get_string(line, "question", where, err, errlen);
+    if (!question) {
+      free(subject), free(split);
+      rc = -1;
+      break;
+    }
+    int dev = !strcmp(split, "dev");
+    if (!dev && strcmp(split, "test"))
+      set_err(err, errlen, "%s: \"split\": expected \"test\" or \"dev\", got \"%s\"", where, split), rc = -1;
+    else if (eval_mmlu_category(subject) < 0)
+      set_err(err, errlen, "%s: \"subject\": '%s' is not one of MMLU's 57 subjects", where, subject), rc = -1;
+    EvalDoc *d = dev ? &s->dev[s->n_dev] : &s->docs[s->n];
+    char *choices[EVAL_MAX_CHOICES];
+    int nc = rc ? 0 : get_string_array(line, "choices", choices, where, err, errlen);
+    if (rc == 0 && nc != 4) {
+      if (nc > 0) set_err(err, errlen, "%s: \"choices\": expected 4 answers, got %d", where, nc);
+      rc = -1;
+    }
+    for (int j = 0; rc == 0 && j < 4; j++)
+      if (!choices[j][0]) set_err(err, errlen, "%s: \"choices\"[%d] is empty", where, j), rc = -1;
+    if (rc == 0 && (d->gold = get_index(line, "answer", 4, where, err, errlen)) < 0) rc = -1;
+    if (rc == 0) {
+      int k = 0;
+      while (k < s->n_subjects && strcmp(s->subject[k], subject)) k++;
+      if (k == s->n_subjects) {  // a new subject (57 at most: each is known)
+        snprintf(s->subject[k], sizeof s->subject[k], "%s", subject);
+        s->n_subjects++;
+      }
+      d->subject = k;
+      d->query = mmlu_text(question, choices);
+      d->n_choices = 4;
+      for (int j = 0; j < 4; j++) d->choices[j] = xstrdup((const char[]){(char)('A' + j), 0});
+      if (dev) s->n_dev++;
+      else s->n++;
+    }
+    for (int j = 0; j < nc && nc > 0; j++) free(choices[j]);
+    free(subject), free(split), free(question);
+  }
+  if (rc == 0 && s->n == 0) set_err(err, errlen, "%s: no test documents", path), rc = -1;
+  free_lines(&L);
+  return rc;
+}
+
 EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errlen) {
   EvalSet *s = xcalloc(1, sizeof(EvalSet));
   if (eval_kind_from_name(task, &s->kind)) {
-    set_err(err, errlen, "unknown eval task '%s' (expected hellaswag, arc_challenge or winogrande)", task);
+    set_err(err, errlen, "unknown eval task '%s' (expected mmlu, hellaswag, arc_challenge or winogrande)", task);
     free(s);
     return NULL;
   }
   snprintf(s->name, sizeof s->name, "%s", task);
-  int rc = s->kind == EVAL_HELLASWAG ? load_hellaswag(s, path, err, errlen) : load_jsonl(s, path, err, errlen);
+  int rc = s->kind == EVAL_HELLASWAG ? load_hellaswag(s, path, err, errlen)
+           : s->kind == EVAL_MMLU    ? load_mmlu(s, path, err, errlen)
+                                     : load_jsonl(s, path, err, errlen);
+  for (int d = 0; d < s->n; d++)
+    if (s->kind != EVAL_MMLU) s->docs[d].subject = -1;
   if (rc) {
     evalset_free(s);
     return NULL;
@@ -330,14 +550,19 @@ EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errl
   return s;
 }
 
+static void free_docs(EvalDoc *docs, int n) {
+  for (int d = 0; d < n; d++) {
+    free(docs[d].query);
+    free(docs[d].target);
+    for (int j = 0; j < docs[d].n_choices; j++) free(docs[d].choices[j]);
+  }
+  free(docs);
+}
+
 void evalset_free(EvalSet *s) {
   if (!s) return;
-  for (int d = 0; d < s->n; d++) {
-    free(s->docs[d].query);
-    free(s->docs[d].target);
-    for (int j = 0; j < s->docs[d].n_choices; j++) free(s->docs[d].choices[j]);
-  }
-  free(s->docs);
+  free_docs(s->docs, s->n);
+  free_docs(s->dev, s->n_dev);
   free(s);
 }
 
@@ -355,19 +580,43 @@ void eval_fewshot_pick(int n, int doc, int k, uint64_t seed, int *out) {
 }
 
 // A solved example: the context text + " " + its gold answer.
-static char *solved_example(const EvalSet *s, int doc) {
-  const EvalDoc *d = &s->docs[doc];
+static char *solved_example(const EvalSet *s, const EvalDoc *d) {
   if (s->kind == EVAL_WINOGRANDE) return concat3(d->choices[d->gold], " ", d->target);
   return concat3(d->query, " ", d->choices[d->gold]);
 }
 
+// MMLU's task description, "The following are multiple choice questions (with answers) about
+// {subject, '_' -> ' '}.\n\n", then the first k dev questions of the subject, solved.
+static char *mmlu_prefix(const EvalSet *s, int subject, int k) {
+  char name[48];
+  snprintf(name, sizeof name, "%s", s->subject[subject]);
+  for (char *p = name; *p; p++)
+    if (*p == '_') *p = ' ';
+  char *prefix = concat3("The following are multiple choice questions (with answers) about ", name, ".\n\n");
+  for (int i = 0, used = 0; i < s->n_dev && used < k; i++) {
+    if (s->dev[i].subject != subject) continue;
+    char *ex = solved_example(s, &s->dev[i]), *next = concat3(prefix, ex, "\n\n");
+    free(ex);
+    free(prefix);
+    prefix = next, used++;
+  }
+  return prefix;
+}
+
+static int dev_count(const EvalSet *s, int subject) {
+  int n = 0;
+  for (int i = 0; i < s->n_dev; i++) n += s->dev[i].subject == subject;
+  return n;
+}
+
 char *eval_fewshot_prefix(const EvalSet *s, int doc, int k, uint64_t seed) {
+  if (s->kind == EVAL_MMLU) return mmlu_prefix(s, s->docs[doc].subject, k);
   char *prefix = xstrdup("");
   if (k <= 0) return prefix;
   int *pick = xmalloc((size_t)k * sizeof(int));
   eval_fewshot_pick(s->n, doc, k, seed, pick);
   for (int i = 0; i < k; i++) {
-    char *ex = solved_example(s, pick[i]), *next = concat3(prefix, ex, "\n\n");
+    char *ex = solved_example(s, &s->docs[pick[i]]), *next = concat3(prefix, ex, "\n\n");
     free(ex);
     free(prefix);
     prefix = next;
@@ -430,7 +679,15 @@ void eval_request_free(EvalRequest *r) {
 int eval_build_requests(const EvalSet *s, const Tokenizer *tok, int k_shot, int limit, uint64_t seed, int bos,
                         EvalRequests *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (k_shot < 0 || k_shot >= s->n) {
+  if (s->kind == EVAL_MMLU) {  // the examples come from each subject's dev questions
+    for (int k = 0; k < s->n_subjects && k_shot >= 0; k++)
+      if (dev_count(s, k) < k_shot) {
+        set_err(err, errlen, "%s: %d-shot needs %d dev questions of subject %s; the file has %d", s->name, k_shot,
+                k_shot, s->subject[k], dev_count(s, k));
+        return -1;
+      }
+  }
+  if (k_shot < 0 || (s->kind != EVAL_MMLU && k_shot >= s->n)) {
     set_err(err, errlen, "%s: %d-shot needs more than %d documents in the file", s->name, k_shot, k_shot);
     return -1;
   }

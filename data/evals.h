@@ -1,5 +1,5 @@
-// data/evals.h: multiple-choice downstream tasks (HellaSwag, ARC-Challenge, WinoGrande): loading the
-// task files, formatting prompts exactly as EleutherAI's lm-evaluation-harness does, and turning
+// data/evals.h: multiple-choice downstream tasks (MMLU, HellaSwag, ARC-Challenge, WinoGrande): loading
+// the task files, formatting prompts exactly as EleutherAI's lm-evaluation-harness does, and turning
 // them into token-level requests (context tokens, continuation tokens) laid into the model's rows.
 // No model code here: run/mc_eval.h scores the requests.
 //
@@ -10,11 +10,18 @@
 // - ARC-Challenge: context = "Question: {q}\nAnswer:", continuation = " " + choice_j.
 // - WinoGrande (partial evaluation): the sentence is split at "_"; context_j = prefix + option_j,
 //   continuation = " " + the text after the blank (the same for both options).
-// k-shot: the context is prefixed by k solved examples of the same file (never the document itself),
-// each formatted as context + " " + gold answer, joined and terminated by "\n\n".
+// - MMLU (the harness's `mmlu` task): context = description + "{question.strip()}\nA. {c0}\nB. {c1}\n
+//   C. {c2}\nD. {c3}\nAnswer:", continuation = " A" .. " D", where description is "The following are
+//   multiple choice questions (with answers) about {subject with '_' as ' '}.\n\n".
+// k-shot: the context is prefixed by k solved examples, each formatted as context + " " + gold answer,
+// joined and terminated by "\n\n". MMLU takes the first k dev questions of the document's subject, in
+// file order (the harness's first_n sampler on the dev split), after the description; the other
+// tasks take k examples of the same file (never the document itself), picked per document from the
+// seed (the harness draws them from a training split these files do not have).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "data/tokenizer.h"
 
@@ -22,9 +29,30 @@
 extern "C" {
 #endif
 
-typedef enum { EVAL_HELLASWAG, EVAL_ARC_CHALLENGE, EVAL_WINOGRANDE } EvalKind;
+typedef enum { EVAL_HELLASWAG, EVAL_ARC_CHALLENGE, EVAL_WINOGRANDE, EVAL_MMLU } EvalKind;
 
 #define EVAL_MAX_CHOICES 8
+#define EVAL_MAX_SUBJECTS 64  // MMLU has 57
+#define EVAL_MMLU_CATEGORIES 4
+
+// The tasks the engine knows: name, file in eval.dir, and the paper's setting (shots; its metric is
+// acc_norm when paper_norm, else acc).
+typedef struct {
+  const char *name, *file;
+  EvalKind kind;
+  int paper_shots, paper_norm;
+} EvalTaskInfo;
+extern const EvalTaskInfo EVAL_TASKS[];
+extern const int EVAL_N_TASKS;
+const EvalTaskInfo *eval_task_info(const char *name);  // NULL for an unknown name
+// eval.tasks "paper": the paper's four tasks with its shot counts.
+#define EVAL_PAPER_TASKS "mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25"
+static inline const char *eval_tasks_spec(const char *tasks) {
+  return strcmp(tasks, "paper") ? tasks : EVAL_PAPER_TASKS;
+}
+// MMLU's subject categories as the harness groups them (mmlu_stem, ...), and a subject's (-1: unknown).
+extern const char *const EVAL_MMLU_CATEGORY[EVAL_MMLU_CATEGORIES];
+int eval_mmlu_category(const char *subject);
 
 // One document, already in the harness's doc_to_text / doc_to_choice / doc_to_target form.
 // HellaSwag, ARC: query is the context text, choices the answers (without the leading " ").
@@ -35,17 +63,23 @@ typedef struct {
   char *target;
   int n_choices;
   char *choices[EVAL_MAX_CHOICES];
-  int gold;  // index of the right choice
+  int gold;     // index of the right choice
+  int subject;  // MMLU: index into EvalSet.subject; -1 elsewhere
 } EvalDoc;
 
 typedef struct {
   EvalKind kind;
-  char name[32];  // "hellaswag", "arc_challenge", "winogrande"
+  char name[32];  // "hellaswag", "arc_challenge", "winogrande", "mmlu"
   int n;
-  EvalDoc *docs;
+  EvalDoc *docs;  // MMLU: the test split, in file order
+  // MMLU only: the subjects in order of first appearance, and the dev split (the few-shot pool)
+  int n_subjects;
+  char subject[EVAL_MAX_SUBJECTS][48];
+  int n_dev;
+  EvalDoc *dev;
 } EvalSet;
 
-// "hellaswag" | "arc_challenge" | "winogrande" -> kind. Returns 0, or -1 for an unknown name.
+// A task name -> kind. Returns 0, or -1 for an unknown name.
 int eval_kind_from_name(const char *name, EvalKind *kind);
 
 // Loads a task file:
@@ -53,8 +87,11 @@ int eval_kind_from_name(const char *name, EvalKind *kind);
 //   ("activity_label: ctx"), gold index, 4 endings;
 // - arc_challenge: JSONL {"query": "Question: ...", "choices": [...], "gold": i};
 // - winogrande: JSONL {"context_options": [prefix+option1, prefix+option2], "continuation": "...",
-//   "gold": i}.
-// Returns NULL with "path:line: reason" in err on any malformed input.
+//   "gold": i};
+// - mmlu: JSONL {"subject": "abstract_algebra", "split": "test" | "dev", "question": "...",
+//   "choices": [4 strings], "answer": 0..3}; every subject of the harness's 57, none unknown.
+// Returns NULL with "path:line: reason" in err on any malformed input (a missing or mistyped field,
+// an answer out of range, an empty choice, a truncated last line), before anything is scored.
 EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errlen);
 void evalset_free(EvalSet *s);
 

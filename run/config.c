@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "common/common.h"
+#include "data/evals.h"
 
 // ---------------------------------------------------------------------------------------------
 // The key table
@@ -129,8 +130,12 @@ static const Key KEYS[] = {
     KINT("eval.interval", eval_interval, "0", 0, BIG, "steps between validation passes; 0: none"),
     KINT("eval.batches", eval_batches, "8", 1, BIG, "micro-batches per validation pass"),
     KSTR("eval.tasks", eval_tasks, "",
-         "downstream tasks with shot counts, e.g. \"hellaswag:10,arc_challenge:25,winogrande:5\"; empty: none"),
-    KSTR("eval.dir", eval_dir, "", "folder holding hellaswag_val.txt, arc_challenge.jsonl, winogrande.jsonl"),
+         "downstream tasks with shot counts, e.g. \"mmlu:5,hellaswag:10\", or \"paper\" (mmlu:5, hellaswag:10, "
+         "winogrande:5, arc_challenge:25, the paper's); empty: none"),
+    KSTR("eval.dir", eval_dir, "",
+         "folder holding mmlu.jsonl, hellaswag_val.txt, arc_challenge.jsonl, winogrande.jsonl"),
+    KSTR("eval.samples", eval_samples, "",
+         "folder for each task's per-document results (<task>.jsonl, rewritten at every eval); empty: none"),
     KINT("eval.limit", eval_limit, "0", 0, BIG, "documents per task (the first N); 0: all"),
 
     KINT("reliability.max_bad_steps", max_bad_steps, "10", 1, BIG,
@@ -565,12 +570,14 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
     FAIL("eval.interval", "%d, but data.val and eval.tasks are empty (nothing to evaluate)", c->eval_interval);
   if (c->eval_tasks[0]) {  // "name:shots,name:shots": names and counts checked here, files when the run opens them
     char buf[CFG_PATH], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", c->eval_tasks);
+    snprintf(buf, sizeof buf, "%s", eval_tasks_spec(c->eval_tasks));
+    int ntasks = 0;
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
       char *colon = strchr(item, ':'), *end = NULL;
       if (colon) *colon = 0;
-      if (strcmp(item, "hellaswag") && strcmp(item, "arc_challenge") && strcmp(item, "winogrande"))
-        FAIL("eval.tasks", "unknown task '%s' (known: hellaswag, arc_challenge, winogrande)", item);
+      if (!eval_task_info(item))
+        FAIL("eval.tasks", "unknown task '%s' (known: mmlu, hellaswag, arc_challenge, winogrande, or \"paper\")", item);
+      if (++ntasks > 8) FAIL("eval.tasks", "more than 8 tasks");
       if (colon && (strtol(colon + 1, &end, 10) < 0 || !end || *end || end == colon + 1))
         FAIL("eval.tasks", "'%s': the shot count after ':' must be a non-negative integer", colon + 1);
     }

@@ -67,6 +67,7 @@ typedef struct {
   char eval_tasks[CFG_PATH];      // "hellaswag:10,arc_challenge:25,winogrande:5" (lm-evaluation-harness scoring)
   char eval_dir[CFG_PATH];        // where the task files are
   int eval_limit;                 // documents per task, 0: all
+  char eval_samples[CFG_PATH];    // folder for per-document results, "" for none
   char tokenizer_path[CFG_PATH];  // data.tokenizer
 
   uint64_t seed;

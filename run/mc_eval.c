@@ -54,8 +54,11 @@ void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, E
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", s->name);
   out->n = rq->n_docs;
-  out->has_norm = s->kind != EVAL_WINOGRANDE;
+  out->has_norm = s->kind != EVAL_WINOGRANDE && s->kind != EVAL_MMLU;
+  const EvalTaskInfo *info = eval_task_info(s->name);
+  out->paper_norm = info && info->paper_norm;
   int right = 0, right_norm = 0;
+  int sub_n[EVAL_MAX_SUBJECTS] = {0}, sub_right[EVAL_MAX_SUBJECTS] = {0};
   for (int d = 0; d < rq->n_docs; d++) {
     const double *lp = logp + rq->first[d];
     int nc = rq->first[d + 1] - rq->first[d], best = 0, best_norm = 0;
@@ -67,9 +70,37 @@ void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, E
     }
     right += best == s->docs[d].gold;
     right_norm += best_norm == s->docs[d].gold;
+    if (s->docs[d].subject >= 0) sub_n[s->docs[d].subject]++, sub_right[s->docs[d].subject] += best == s->docs[d].gold;
   }
   out->acc = rq->n_docs ? (double)right / rq->n_docs : 0;
   out->acc_norm = out->has_norm && rq->n_docs ? (double)right_norm / rq->n_docs : 0;
+  if (s->kind != EVAL_MMLU) return;
+  // Per subject, then per category: means over their documents (the harness weights groups by size).
+  int cat_n[EVAL_MMLU_CATEGORIES] = {0}, cat_right[EVAL_MMLU_CATEGORIES] = {0};
+  for (int k = 0; k < s->n_subjects; k++) {
+    if (!sub_n[k]) continue;  // not among the first eval.limit documents
+    EvalGroup *g = &out->subject[out->n_subjects++];
+    snprintf(g->name, sizeof g->name, "%s", s->subject[k]);
+    g->n = sub_n[k], g->acc = (double)sub_right[k] / sub_n[k];
+    int c = eval_mmlu_category(s->subject[k]);
+    cat_n[c] += sub_n[k], cat_right[c] += sub_right[k];
+  }
+  for (int c = 0; c < EVAL_MMLU_CATEGORIES; c++) {
+    snprintf(out->category[c].name, sizeof out->category[c].name, "%s", EVAL_MMLU_CATEGORY[c]);
+    out->category[c].n = cat_n[c];
+    out->category[c].acc = cat_n[c] ? (double)cat_right[c] / cat_n[c] : 0;
+  }
+}
+
+// The argmax of the scores (plain, or divided by the choices' lengths), first maximum winning.
+static int pick(const EvalSet *s, int d, const double *lp, int nc, int norm) {
+  int best = 0;
+  for (int j = 1; j < nc; j++) {
+    double a = norm ? lp[j] / eval_choice_length(s, d, j) : lp[j];
+    double b = norm ? lp[best] / eval_choice_length(s, d, best) : lp[best];
+    if (a > b) best = j;
+  }
+  return best;
 }
 
 McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
@@ -87,19 +118,43 @@ McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, i
 }
 
 int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen) {
-  double *logp = xmalloc(((size_t)t->rq.n_req + 1) * sizeof(double));
+  if (!t->logp) t->logp = xmalloc(((size_t)t->rq.n_req + 1) * sizeof(double));
   char e[512];
-  int rc = mc_score(m, B, T, t->rq.req, t->rq.n_req, logp, e, sizeof e);
+  int rc = mc_score(m, B, T, t->rq.req, t->rq.n_req, t->logp, e, sizeof e);
   if (rc) set_err(err, errlen, "%s %d-shot: %s", t->set->name, t->k_shot, e);
-  else mc_accuracy(t->set, &t->rq, logp, out);
-  free(logp);
+  else mc_accuracy(t->set, &t->rq, t->logp, out);
   return rc;
+}
+
+int mc_task_write_samples(const McTask *t, const char *path, char *err, size_t errlen) {
+  if (!t->logp) return set_err(err, errlen, "%s: no run to write samples of", t->set->name), -1;
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return set_err(err, errlen, "%s: cannot write", tmp), -1;
+  const EvalSet *s = t->set;
+  const int norm = s->kind != EVAL_WINOGRANDE && s->kind != EVAL_MMLU;
+  for (int d = 0; d < t->rq.n_docs; d++) {
+    const double *lp = t->logp + t->rq.first[d];
+    int nc = t->rq.first[d + 1] - t->rq.first[d];
+    fprintf(f, "{\"doc\": %d, ", d);
+    if (s->docs[d].subject >= 0) fprintf(f, "\"subject\": \"%s\", ", s->subject[s->docs[d].subject]);
+    fprintf(f, "\"gold\": %d, \"pred\": %d, ", s->docs[d].gold, pick(s, d, lp, nc, 0));
+    if (norm) fprintf(f, "\"pred_norm\": %d, ", pick(s, d, lp, nc, 1));
+    fprintf(f, "\"logp\": [");
+    for (int j = 0; j < nc; j++) fprintf(f, "%s%.17g", j ? ", " : "", lp[j]);
+    fprintf(f, "]}\n");
+  }
+  int bad = ferror(f);
+  if (fclose(f) || bad || rename(tmp, path)) return set_err(err, errlen, "%s: write failed", path), -1;
+  return 0;
 }
 
 void mc_task_free(McTask *t) {
   if (!t) return;
   eval_requests_free(&t->rq);
   evalset_free(t->set);
+  free(t->logp);
   free(t);
 }
 

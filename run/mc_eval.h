@@ -18,13 +18,29 @@
 extern "C" {
 #endif
 
+// Accuracy over one group of documents (an MMLU subject or category).
+typedef struct {
+  char name[48];
+  int n;
+  double acc;
+} EvalGroup;
+
 typedef struct {
   char name[32];  // task name
   int n;          // documents scored
   double acc;
   double acc_norm;
-  int has_norm;  // 0 for WinoGrande, whose harness task reports acc only
+  int has_norm;    // 0 for WinoGrande and MMLU, whose harness tasks report acc only
+  int paper_norm;  // the paper's metric for this task is acc_norm (else acc)
+  // MMLU: acc per subject (in file order) and per category, each the mean over its documents; acc is
+  // the mean over all documents (the harness's group aggregation, weighted by size).
+  int n_subjects;
+  EvalGroup subject[EVAL_MAX_SUBJECTS];
+  EvalGroup category[EVAL_MMLU_CATEGORIES];
 } EvalResult;
+
+// The paper's metric of a result (acc_norm or acc).
+static inline double eval_paper_metric(const EvalResult *r) { return r->paper_norm ? r->acc_norm : r->acc; }
 
 // The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
 // llama_token_nll B rows at a time. B and T must be the ones m was created with. Deterministic and
@@ -40,6 +56,7 @@ typedef struct {
   EvalSet *set;
   EvalRequests rq;
   int k_shot;
+  double *logp;  // [rq.n_req]: the scores of the last run
 } McTask;
 
 // Prepares `task` from path with k_shot examples per document over the first `limit` documents
@@ -48,6 +65,10 @@ typedef struct {
 McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
                      int bos, char *err, size_t errlen);
 int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen);
+// The last run's documents as JSONL, one line each: {"doc": d, "subject": ..., "gold": g, "pred": p,
+// "pred_norm": p', "logp": [...]} (subject for MMLU only, pred_norm where the task has acc_norm), the
+// form scripts/eval/compare_harness.py reads beside the harness's samples. Returns 0, or -1 with err.
+int mc_task_write_samples(const McTask *t, const char *path, char *err, size_t errlen);
 void mc_task_free(McTask *t);
 
 // One-shot convenience: open, run, free. BOS is prepended when the model's vocabulary has it.

@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 
-CHANCE = {"hellaswag": 0.25, "arc_challenge": 0.25, "winogrande": 0.5}  # ARC-C: most items have 4 choices
+CHANCE = {"mmlu": 0.25, "hellaswag": 0.25, "arc_challenge": 0.25, "winogrande": 0.5}  # ARC-C: most have 4 choices
 
 
 def read_log(path):
@@ -72,7 +72,8 @@ def tasks_of(series):
     out = {}
     for k in series:
         m = re.fullmatch(r"eval/([^/]+)/([^/]+)", k)
-        if m and m.group(2) != "n":
+        # the tasks themselves, not MMLU's per-subject and per-category keys (eval/mmlu_<group>/acc)
+        if m and m.group(2) != "n" and not m.group(1).startswith("mmlu_"):
             out.setdefault(m.group(1), []).append(m.group(2))
     return {t: sorted(ms) for t, ms in out.items()}
 
@@ -120,7 +121,7 @@ def write_tables(runs, summaries, base_idx, args):
         for t in tasks_of(s):
             if t not in tasks:
                 tasks.append(t)
-    order = {"hellaswag": 0, "arc_challenge": 1, "winogrande": 2}
+    order = {"mmlu": 0, "hellaswag": 1, "winogrande": 2, "arc_challenge": 3}
     tasks.sort(key=lambda t: (order.get(t, 9), t))
     has_eval_val = any("val_loss_eval" in r for r in summaries)
 
@@ -295,7 +296,7 @@ def plot_combined(plt, runs, summaries, base_idx, args):
             for m in ms:
                 if (t, m) not in groups:
                     groups.append((t, m))
-    order = {"hellaswag": 0, "arc_challenge": 1, "winogrande": 2}
+    order = {"mmlu": 0, "hellaswag": 1, "winogrande": 2, "arc_challenge": 3}
     groups.sort(key=lambda g: (order.get(g[0], 9), g[0], g[1]))
     if groups:
         width = 0.8 / max(1, len(runs))

@@ -46,8 +46,16 @@ ev=(configs/tiny.yaml --set model.vocab_size=128256 --set model.max_seq_len=128 
 out=$(./train "${ev[@]}" --set eval.tasks=hellaswag:0,arc_challenge:1,winogrande:0 --eval-only 2>&1)
 check "--eval-only scores the three tasks" 'echo "$out" | grep -q "hellaswag 0-shot: acc .*acc_norm" && echo "$out" | grep -q "arc_challenge 1-shot" && echo "$out" | grep -q "winogrande 0-shot: acc"'
 check "eval results are logged beside the loss" 'grep -q "\"eval/hellaswag/acc_norm\"" "$tmp/eval.jsonl" && grep -q "\"eval/winogrande/acc\"" "$tmp/eval.jsonl"'
-out=$(./train "${ev[@]}" --set eval.tasks=mmlu:5 --eval-only 2>&1)
-check "an unknown task is refused naming eval.tasks" 'echo "$out" | grep -q "eval.tasks: unknown task .mmlu."'
+out=$(./train "${ev[@]}" --set eval.tasks=mmlu_pro:5 --eval-only 2>&1)
+check "an unknown task is refused naming eval.tasks" 'echo "$out" | grep -q "eval.tasks: unknown task .mmlu_pro."'
+out=$(./train "${ev[@]}" --set eval.tasks=paper --set eval.samples="$tmp/samples" --eval-only 2>&1)
+check "eval.tasks paper scores the paper's four tasks with its shots" \
+  'echo "$out" | grep -q "mmlu 5-shot: acc" && echo "$out" | grep -q "hellaswag 10-shot" && echo "$out" | grep -q "winogrande 5-shot" && echo "$out" | grep -q "arc_challenge 25-shot"'
+check "... and prints them as one table with their mean" \
+  'echo "$out" | grep -q "^mmlu  *5 acc " && echo "$out" | grep -q "^arc_challenge  *25 acc_norm" && echo "$out" | grep -q "^mean  *0\.[0-9]*$"'
+check "MMLU's categories and subjects are logged" 'grep -q "\"eval/mmlu_stem/acc\"" "$tmp/eval.jsonl" && grep -q "\"eval/mmlu_abstract_algebra/acc\"" "$tmp/eval.jsonl"'
+check "eval.samples holds each task's documents" \
+  '[ "$(wc -l <"$tmp/samples/mmlu.jsonl")" -eq 4 ] && grep -q "\"subject\": \"abstract_algebra\", \"gold\": 1, \"pred\": [0-3], \"logp\": \[" "$tmp/samples/mmlu.jsonl" && grep -q "pred_norm" "$tmp/samples/hellaswag.jsonl"'
 out=$(./train configs/tiny.yaml --set eval.tasks=winogrande:5 2>&1)
 check "eval.tasks without data.tokenizer is refused" 'echo "$out" | grep -q "eval.tasks: needs data.tokenizer"'
 for f in configs/paper/*.yaml; do

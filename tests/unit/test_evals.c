@@ -1,12 +1,14 @@
-// tests/unit/test_evals.c: the downstream multiple-choice evals: task file parsing, the harness's
-// HellaSwag preprocessing, k-shot prompts, request tokenization and row packing, scoring through a
-// tiny random model against a direct log-softmax of llama_logits, and accuracy on oracle scores.
-// Run from the repo root (reads ../shared/data/evals and ../shared/data/tokenizer).
+// tests/unit/test_evals.c: the downstream multiple-choice evals: task file parsing (MMLU too), the harness's
+// HellaSwag preprocessing, k-shot prompts (checked against lm-evaluation-harness's own strings), request tokenization
+// and row packing, scoring through a tiny random model against a direct log-softmax of llama_logits, and accuracy on
+// oracle scores. Run from the repo root (reads ../shared/data/evals and ../shared/data/tokenizer).
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "data/evals.h"
+#include "data/json.h"
 #include "data/tokenizer.h"
 #include "model/llama.h"
 #include "run/mc_eval.h"
@@ -55,7 +57,10 @@ static void test_parsing(EvalSet *hs, EvalSet *arc, EvalSet *wg) {
   CHECK(!strcmp(wg->docs[0].target, "always got the easier cases."), "%s", wg->docs[0].target);
 
   char err[512];
-  CHECK(!evalset_load("mmlu", EVALS "arc_challenge.jsonl", err, sizeof err) && strstr(err, "mmlu"), "%s", err);
+  CHECK(!evalset_load("mmlu_pro", EVALS "arc_challenge.jsonl", err, sizeof err) && strstr(err, "mmlu_pro"), "%s", err);
+  CHECK(!evalset_load("mmlu", EVALS "arc_challenge.jsonl", err, sizeof err) && strstr(err, "arc_challenge.jsonl:1") &&
+            strstr(err, "subject"),
+        "%s", err);
   CHECK(!evalset_load("hellaswag", EVALS "arc_challenge.jsonl", err, sizeof err) && strstr(err, "arc_challenge.jsonl"),
         "%s", err);
   CHECK(!evalset_load("winogrande", "/nonexistent/wg.jsonl", err, sizeof err) && strstr(err, "/nonexistent/wg.jsonl"),
@@ -337,6 +342,213 @@ static void test_oracle(EvalSet *arc, EvalSet *wg) {
   CHECK(!r.has_norm && r.acc_norm == 0, "winogrande has no acc_norm");
 }
 
+// ---- MMLU --------------------------------------------------------------------------------------
+
+static void test_mmlu_parsing(const EvalSet *m) {
+  TEST_SECTION("MMLU: the file, subjects and categories");
+  CHECK(m->kind == EVAL_MMLU && m->n == 14042 && m->n_dev == 285 && m->n_subjects == 57, "n %d dev %d subjects %d",
+        m->n, m->n_dev, m->n_subjects);
+  CHECK(!strcmp(m->subject[0], "abstract_algebra") && !strcmp(m->subject[56], "world_religions"), "%s %s",
+        m->subject[0], m->subject[56]);
+  const EvalDoc *d = &m->docs[0];
+  CHECK(!strcmp(d->query,
+                "Find the degree for the given field extension Q(sqrt(2), sqrt(3), sqrt(18)) over Q.\nA. 0\nB. 4\nC. "
+                "2\nD. 6\nAnswer:") &&
+            d->gold == 1 && d->n_choices == 4 && !strcmp(d->choices[3], "D") && d->subject == 0,
+        "%s", d->query);
+  int per_cat[EVAL_MMLU_CATEGORIES] = {0}, dev5 = 1;
+  for (int k = 0; k < m->n_subjects; k++) {
+    int c = eval_mmlu_category(m->subject[k]), nd = 0;
+    if (c >= 0) per_cat[c]++;
+    for (int i = 0; i < m->n_dev; i++) nd += m->dev[i].subject == k;
+    dev5 &= nd == 5;
+  }
+  CHECK(per_cat[0] == 19 && per_cat[1] == 13 && per_cat[2] == 12 && per_cat[3] == 13,
+        "subjects per category (stem, other, social_sciences, humanities): %d %d %d %d", per_cat[0], per_cat[1],
+        per_cat[2], per_cat[3]);
+  CHECK(dev5, "5 dev questions per subject");
+  CHECK(eval_mmlu_category("us_foreign_policy") == 2 && eval_mmlu_category("nonsense") < 0, "categories");
+  // Python's strip(): one question ends in U+0085 (NEL), which str.strip() removes
+  int nel = 0;
+  for (int i = 0; i < m->n; i++)
+    if (!strncmp(m->docs[i].query, "Role-learning theory suggests that\nA. ", 38)) nel++;
+  CHECK(nel == 1, "the question ending in U+0085 is stripped (%d found)", nel);
+}
+
+// One bad line in an otherwise good MMLU file: rejected before anything is scored, naming the line.
+static void check_mmlu_bad(const char *line, int truncate, const char *want) {
+  const char *path = "/tmp/test_evals_mmlu_bad.jsonl";
+  FILE *f = xfopen(path, "w");
+  fprintf(f,
+          "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", \"c\", "
+          "\"d\"], \"answer\": 0}\n");
+  if (truncate) fprintf(f, "%.*s", (int)(strlen(line) / 2), line);
+  else fprintf(f, "%s\n", line);
+  fclose(f);
+  char err[512];
+  EvalSet *s = evalset_load("mmlu", path, err, sizeof err);
+  CHECK(!s && strstr(err, "mmlu_bad.jsonl:2") && strstr(err, want), "%s -> %s", line, s ? "accepted" : err);
+  evalset_free(s);
+}
+
+static void test_mmlu_bad_data(void) {
+  TEST_SECTION("MMLU: bad data stops with the file and line");
+  const char *ok =
+      "{\"subject\": \"anatomy\", \"split\": \"dev\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\", \"d\"], \"answer\": 3}";
+  check_mmlu_bad("{\"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", \"c\", \"d\"], \"answer\": 0}",
+                 0, "subject");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"test\", \"choices\": [\"a\", \"b\", \"c\", \"d\"], "
+      "\"answer\": 0}",
+      0, "question");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\", \"d\"], \"answer\": 4}",
+      0, "answer");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\", \"d\"]}",
+      0, "answer");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"\", "
+      "\"c\", \"d\"], \"answer\": 1}",
+      0, "empty");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\"], \"answer\": 1}",
+      0, "4 answers");
+  check_mmlu_bad(
+      "{\"subject\": \"anatomy\", \"split\": \"train\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\", \"d\"], \"answer\": 1}",
+      0, "split");
+  check_mmlu_bad(
+      "{\"subject\": \"astrology\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", "
+      "\"c\", \"d\"], \"answer\": 1}",
+      0, "astrology");
+  check_mmlu_bad(ok, 1, "");  // a truncated last line
+  // fewer dev questions than shots: refused when the requests are built, naming the subject
+  const char *path = "/tmp/test_evals_mmlu_bad.jsonl";
+  FILE *f = xfopen(path, "w");
+  fprintf(f, "%s\n", ok);
+  fprintf(f,
+          "{\"subject\": \"anatomy\", \"split\": \"test\", \"question\": \"q\", \"choices\": [\"a\", \"b\", \"c\", "
+          "\"d\"], \"answer\": 0}\n");
+  fclose(f);
+  char err[512];
+  EvalSet *s = evalset_load("mmlu", path, err, sizeof err);
+  EvalRequests rq;
+  CHECK(s && eval_build_requests(s, NULL, 2, 0, 1, -1, &rq, err, sizeof err) && strstr(err, "anatomy") &&
+            strstr(err, "2 dev"),
+        "%s", err);
+  evalset_free(s);
+}
+
+// A string member of a harness_prompts.jsonl line (NULL if absent); an int member by its digits.
+static char *member(const char *line, const char *key) {
+  char *out, e[64];
+  size_t n;
+  return json_get_string(line, strlen(line), key, &out, &n, e, sizeof e) == 1 ? out : NULL;
+}
+static int int_member(const char *line, const char *key) {
+  char pat[32];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char *p = strstr(line, pat);
+  return p ? atoi(p + strlen(pat)) : -1;
+}
+
+// The engine's request texts against the harness's own (lm-evaluation-harness 0.4.13, through
+// scripts/eval/harness_tasks.py over the same files): MMLU 0- and 5-shot, the others zero-shot.
+static void test_harness_prompts(const EvalSet *mmlu, const EvalSet *hs, const EvalSet *arc, const EvalSet *wg) {
+  TEST_SECTION("prompts: the same strings as lm-evaluation-harness builds (tests/data/harness_prompts.jsonl)");
+  size_t len;
+  char *text = read_file("tests/data/harness_prompts.jsonl", &len);
+  int lines = 0, reqs = 0, bad = 0, per_task[4] = {0};
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    char *task = member(line, "task");
+    int shots = int_member(line, "shots"), doc = int_member(line, "doc"), n = int_member(line, "n");
+    const EvalSet *s = !strncmp(task, "mmlu_", 5)       ? mmlu
+                       : !strcmp(task, "hellaswag")     ? hs
+                       : !strcmp(task, "arc_challenge") ? arc
+                                                        : wg;
+    int d = doc;
+    if (s == mmlu) {  // the doc-th question of the subject, in file order
+      int k = 0;
+      while (k < mmlu->n_subjects && strcmp(mmlu->subject[k], task + 5)) k++;
+      d = -1;
+      for (int i = 0, seen = 0; i < mmlu->n && d < 0; i++)
+        if (mmlu->docs[i].subject == k && seen++ == doc) d = i;
+    }
+    per_task[s == mmlu ? 0 : s == hs ? 1 : s == arc ? 2 : 3]++;
+    lines++;
+    char *prefix = eval_fewshot_prefix(s, d, shots, 1234);
+    for (int j = 0; j < n && d >= 0; j++) {
+      char key[16], *ctx, *cont, *want_ctx, *want_cont;
+      snprintf(key, sizeof key, "ctx%d", j);
+      want_ctx = member(line, key);
+      if (!want_ctx) want_ctx = member(line, "ctx0");
+      snprintf(key, sizeof key, "cont%d", j);
+      want_cont = member(line, key);
+      eval_request_text(s, d, j, prefix, &ctx, &cont);
+      if (strcmp(ctx, want_ctx) || strcmp(cont, want_cont)) {
+        if (bad++ < 3)
+          printf("  %s %d-shot doc %d choice %d:\n    ours    %.200s|%s\n    harness %.200s|%s\n", task, shots, doc, j,
+                 ctx, cont, want_ctx, want_cont);
+      }
+      reqs++;
+      free(ctx), free(cont), free(want_ctx), free(want_cont);
+    }
+    if (d < 0) bad++;
+    free(prefix), free(task);
+  }
+  free(text);
+  printf("  %d documents (mmlu %d, hellaswag %d, arc %d, winogrande %d), %d requests\n", lines, per_task[0],
+         per_task[1], per_task[2], per_task[3], reqs);
+  CHECK(lines == 234 && reqs > 800, "%d documents, %d requests read", lines, reqs);
+  CHECK(bad == 0, "%d requests differ from the harness's", bad);
+}
+
+static void test_mmlu_accuracy(const EvalSet *m, const Tokenizer *tok) {
+  TEST_SECTION("MMLU: requests, and accuracy per subject and category on oracle scores");
+  char err[512];
+  EvalRequests rq;
+  CHECK(eval_build_requests(m, tok, 5, 300, 1, TOKENIZER_BOS, &rq, err, sizeof err) == 0, "%s", err);
+  CHECK(rq.n_docs == 300 && rq.n_req == 1200, "%d docs %d requests", rq.n_docs, rq.n_req);
+  int one = 1, shared = 1;
+  for (int d = 0; d < rq.n_docs; d++)
+    for (int j = 0; j < 4; j++) {
+      const EvalRequest *r = &rq.req[rq.first[d] + j];
+      one &= r->n_cont == 1;  // " A" .. " D" are single tokens
+      shared &= r->n_ctx == rq.req[rq.first[d]].n_ctx &&
+                !memcmp(r->tokens, rq.req[rq.first[d]].tokens, r->n_ctx * sizeof(int));
+    }
+  CHECK(one && shared, "one continuation token each (%d), one context per document (%d)", one, shared);
+  double *lp = xmalloc(rq.n_req * sizeof(double));
+  for (int d = 0; d < rq.n_docs; d++)  // gold wins in even documents, choice 0 in odd ones
+    for (int j = 0; j < 4; j++) lp[rq.first[d] + j] = (d % 2 ? j == 0 : j == m->docs[d].gold) ? -1.0 : -2.0;
+  EvalResult r;
+  mc_accuracy(m, &rq, lp, &r);
+  int want = 0, n_sub = 0;
+  for (int d = 0; d < rq.n_docs; d++) want += d % 2 == 0 || m->docs[d].gold == 0;
+  for (int k = 0; k < m->n_subjects; k++) {
+    int has = 0;
+    for (int d = 0; d < rq.n_docs; d++) has |= m->docs[d].subject == k;
+    n_sub += has;
+  }
+  CHECK_NEAR(r.acc, (double)want / 300, 1e-12);
+  CHECK(!r.has_norm && !r.paper_norm && r.n_subjects == n_sub, "has_norm %d, %d subjects (want %d)", r.has_norm,
+        r.n_subjects, n_sub);
+  double wsum = 0;
+  int n_all = 0;
+  for (int c = 0; c < EVAL_MMLU_CATEGORIES; c++) wsum += r.category[c].acc * r.category[c].n, n_all += r.category[c].n;
+  CHECK(n_all == 300 && fabs(wsum / n_all - r.acc) < 1e-12, "categories weighted by size give the group acc");
+  double wsub = 0;
+  for (int k = 0; k < r.n_subjects; k++) wsub += r.subject[k].acc * r.subject[k].n;
+  CHECK(fabs(wsub / 300 - r.acc) < 1e-12, "subjects weighted by size give the group acc");
+  free(lp);
+  eval_requests_free(&rq);
+}
+
 int main(void) {
   double t0 = now_seconds();
   EvalSet *hs = load("hellaswag", EVALS "hellaswag_val.txt"), *arc = load("arc_challenge", EVALS "arc_challenge.jsonl"),
@@ -346,14 +558,19 @@ int main(void) {
   char err[512];
   Tokenizer *tok = tokenizer_load(model, NULL, err, sizeof err);
   if (!tok) die("%s", err);
+  EvalSet *mmlu = load("mmlu", EVALS "mmlu.jsonl");
   test_parsing(hs, arc, wg);
+  test_mmlu_parsing(mmlu);
+  test_mmlu_bad_data();
+  test_harness_prompts(mmlu, hs, arc, wg);
+  test_mmlu_accuracy(mmlu, tok);
   test_preprocess();
   test_prompts(hs, arc, wg);
   test_requests(tok);
   test_scoring();
   test_end_to_end(tok);
   test_oracle(arc, wg);
-  evalset_free(hs), evalset_free(arc), evalset_free(wg);
+  evalset_free(hs), evalset_free(arc), evalset_free(wg), evalset_free(mmlu);
   tokenizer_free(tok);
   printf("(%.2f s)\n", now_seconds() - t0);
   TEST_END();
