@@ -550,12 +550,24 @@ EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errl
   return s;
 }
 
-static void free_docs(EvalDoc *docs, int n) {
-  for (int d = 0; d < n; d++) {
-    free(docs[d].query);
-    free(docs[d].target);
-    for (int j = 0; j < docs[d].n_choices; j++) free(docs[d].choices[j]);
+static void free_doc(EvalDoc *d) {
+  free(d->query);
+  free(d->target);
+  for (int j = 0; j < d->n_choices; j++) free(d->choices[j]);
+}
+
+void evalset_keep_per_subject(EvalSet *s, int n) {
+  int seen[EVAL_MAX_SUBJECTS] = {0}, kept = 0;
+  for (int d = 0; d < s->n; d++) {
+    EvalDoc *doc = &s->docs[d];
+    if (doc->subject >= 0 && seen[doc->subject]++ >= n) free_doc(doc);
+    else s->docs[kept++] = *doc;
   }
+  s->n = kept;
+}
+
+static void free_docs(EvalDoc *docs, int n) {
+  for (int d = 0; d < n; d++) free_doc(&docs[d]);
   free(docs);
 }
 

@@ -94,6 +94,9 @@ int eval_kind_from_name(const char *name, EvalKind *kind);
 // an answer out of range, an empty choice, a truncated last line), before anything is scored.
 EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errlen);
 void evalset_free(EvalSet *s);
+// MMLU: keeps the first n test questions of each subject (the harness's --limit on its group, which
+// limits each subtask), in file order.
+void evalset_keep_per_subject(EvalSet *s, int n);
 
 // The harness's HellaSwag preprocess(): strip, " [title]" -> ". ", delete "[...]" (shortest match),
 // then each non-overlapping "  " -> " ". Returns a malloc'd string.

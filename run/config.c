@@ -136,7 +136,8 @@ static const Key KEYS[] = {
          "folder holding mmlu.jsonl, hellaswag_val.txt, arc_challenge.jsonl, winogrande.jsonl"),
     KSTR("eval.samples", eval_samples, "",
          "folder for each task's per-document results (<task>.jsonl, rewritten at every eval); empty: none"),
-    KINT("eval.limit", eval_limit, "0", 0, BIG, "documents per task (the first N); 0: all"),
+    KINT("eval.limit", eval_limit, "0", 0, BIG,
+         "documents per task (the first N; MMLU: the first N of each subject, as the harness's --limit); 0: all"),
 
     KINT("reliability.max_bad_steps", max_bad_steps, "10", 1, BIG,
          "consecutive non-finite steps (each skipped) after which the run stops; the last checkpoint is kept"),

@@ -110,6 +110,7 @@ McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, i
   McTask *t = xcalloc(1, sizeof(McTask));
   t->set = s;
   t->k_shot = k_shot;
+  if (s->kind == EVAL_MMLU && limit > 0) evalset_keep_per_subject(s, limit), limit = 0;  // per subject
   if (eval_build_requests(s, tok, k_shot, limit, seed, bos, &t->rq, err, errlen)) {
     mc_task_free(t);
     return NULL;

@@ -60,8 +60,9 @@ typedef struct {
 } McTask;
 
 // Prepares `task` from path with k_shot examples per document over the first `limit` documents
-// (all if limit <= 0). bos >= 0 is prepended to every context (pass TOKENIZER_BOS when the model
-// was trained on BOS-framed documents). Returns NULL with a message in err.
+// (all if limit <= 0; MMLU: the first `limit` of each subject, as the harness limits its subtasks). bos >= 0 is
+// prepended to every context (pass TOKENIZER_BOS when the model was trained on BOS-framed documents). Returns NULL with
+// a message in err.
 McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
                      int bos, char *err, size_t errlen);
 int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen);

@@ -21,9 +21,9 @@ checkpoint, document by document.
    only flip where the two best scores are closer than the numerical difference of the two
    implementations). Printed as a table and written to WORK/compare.json.
 
-MMLU's harness task is a group of 57 subjects; with --limit the harness takes the first N questions
-of each subject and the engine the first N of the whole file, so only the documents both scored are
-compared. Few-shot examples of HellaSwag, ARC and WinoGrande differ by design (the harness draws them
+With --limit both take the first N documents of each task (of each MMLU subject: the harness limits
+each subtask of its group, and the engine's eval.limit does the same for MMLU); with --mmlu-subjects
+the harness runs only those subjects and the documents both scored are compared. Few-shot examples of HellaSwag, ARC and WinoGrande differ by design (the harness draws them
 from training splits the local files do not have; the engine from the same file), so with shots
 those tasks agree only in aggregate; MMLU's (the first k dev questions of the subject) are the
 harness's own.
@@ -209,7 +209,7 @@ def main():
     args = ap.parse_args()
     args.evals, args.tokenizer = os.path.abspath(args.evals), os.path.abspath(args.tokenizer)
     args.ckpt = os.path.abspath(args.ckpt)
-    args.engine_limit = args.limit  # the engine's limit counts documents of the whole file (MMLU too)
+    args.engine_limit = args.limit  # the same documents: MMLU's limit is per subject on both sides
     os.makedirs(args.work, exist_ok=True)
     import harness_tasks
 

@@ -55,7 +55,7 @@ check "... and prints them as one table with their mean" \
   'echo "$out" | grep -q "^mmlu  *5 acc " && echo "$out" | grep -q "^arc_challenge  *25 acc_norm" && echo "$out" | grep -q "^mean  *0\.[0-9]*$"'
 check "MMLU's categories and subjects are logged" 'grep -q "\"eval/mmlu_stem/acc\"" "$tmp/eval.jsonl" && grep -q "\"eval/mmlu_abstract_algebra/acc\"" "$tmp/eval.jsonl"'
 check "eval.samples holds each task's documents" \
-  '[ "$(wc -l <"$tmp/samples/mmlu.jsonl")" -eq 4 ] && grep -q "\"subject\": \"abstract_algebra\", \"gold\": 1, \"pred\": [0-3], \"logp\": \[" "$tmp/samples/mmlu.jsonl" && grep -q "pred_norm" "$tmp/samples/hellaswag.jsonl"'
+  '[ "$(wc -l <"$tmp/samples/mmlu.jsonl")" -eq 228 ] && grep -q "\"subject\": \"abstract_algebra\", \"gold\": 1, \"pred\": [0-3], \"logp\": \[" "$tmp/samples/mmlu.jsonl" && grep -q "pred_norm" "$tmp/samples/hellaswag.jsonl"'
 out=$(./train configs/tiny.yaml --set eval.tasks=winogrande:5 2>&1)
 check "eval.tasks without data.tokenizer is refused" 'echo "$out" | grep -q "eval.tasks: needs data.tokenizer"'
 for f in configs/paper/*.yaml; do

@@ -547,6 +547,17 @@ static void test_mmlu_accuracy(const EvalSet *m, const Tokenizer *tok) {
   CHECK(fabs(wsub / 300 - r.acc) < 1e-12, "subjects weighted by size give the group acc");
   free(lp);
   eval_requests_free(&rq);
+  // eval.limit on MMLU is per subject, as the harness's --limit on its group
+  McTask *t = mc_task_open(tok, "mmlu", EVALS "mmlu.jsonl", 0, 3, 1, TOKENIZER_BOS, err, sizeof err);
+  int per[EVAL_MAX_SUBJECTS] = {0}, ok = t != NULL, ordered = 1;
+  for (int d = 0; t && d < t->set->n; d++) {
+    per[t->set->docs[d].subject]++;
+    if (d && t->set->docs[d].subject < t->set->docs[d - 1].subject) ordered = 0;
+  }
+  for (int k = 0; t && k < t->set->n_subjects; k++) ok &= per[k] == 3;
+  CHECK(ok && t->rq.n_docs == 57 * 3 && ordered, "limit 3: %d documents, 3 per subject in file order",
+        t ? t->rq.n_docs : -1);
+  mc_task_free(t);
 }
 
 int main(void) {
