@@ -464,6 +464,32 @@ static void test_crossentropy(void) {
   free(x), free(w), free(xd), free(wd), free(dlg), free(dx_want), free(dw_want), free(scratch), free(dx), free(dw);
 }
 
+// head_token_nll computes the head only for rows with a target; a row's loss must be the same bits
+// whether the other rows are ignored or not, and ignored rows give 0.
+static void test_token_nll(void) {
+  TEST_SECTION("head_token_nll: rows without a target skipped, the others bit-identical");
+  const int N = 9, D = 16, V = 40, ignore = -100;
+  float *x = randn((size_t)N * D, 1.0f), *w = randn((size_t)V * D, 0.3f), *scratch = randn((size_t)N * V, 1.0f);
+  int all[9], some[9];
+  for (int n = 0; n < N; n++) all[n] = (n * 7 + 3) % V, some[n] = n % 3 ? ignore : all[n];
+  float a[9], b[9];
+  head_token_nll(a, scratch, x, w, all, N, D, V, 4, ignore);
+  head_token_nll(b, scratch, x, w, some, N, D, V, 4, ignore);
+  int same = 1, zero = 1, positive = 1;
+  for (int n = 0; n < N; n++) {
+    if (some[n] == ignore) zero &= b[n] == 0.0f;
+    else same &= !memcmp(&a[n], &b[n], sizeof(float));
+    positive &= a[n] > 0.0f;
+  }
+  CHECK(same && zero && positive, "kept rows bit-identical %d, ignored rows 0 %d, losses > 0 %d", same, zero, positive);
+  for (int n = 0; n < N; n++) some[n] = ignore;
+  head_token_nll(b, scratch, x, w, some, N, D, V, 4, ignore);
+  zero = 1;
+  for (int n = 0; n < N; n++) zero &= b[n] == 0.0f;
+  CHECK(zero, "every row ignored: all 0");
+  free(x), free(w), free(scratch);
+}
+
 static void test_ops_table(void) {
   TEST_SECTION("CPU backend table");
   const Ops *o = cpu_backend_open();
@@ -501,6 +527,7 @@ int main(void) {
   test_swiglu();
   test_residual_embedding();
   test_crossentropy();
+  test_token_nll();
   test_ops_table();
   TEST_END();
 }
