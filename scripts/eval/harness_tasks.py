@@ -51,11 +51,27 @@ def yaml_str(s):
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
 
+def read_jsonl(path):
+    for line in open(path, encoding="utf-8"):
+        if line.strip():
+            yield json.loads(line)
+
+
+def local_task(out, name, include, split, rows, extra=""):
+    """Writes rows as OUT/name.jsonl and OUT/local_name.yaml: the harness's own task YAML `include`
+    with the data from that file as its `split`."""
+    path = os.path.join(out, f"{name}.jsonl")
+    write_jsonl(path, rows)
+    with open(os.path.join(out, f"local_{name}.yaml"), "w") as f:
+        f.write(f"include: {yaml_str(include)}\ntask: local_{name}\ndataset_path: json\ndataset_name: null\n")
+        f.write(f"dataset_kwargs:\n  data_files:\n    {split}: {yaml_str(path)}\ntraining_split: null\n{extra}")
+
+
 MMLU_CATEGORIES = ["stem", "other", "social_sciences", "humanities"]
 
 
 def mmlu(evals, out, hdir):
-    rows = [json.loads(l) for l in open(os.path.join(evals, "mmlu.jsonl")) if l.strip()]
+    rows = list(read_jsonl(os.path.join(evals, "mmlu.jsonl")))
     subjects = []
     for r in rows:
         if r["subject"] not in subjects:
@@ -108,48 +124,24 @@ def hellaswag(evals, out, hdir):
             cut = ctx.rfind(". ")
             ctx_a, ctx_b = (ctx[:cut + 1], ctx[cut + 2:]) if cut >= 0 else (ctx, "")
         rows.append({"activity_label": label, "ctx_a": ctx_a, "ctx_b": ctx_b, "endings": l[2:6], "label": l[1]})
-    path = os.path.join(out, "hellaswag.jsonl")
-    write_jsonl(path, rows)
-    with open(os.path.join(out, "local_hellaswag.yaml"), "w") as f:
-        f.write(f"include: {yaml_str(os.path.join(hdir, 'hellaswag', 'hellaswag.yaml'))}\n")
-        f.write("task: local_hellaswag\ndataset_path: json\ndataset_name: null\n")
-        f.write(f"dataset_kwargs:\n  data_files:\n    validation: {yaml_str(path)}\n")
-        f.write("training_split: null\n")
+    local_task(out, "hellaswag", os.path.join(hdir, "hellaswag", "hellaswag.yaml"), "validation", rows)
 
 
 def arc(evals, out, hdir):
     rows = []
-    for l in open(os.path.join(evals, "arc_challenge.jsonl"), encoding="utf-8"):
-        if not l.strip():
-            continue
-        d = json.loads(l)
+    for d in read_jsonl(os.path.join(evals, "arc_challenge.jsonl")):
         q = d["query"][len("Question: "):] if d["query"].startswith("Question: ") else d["query"]
         labels = [chr(ord("A") + j) for j in range(len(d["choices"]))]
         rows.append({"question": q, "choices": {"text": d["choices"], "label": labels}, "answerKey": labels[d["gold"]]})
-    path = os.path.join(out, "arc_challenge.jsonl")
-    write_jsonl(path, rows)
-    with open(os.path.join(out, "local_arc_challenge.yaml"), "w") as f:
-        f.write(f"include: {yaml_str(os.path.join(hdir, 'arc', 'arc_easy.yaml'))}\n")
-        f.write("task: local_arc_challenge\ndataset_path: json\ndataset_name: null\n")
-        f.write(f"dataset_kwargs:\n  data_files:\n    test: {yaml_str(path)}\n")
-        f.write("training_split: null\nvalidation_split: null\ntag: []\n")
+    local_task(out, "arc_challenge", os.path.join(hdir, "arc", "arc_easy.yaml"), "test", rows,
+               "validation_split: null\ntag: []\n")
 
 
 def winogrande(evals, out, hdir):
-    rows = []
-    for l in open(os.path.join(evals, "winogrande.jsonl"), encoding="utf-8"):
-        if not l.strip():
-            continue
-        d = json.loads(l)
-        rows.append({"sentence": "_ " + d["continuation"], "option1": d["context_options"][0],
-                     "option2": d["context_options"][1], "answer": str(d["gold"] + 1)})
-    path = os.path.join(out, "winogrande.jsonl")
-    write_jsonl(path, rows)
-    with open(os.path.join(out, "local_winogrande.yaml"), "w") as f:
-        f.write(f"include: {yaml_str(os.path.join(hdir, 'winogrande', 'default.yaml'))}\n")
-        f.write("task: local_winogrande\ndataset_path: json\ndataset_name: null\n")
-        f.write(f"dataset_kwargs:\n  data_files:\n    validation: {yaml_str(path)}\n")
-        f.write("training_split: null\n")
+    rows = [{"sentence": "_ " + d["continuation"], "option1": d["context_options"][0],
+             "option2": d["context_options"][1], "answer": str(d["gold"] + 1)}
+            for d in read_jsonl(os.path.join(evals, "winogrande.jsonl"))]
+    local_task(out, "winogrande", os.path.join(hdir, "winogrande", "default.yaml"), "validation", rows)
 
 
 def write_tasks(evals, out):
