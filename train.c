@@ -272,24 +272,24 @@ static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
 static void open_tasks(Run *r) {
   const TrainConfig *c = &r->cfg;
   if (!c->eval_tasks[0]) return;
-  char err[512], buf[CFG_PATH], *save = NULL;
+  char err[512];
   if (c->model.vocab_size < TOKENIZER_BOS + 2)
     die("eval.tasks: model.vocab_size %d cannot hold the Llama-3 tokenizer's ids (128256)", c->model.vocab_size);
   r->tok = tokenizer_load(c->tokenizer_path, NULL, err, sizeof err);
   if (!r->tok) die("data.tokenizer: %s", err);
   if (c->eval_samples[0] && make_dirs(c->eval_samples, err, sizeof err)) die("eval.samples: %s", err);
-  snprintf(buf, sizeof buf, "%s", eval_tasks_spec(c->eval_tasks));
-  for (char *item = strtok_r(buf, ",", &save); item && r->n_tasks < 8; item = strtok_r(NULL, ",", &save)) {
-    char *colon = strchr(item, ':'), path[2 * CFG_PATH];
-    int shots = colon ? atoi(colon + 1) : 0;
-    if (colon) *colon = 0;
-    const EvalTaskInfo *info = eval_task_info(item);  // known: run/config.c checked the names
-    snprintf(path, sizeof path, "%s/%s", c->eval_dir, info->file);
+  const EvalTaskInfo *task[EVAL_MAX_TASKS];
+  int shots[EVAL_MAX_TASKS];
+  int n = eval_tasks_parse(c->eval_tasks, task, shots, err, sizeof err);  // run/config.c checked it
+  if (n < 0) die("eval.tasks: %s", err);
+  for (int i = 0; i < n; i++) {
+    char path[2 * CFG_PATH];
+    snprintf(path, sizeof path, "%s/%s", c->eval_dir, task[i]->file);
     double t0 = now_seconds();
     r->tasks[r->n_tasks] =
-        mc_task_open(r->tok, item, path, shots, c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
+        mc_task_open(r->tok, task[i]->name, path, shots[i], c->eval_limit, c->seed, TOKENIZER_BOS, err, sizeof err);
     if (!r->tasks[r->n_tasks]) die("eval.tasks: %s", err);
-    printf("eval task %s %d-shot: %d documents, %d requests (%.1fs to prepare)\n", item, shots,
+    printf("eval task %s %d-shot: %d documents, %d requests (%.1fs to prepare)\n", task[i]->name, shots[i],
            r->tasks[r->n_tasks]->rq.n_docs, r->tasks[r->n_tasks]->rq.n_req, now_seconds() - t0);
     r->n_tasks++;
   }

@@ -1,6 +1,8 @@
 // common/cuda_common.cu: the stream and the launch-size helper of common/cuda_common.h.
 #include "common/cuda_common.h"
 
+#include <cuda_bf16.h>
+
 static cudaStream_t g_stream;  // 0, the legacy default stream, until cuda_set_stream
 static int g_sms;              // multiprocessors of the device, read at the first cuda_grid
 
@@ -16,4 +18,14 @@ int cuda_grid(size_t work, int threads) {
   size_t blocks = (work + threads - 1) / threads, full = (size_t)g_sms * (2048 / threads);
   if (blocks > full) blocks = full;
   return blocks < 1 ? 1 : (int)blocks;
+}
+
+static __global__ void fill_uniform_bf16_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2bfloat16((float)cuda_hash24(i, seed) * (2.0f / 16777216.0f) - 1.0f);
+}
+
+void cuda_fill_uniform_bf16(void *p, size_t n, uint32_t seed) {
+  fill_uniform_bf16_kernel<<<1024, 256, 0, cuda_stream()>>>((__nv_bfloat16 *)p, n, seed);
+  CUDA_CHECK_LAUNCH();
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,23 +26,18 @@
     for (size_t i_ = 0; i_ < sizeof p_ / sizeof *p_; i_++) CUDA_CHECK(cudaFree((void *)p_[i_])); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                                     \
-  do {                                                                                         \
-    int s_ = (int)(call);                                                                      \
-    if (s_ != 0) {                                                                             \
-      fprintf(stderr, "cuBLAS error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_); \
-      exit(1);                                                                                 \
-    }                                                                                          \
+// A library call returning a status where 0 is success (cuBLAS, cuDNN): dies naming the library,
+// the call and the status.
+#define LIB_STATUS_CHECK(lib, call)                                                             \
+  do {                                                                                          \
+    int s_ = (int)(call);                                                                       \
+    if (s_ != 0) {                                                                              \
+      fprintf(stderr, "%s error (%s:%d): %s: status %d\n", lib, __FILE__, __LINE__, #call, s_); \
+      exit(1);                                                                                  \
+    }                                                                                           \
   } while (0)
-
-#define CUDNN_CHECK(call)                                                                     \
-  do {                                                                                        \
-    int s_ = (int)(call);                                                                     \
-    if (s_ != 0) {                                                                            \
-      fprintf(stderr, "cuDNN error (%s:%d): %s: status %d\n", __FILE__, __LINE__, #call, s_); \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
+#define CUBLAS_CHECK(call) LIB_STATUS_CHECK("cuBLAS", call)
+#define CUDNN_CHECK(call) LIB_STATUS_CHECK("cuDNN", call)
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +48,22 @@ void cuda_set_stream(cudaStream_t s);
 // Blocks for a grid-stride kernel over `work` items with `threads` per block: enough for each item
 // to get a thread, at most what fills the device (2048 threads per multiprocessor), at least 1.
 int cuda_grid(size_t work, int threads);
+// n BF16 values uniform in [-1, 1) from cuda_hash24 (benchmark operands: tensor-core power, hence
+// clocks, depends on the data), queued on cuda_stream().
+void cuda_fill_uniform_bf16(void *p, size_t n, uint32_t seed);
 #ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+// 24 well-mixed bits of (i, seed): the benchmark fills' hash (a multiply-xorshift finalizer).
+__device__ __forceinline__ uint32_t cuda_hash24(size_t i, uint32_t seed) {
+  uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h >> 8;
 }
 #endif

@@ -120,18 +120,6 @@ void gemm_bf16(void *out, int out_fp32, const void *A, int a_t, const void *B, i
   CUBLAS_CHECK(launch(p, &p->algo, out, A, B, alpha, beta));
 }
 
-static __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    p[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);  // uniform [-1, 1)
-  }
-}
-
 double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) {
   check_args("gemm_ceiling_tflops", out_fp32, a_t, b_t, M, N, K);
   GemmKey key = {LT_BF16, out_fp32, a_t, b_t, M, N, K, out_fp32, 256};  // cudaMalloc'd buffers
@@ -143,10 +131,8 @@ double gemm_ceiling_tflops(int out_fp32, int a_t, int b_t, int M, int N, int K) 
   CUDA_CHECK(cudaMalloc(&A, (size_t)M * K * 2));
   CUDA_CHECK(cudaMalloc(&B, (size_t)K * N * 2));
   CUDA_CHECK(cudaMalloc(&out, (size_t)M * N * (out_fp32 ? 4 : 2)));
-  fill_uniform_bf16<<<1024, 256, 0, cuda_stream()>>>((__nv_bfloat16 *)A, (size_t)M * K, 1);
-  CUDA_CHECK_LAUNCH();
-  fill_uniform_bf16<<<1024, 256, 0, cuda_stream()>>>((__nv_bfloat16 *)B, (size_t)K * N, 2);
-  CUDA_CHECK_LAUNCH();
+  cuda_fill_uniform_bf16(A, (size_t)M * K, 1);
+  cuda_fill_uniform_bf16(B, (size_t)K * N, 2);
   CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
   TuneCall c = {&p, out, A, B, 1.0f, out_fp32 ? 1.0f : 0.0f};
   int n;

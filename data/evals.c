@@ -26,13 +26,14 @@ static char *concat3(const char *a, const char *b, const char *c) {
 
 // The paper scores MMLU 5-shot (acc), HellaSwag 10-shot (acc_norm), WinoGrande 5-shot (acc) and
 // ARC-Challenge 25-shot (acc_norm).
-const EvalTaskInfo EVAL_TASKS[] = {
+static const EvalTaskInfo EVAL_TASKS[] = {
     {"mmlu", "mmlu.jsonl", EVAL_MMLU, 5, 0},
     {"hellaswag", "hellaswag_val.txt", EVAL_HELLASWAG, 10, 1},
     {"winogrande", "winogrande.jsonl", EVAL_WINOGRANDE, 5, 0},
     {"arc_challenge", "arc_challenge.jsonl", EVAL_ARC_CHALLENGE, 25, 1},
 };
-const int EVAL_N_TASKS = (int)(sizeof EVAL_TASKS / sizeof EVAL_TASKS[0]);
+static const int EVAL_N_TASKS = (int)(sizeof EVAL_TASKS / sizeof EVAL_TASKS[0]);
+_Static_assert(sizeof EVAL_TASKS / sizeof EVAL_TASKS[0] <= EVAL_MAX_TASKS, "\"paper\" fits eval.tasks");
 
 const EvalTaskInfo *eval_task_info(const char *name) {
   for (int i = 0; i < EVAL_N_TASKS; i++)
@@ -40,11 +41,29 @@ const EvalTaskInfo *eval_task_info(const char *name) {
   return NULL;
 }
 
-int eval_kind_from_name(const char *name, EvalKind *kind) {
-  const EvalTaskInfo *t = eval_task_info(name);
-  if (!t) return -1;
-  *kind = t->kind;
-  return 0;
+int eval_tasks_parse(const char *spec, const EvalTaskInfo **task, int *shots, char *err, size_t errlen) {
+  if (!strcmp(spec, "paper")) {
+    for (int i = 0; i < EVAL_N_TASKS; i++) task[i] = &EVAL_TASKS[i], shots[i] = EVAL_TASKS[i].paper_shots;
+    return EVAL_N_TASKS;
+  }
+  char buf[1024], *save = NULL;
+  if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
+    return set_err(err, errlen, "longer than %zu characters", sizeof buf - 1);
+  int n = 0;
+  for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(item, ':'), *end = NULL;
+    if (colon) *colon = 0;
+    const EvalTaskInfo *t = eval_task_info(item);
+    if (!t)
+      return set_err(err, errlen, "unknown task '%s' (known: mmlu, hellaswag, arc_challenge, winogrande, or \"paper\")",
+                     item);
+    long k = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon && (k < 0 || k > 1000 || *end || end == colon + 1))
+      return set_err(err, errlen, "'%s': the shot count after ':' must be an integer in 0..1000", colon + 1);
+    if (n == EVAL_MAX_TASKS) return set_err(err, errlen, "more than %d tasks", EVAL_MAX_TASKS);
+    task[n] = t, shots[n++] = (int)k;
+  }
+  return n;
 }
 
 // The harness's groups (lm_eval/tasks/mmlu/default: each subject's tag mmlu_<category>_tasks).
@@ -532,7 +551,9 @@ static int load_mmlu(EvalSet *s, const char *path, char *err, size_t errlen) {
 
 EvalSet *evalset_load(const char *task, const char *path, char *err, size_t errlen) {
   EvalSet *s = xcalloc(1, sizeof(EvalSet));
-  if (eval_kind_from_name(task, &s->kind)) {
+  const EvalTaskInfo *info = eval_task_info(task);
+  if (info) s->kind = info->kind;
+  else {
     set_err(err, errlen, "unknown eval task '%s' (expected mmlu, hellaswag, arc_challenge or winogrande)", task);
     free(s);
     return NULL;

@@ -21,7 +21,6 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "data/tokenizer.h"
 
@@ -42,14 +41,13 @@ typedef struct {
   EvalKind kind;
   int paper_shots, paper_norm;
 } EvalTaskInfo;
-extern const EvalTaskInfo EVAL_TASKS[];
-extern const int EVAL_N_TASKS;
 const EvalTaskInfo *eval_task_info(const char *name);  // NULL for an unknown name
-// eval.tasks "paper": the paper's four tasks with its shot counts.
-#define EVAL_PAPER_TASKS "mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25"
-static inline const char *eval_tasks_spec(const char *tasks) {
-  return strcmp(tasks, "paper") ? tasks : EVAL_PAPER_TASKS;
-}
+#define EVAL_MAX_TASKS 8
+// Parses eval.tasks ("paper": every task above with its paper_shots; or "name:shots,...", shots 0
+// when omitted) into at most EVAL_MAX_TASKS
+// (task, shots) pairs. Returns the count, or -1 with the reason in err (an unknown name, a bad shot
+// count, too many tasks).
+int eval_tasks_parse(const char *spec, const EvalTaskInfo **task, int *shots, char *err, size_t errlen);
 // MMLU's subject categories as the harness groups them (mmlu_stem, ...), and a subject's (-1: unknown).
 extern const char *const EVAL_MMLU_CATEGORY[EVAL_MMLU_CATEGORIES];
 int eval_mmlu_category(const char *subject);
@@ -78,9 +76,6 @@ typedef struct {
   int n_dev;
   EvalDoc *dev;
 } EvalSet;
-
-// A task name -> kind. Returns 0, or -1 for an unknown name.
-int eval_kind_from_name(const char *name, EvalKind *kind);
 
 // Loads a task file:
 // - hellaswag: llama.cpp's hellaswag_val.txt, 6 lines per document: context

@@ -222,13 +222,7 @@ int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int 
 // tensor-core power (hence clocks) depends on the data.
 static __global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    p[i] = e4m3_encode_rne((float)(h >> 8) * (12.0f / 16777216.0f) - 6.0f);
+    p[i] = e4m3_encode_rne((float)cuda_hash24(i, seed) * (12.0f / 16777216.0f) - 6.0f);
   }
 }
 

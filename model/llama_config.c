@@ -3,44 +3,33 @@
 
 #include <string.h>
 
+// The presets as data: what differs between them; the rest is Llama-3's (below).
+static const struct {
+  const char *name;
+  int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, max_seq_len, rope_scaling;
+  float rope_theta;
+} PRESETS[] = {
+    {"tiny", 512, 64, 2, 4, 2, 192, 64, 0, 10000.0f},              // trains on 2 CPU cores in well under a minute
+    {"small", 128256, 1024, 12, 16, 4, 2816, 2048, 0, 500000.0f},  // ~135M in the blocks, Llama-3 tokenizer
+    {"llama3_8b", 128256, 4096, 32, 32, 8, 14336, 8192, 1, 500000.0f},
+};
+
 int llama_preset(const char *name, LlamaConfig *c) {
   memset(c, 0, sizeof *c);
-  c->norm_eps = 1e-5f;
-  c->rope_theta = 500000.0f;
-  c->rope_factor = 8.0f;
-  c->rope_low_freq_factor = 1.0f;
-  c->rope_high_freq_factor = 4.0f;
-  c->rope_original_max_pos = 8192;
-  if (!strcmp(name, "tiny")) {  // trains on 2 CPU cores in well under a minute
-    c->vocab_size = 512;
-    c->dim = 64;
-    c->n_layers = 2;
-    c->n_heads = 4;
-    c->n_kv_heads = 2;
-    c->ffn_dim = 192;
-    c->max_seq_len = 64;
-    c->rope_theta = 10000.0f;
-  } else if (!strcmp(name, "small")) {  // ~135M parameters in the blocks, Llama-3 tokenizer
-    c->vocab_size = 128256;
-    c->dim = 1024;
-    c->n_layers = 12;
-    c->n_heads = 16;
-    c->n_kv_heads = 4;
-    c->ffn_dim = 2816;
-    c->max_seq_len = 2048;
-  } else if (!strcmp(name, "llama3_8b")) {
-    c->vocab_size = 128256;
-    c->dim = 4096;
-    c->n_layers = 32;
-    c->n_heads = 32;
-    c->n_kv_heads = 8;
-    c->ffn_dim = 14336;
-    c->max_seq_len = 8192;
-    c->rope_scaling = 1;
-  } else {
-    return -1;
+  for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++) {
+    if (strcmp(name, PRESETS[i].name)) continue;
+    c->vocab_size = PRESETS[i].vocab_size, c->dim = PRESETS[i].dim, c->n_layers = PRESETS[i].n_layers;
+    c->n_heads = PRESETS[i].n_heads, c->n_kv_heads = PRESETS[i].n_kv_heads, c->ffn_dim = PRESETS[i].ffn_dim;
+    c->max_seq_len = PRESETS[i].max_seq_len, c->rope_scaling = PRESETS[i].rope_scaling;
+    c->rope_theta = PRESETS[i].rope_theta;
+    c->norm_eps = 1e-5f;
+    c->rope_factor = 8.0f;
+    c->rope_low_freq_factor = 1.0f;
+    c->rope_high_freq_factor = 4.0f;
+    c->rope_original_max_pos = 8192;
+    return 0;
   }
-  return 0;
+  return -1;
 }
 
 const char *llama_preset_names(void) { return "tiny, small, llama3_8b"; }

@@ -569,19 +569,11 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
   if (!c->train_data[0]) FAIL("data.train", "is empty (use \"synthetic\" or shard paths)");
   if (c->eval_interval > 0 && !c->val_data[0] && !c->eval_tasks[0])
     FAIL("eval.interval", "%d, but data.val and eval.tasks are empty (nothing to evaluate)", c->eval_interval);
-  if (c->eval_tasks[0]) {  // "name:shots,name:shots": names and counts checked here, files when the run opens them
-    char buf[CFG_PATH], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", eval_tasks_spec(c->eval_tasks));
-    int ntasks = 0;
-    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-      char *colon = strchr(item, ':'), *end = NULL;
-      if (colon) *colon = 0;
-      if (!eval_task_info(item))
-        FAIL("eval.tasks", "unknown task '%s' (known: mmlu, hellaswag, arc_challenge, winogrande, or \"paper\")", item);
-      if (++ntasks > 8) FAIL("eval.tasks", "more than 8 tasks");
-      if (colon && (strtol(colon + 1, &end, 10) < 0 || !end || *end || end == colon + 1))
-        FAIL("eval.tasks", "'%s': the shot count after ':' must be a non-negative integer", colon + 1);
-    }
+  if (c->eval_tasks[0]) {  // names and counts checked here, files when the run opens them
+    const EvalTaskInfo *task[EVAL_MAX_TASKS];
+    int shots[EVAL_MAX_TASKS];
+    char msg[256];
+    if (eval_tasks_parse(c->eval_tasks, task, shots, msg, sizeof msg) < 0) FAIL("eval.tasks", "%s", msg);
     if (!c->tokenizer_path[0]) FAIL("eval.tasks", "needs data.tokenizer (the tokenizer.model to encode the tasks)");
     if (!c->eval_dir[0]) FAIL("eval.tasks", "needs eval.dir (the folder with the task files)");
   }

@@ -50,24 +50,32 @@ int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *log
   return rc;
 }
 
+// The argmax of the scores (plain, or divided by the choices' lengths), first maximum winning.
+static int pick(const EvalSet *s, int d, const double *lp, int nc, int norm) {
+  int best = 0;
+  for (int j = 1; j < nc; j++) {
+    double a = norm ? lp[j] / eval_choice_length(s, d, j) : lp[j];
+    double b = norm ? lp[best] / eval_choice_length(s, d, best) : lp[best];
+    if (a > b) best = j;
+  }
+  return best;
+}
+
+// The harness reports acc_norm for HellaSwag and ARC; WinoGrande and MMLU have acc only.
+static int has_norm(const EvalSet *s) { return s->kind != EVAL_WINOGRANDE && s->kind != EVAL_MMLU; }
+
 void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, EvalResult *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", s->name);
   out->n = rq->n_docs;
-  out->has_norm = s->kind != EVAL_WINOGRANDE && s->kind != EVAL_MMLU;
+  out->has_norm = has_norm(s);
   const EvalTaskInfo *info = eval_task_info(s->name);
   out->paper_norm = info && info->paper_norm;
   int right = 0, right_norm = 0;
   int sub_n[EVAL_MAX_SUBJECTS] = {0}, sub_right[EVAL_MAX_SUBJECTS] = {0};
   for (int d = 0; d < rq->n_docs; d++) {
     const double *lp = logp + rq->first[d];
-    int nc = rq->first[d + 1] - rq->first[d], best = 0, best_norm = 0;
-    double bn = lp[0] / eval_choice_length(s, d, 0);
-    for (int j = 1; j < nc; j++) {
-      double norm = lp[j] / eval_choice_length(s, d, j);
-      if (lp[j] > lp[best]) best = j;  // strict: the first maximum wins, as np.argmax
-      if (norm > bn) best_norm = j, bn = norm;
-    }
+    const int nc = rq->first[d + 1] - rq->first[d], best = pick(s, d, lp, nc, 0), best_norm = pick(s, d, lp, nc, 1);
     right += best == s->docs[d].gold;
     right_norm += best_norm == s->docs[d].gold;
     if (s->docs[d].subject >= 0) sub_n[s->docs[d].subject]++, sub_right[s->docs[d].subject] += best == s->docs[d].gold;
@@ -90,17 +98,6 @@ void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, E
     out->category[c].n = cat_n[c];
     out->category[c].acc = cat_n[c] ? (double)cat_right[c] / cat_n[c] : 0;
   }
-}
-
-// The argmax of the scores (plain, or divided by the choices' lengths), first maximum winning.
-static int pick(const EvalSet *s, int d, const double *lp, int nc, int norm) {
-  int best = 0;
-  for (int j = 1; j < nc; j++) {
-    double a = norm ? lp[j] / eval_choice_length(s, d, j) : lp[j];
-    double b = norm ? lp[best] / eval_choice_length(s, d, best) : lp[best];
-    if (a > b) best = j;
-  }
-  return best;
 }
 
 McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, int k_shot, int limit, uint64_t seed,
@@ -134,7 +131,7 @@ int mc_task_write_samples(const McTask *t, const char *path, char *err, size_t e
   FILE *f = fopen(tmp, "w");
   if (!f) return set_err(err, errlen, "%s: cannot write", tmp), -1;
   const EvalSet *s = t->set;
-  const int norm = s->kind != EVAL_WINOGRANDE && s->kind != EVAL_MMLU;
+  const int norm = has_norm(s);
   for (int d = 0; d < t->rq.n_docs; d++) {
     const double *lp = t->logp + t->rq.first[d];
     int nc = t->rq.first[d + 1] - t->rq.first[d];

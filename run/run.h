@@ -51,7 +51,7 @@ typedef struct {
   int *inputs, *targets;
   float *host_stage;  // device backends: host room for the params and the m, v shards of a checkpoint
   Tokenizer *tok;     // eval.tasks: the tokenizer and the parsed, tokenized tasks
-  McTask *tasks[8];
+  McTask *tasks[EVAL_MAX_TASKS];
   int n_tasks;
   RunMeta meta;
   RecipeMeta recipe;

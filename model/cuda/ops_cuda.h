@@ -190,14 +190,12 @@ void *cuda_scratch(CudaBackend *b, CudaScratch *s, size_t bytes, const char *wha
 // model/cuda/param_memory.cu: the fp32 parameter buffer (Ops.alloc_params) as a reserved virtual range of
 // fixed-size physical chunks, all mapped by alloc (*mapped = bytes of them). keep unmaps every
 // chunk that holds no byte of the ranges [off[i], off[i] + len[i]) (bytes from the buffer's start)
-// and returns the bytes released; mapped says whether [off, off + len) is all backed (1 for a
-// pointer that is not such a buffer); free returns the bytes still mapped before it.
+// and returns the bytes released; free returns the bytes still mapped before it.
 // The buffers are listed in a ParamMemory (one per backend instance).
 ParamMemory *param_memory_create(void);
 void *param_memory_alloc(ParamMemory *pm, size_t bytes, size_t *mapped);
 int param_memory_owns(const ParamMemory *pm, const void *p);
 size_t param_memory_keep(ParamMemory *pm, void *p, const size_t *off, const size_t *len, int n);
-int param_memory_mapped(const ParamMemory *pm, const void *p, size_t off, size_t len);
 size_t param_memory_free(ParamMemory *pm, void *p);
 
 // Host <-> device copies on the stream, returning when done (the host buffer is free at once).

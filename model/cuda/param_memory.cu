@@ -154,16 +154,6 @@ size_t param_memory_keep(ParamMemory *pm, void *p, const size_t *off, const size
   return released;
 }
 
-int param_memory_mapped(const ParamMemory *pm, const void *p, size_t off, size_t len) {
-  ParamMem *m = find(pm, p);
-  if (!m) return 1;  // an ordinary buffer: all of it exists
-  if (!len) return 1;
-  if (off + len > m->bytes) return 0;
-  for (size_t c = off / m->chunk; c <= (off + len - 1) / m->chunk; c++)
-    if (!m->handle[c]) return 0;
-  return 1;
-}
-
 size_t param_memory_free(ParamMemory *pm, void *p) {
   ParamMem *m = find(pm, p);
   if (!m) die("param_memory_free(%p): not a parameter buffer", p);

@@ -22,7 +22,7 @@ typedef __nv_bfloat16 bf16;
 static Rng rng;
 
 // ---- inputs ---------------------------------------------------------------------------------------
-enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_RANGE, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
+enum { IN_RANGE = IN_SHARED_KINDS, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
 static const char *in_name[IN_NKINDS] = {"normal",    "outliers", "zeros", "const",
                                          "huge/tiny", "pow2",     "ties",  "nan/inf"};
 
@@ -34,16 +34,8 @@ static float *make_input(int kind, int rows, int K) {
   for (size_t i = 0; i < n; i++) {
     float v = rng_normal(&rng);
     size_t blk = i / 32;
+    v = shared_input(kind, v, i, blk, K, &rng);
     switch (kind) {
-      case IN_OUTLIERS:
-        v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f);
-        break;
-      case IN_ZEROS:
-        v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f);
-        break;
-      case IN_CONST:
-        v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f);
-        break;
       case IN_RANGE:
         v = ldexpf(v, (int)(blk % 11) * 24 - 132);
         break;  // 2^-132 (BF16 subnormal) .. 2^108

@@ -21,7 +21,7 @@ typedef __nv_bfloat16 bf16;
 static Rng rng;
 
 // ---- inputs ---------------------------------------------------------------------------------------
-enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_HUGE, IN_TINY, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
+enum { IN_HUGE = IN_SHARED_KINDS, IN_TINY, IN_POW2, IN_TIES, IN_SPECIAL, IN_NKINDS };
 static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const",  "huge",
                                          "tiny",   "pow2",     "ties",  "nan/inf"};
 
@@ -33,16 +33,8 @@ static float *make_input(int kind, int rows, int K) {
   for (size_t i = 0; i < n; i++) {
     float v = rng_normal(&rng);
     const size_t blk = i / 16;
+    v = shared_input(kind, v, i, blk, K, &rng);
     switch (kind) {
-      case IN_OUTLIERS:
-        v *= (i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f);
-        break;
-      case IN_ZEROS:
-        v = blk % 3 == 0 ? 0.0f : v * (rng_uniform(&rng) < 0.5f ? 0.0f : 1.0f);
-        break;
-      case IN_CONST:
-        v = ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f);
-        break;
       // Huge values make the other blocks' scales round to 0 or to E4M3 subnormals.
       case IN_HUGE:
         v *= blk % 5 == 0 ? 1e30f : (blk % 5 == 1 ? 1e-30f : (blk % 5 == 2 ? 1e-38f : 1.0f));

@@ -91,6 +91,9 @@ static int same_outs(const Outs *a, const Outs *b) {
          same_bytes(sa_r, sb_r, a->row_sbytes) && same_bytes(sa_c, sb_c, a->col_sbytes);
 }
 
+// The output forms the fused tests cover: packed codes, FP8 rows and columns, FP8 with 128x128 columns.
+static const char *out_form(int fp8) { return fp8 == 2 ? "fp8, BLK128x128 columns" : fp8 ? "fp8" : "packed"; }
+
 static void test_rmsnorm(int rows, int D) {
   bf16 *x = make_bf16(rows, D, 1.0f), *y = (bf16 *)dalloc((size_t)rows * D * 2);
   float *w = (float *)dalloc(D * 4), *rstd = (float *)dalloc(rows * 4), *rstd2 = (float *)dalloc(rows * 4);
@@ -107,10 +110,7 @@ static void test_rmsnorm(int rows, int D) {
       mx_quantize_dual_cuda(y, rows, D, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_rmsnorm_cuda(x, rstd2, w, rows, D, MX_SCALE_UP, got.row, had, got.col);
       CHECK(same_outs(&ref, &got), "rmsnorm %d x %d (%s, %s): fused bytes differ from rmsnorm + dual producer", rows, D,
-            fp8 == 2 ? "fp8, BLK128x128 columns"
-            : fp8    ? "fp8"
-                     : "packed",
-            had ? "H32" : "no Hadamard");
+            out_form(fp8), had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(x), cudaFree(y), cudaFree(w), cudaFree(rstd), cudaFree(rstd2), free(hw);
@@ -126,10 +126,7 @@ static void test_swiglu(int rows, int F) {
       mx_quantize_dual_cuda(y, rows, F, MX_SCALE_UP, MX_RNE, none, ref.row, had, ref.col);
       mx_quantize_dual_swiglu_cuda(g, u, rows, F, MX_SCALE_UP, got.row, had, got.col);
       CHECK(same_outs(&ref, &got), "swiglu %d x %d (%s, %s): fused bytes differ from swiglu + dual producer", rows, F,
-            fp8 == 2 ? "fp8, BLK128x128 columns"
-            : fp8    ? "fp8"
-                     : "packed",
-            had ? "H32" : "no Hadamard");
+            out_form(fp8), had ? "H32" : "no Hadamard");
       free_outs(&ref), free_outs(&got);
     }
   cudaFree(g), cudaFree(u), cudaFree(y);

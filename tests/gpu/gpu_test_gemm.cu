@@ -200,23 +200,10 @@ static void check_determinism(int out_fp32, int a_t, int b_t, int M, int N, int 
 
 // ---- performance at the 8B shapes ----------------------------------------------------------------
 
-static __global__ void fill_uniform(bf16 *p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    p[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
-  }
-}
-
 static void *device_random(size_t n, uint32_t seed) {
   void *d;
   CUDA_CHECK(cudaMalloc(&d, n * 2));
-  fill_uniform<<<1024, 256, 0, cuda_stream()>>>((bf16 *)d, n, seed);
-  CUDA_CHECK_LAUNCH();
+  cuda_fill_uniform_bf16(d, n, seed);
   return d;
 }
 

@@ -716,9 +716,7 @@ static void test_model(void) {
 
 __global__ void fill_kernel(float *f, bf16 *h, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t x = (uint32_t)i * 0x9e3779b9u ^ (uint32_t)(i >> 32) * 0x85ebca6bu ^ seed;
-    x ^= x >> 16, x *= 0x7feb352du, x ^= x >> 15, x *= 0x846ca68bu, x ^= x >> 16;
-    float u = scale * ((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);  // uniform [-scale, scale)
+    float u = scale * ((float)cuda_hash24(i, seed) * (2.0f / 16777216.0f) - 1.0f);  // uniform [-scale, scale)
     if (f) f[i] = u;
     if (h) h[i] = __float2bfloat16(u);
   }

@@ -11,6 +11,17 @@
 
 static inline float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// The input kinds both FP4 producer tests start from (each adds its own after IN_SHARED_KINDS), for
+// value i (normal draw v) of block blk in a rows x K matrix: heavy rows among tiny blocks, zero
+// blocks and scattered zeros, constant blocks across 9 binades (alternating signs). Other kinds: v.
+enum { IN_NORMAL, IN_OUTLIERS, IN_ZEROS, IN_CONST, IN_SHARED_KINDS };
+static inline float shared_input(int kind, float v, size_t i, size_t blk, int K, Rng *r) {
+  if (kind == IN_OUTLIERS) return v * ((i / K) % 17 == 0 ? 40.0f : (blk % 7 == 0 ? 1e-3f : 1.0f));
+  if (kind == IN_ZEROS) return blk % 3 == 0 ? 0.0f : v * (rng_uniform(r) < 0.5f ? 0.0f : 1.0f);
+  if (kind == IN_CONST) return ldexpf(1.0f + (blk % 5) / 4.0f, (int)(blk % 9) - 4) * ((blk & 1) ? -1.0f : 1.0f);
+  return v;
+}
+
 // ||got - ref|| / ||ref|| (||got - ref|| when ref is all zeros); NaN, so every check fails, when got
 // holds a NaN.
 static double rel_err_d(const float *got, const double *ref, size_t n) {

@@ -344,6 +344,26 @@ static void test_oracle(EvalSet *arc, EvalSet *wg) {
 
 // ---- MMLU --------------------------------------------------------------------------------------
 
+static void test_tasks_parse(void) {
+  TEST_SECTION("eval.tasks: \"paper\" and task:shots lists");
+  const EvalTaskInfo *t[EVAL_MAX_TASKS];
+  int k[EVAL_MAX_TASKS];
+  char err[256];
+  int n = eval_tasks_parse("paper", t, k, err, sizeof err);
+  CHECK(n == 4 && !strcmp(t[0]->name, "mmlu") && k[0] == 5 && !strcmp(t[1]->name, "hellaswag") && k[1] == 10 &&
+            !strcmp(t[2]->name, "winogrande") && k[2] == 5 && !strcmp(t[3]->name, "arc_challenge") && k[3] == 25,
+        "paper: %d tasks", n);
+  CHECK(t[1]->paper_norm && !t[0]->paper_norm && !t[2]->paper_norm && t[3]->paper_norm, "the paper's metrics");
+  n = eval_tasks_parse("winogrande,mmlu:3", t, k, err, sizeof err);
+  CHECK(n == 2 && k[0] == 0 && k[1] == 3 && !strcmp(t[1]->file, "mmlu.jsonl"), "list: %d", n);
+  CHECK(eval_tasks_parse("mmlu:x", t, k, err, sizeof err) < 0 && strstr(err, "'x'"), "%s", err);
+  CHECK(eval_tasks_parse("mmlu:-1", t, k, err, sizeof err) < 0 && strstr(err, "shot"), "%s", err);
+  CHECK(eval_tasks_parse("gsm8k:5", t, k, err, sizeof err) < 0 && strstr(err, "gsm8k"), "%s", err);
+  CHECK(eval_tasks_parse("mmlu,mmlu,mmlu,mmlu,mmlu,mmlu,mmlu,mmlu,mmlu", t, k, err, sizeof err) < 0 &&
+            strstr(err, "more than 8"),
+        "%s", err);
+}
+
 static void test_mmlu_parsing(const EvalSet *m) {
   TEST_SECTION("MMLU: the file, subjects and categories");
   CHECK(m->kind == EVAL_MMLU && m->n == 14042 && m->n_dev == 285 && m->n_subjects == 57, "n %d dev %d subjects %d",
@@ -571,6 +591,7 @@ int main(void) {
   if (!tok) die("%s", err);
   EvalSet *mmlu = load("mmlu", EVALS "mmlu.jsonl");
   test_parsing(hs, arc, wg);
+  test_tasks_parse();
   test_mmlu_parsing(mmlu);
   test_mmlu_bad_data();
   test_harness_prompts(mmlu, hs, arc, wg);
