@@ -310,7 +310,7 @@ static void run_tasks(Run *r, FILE *log) {
     secs[i] = now_seconds() - t0;
     printf("step %6lld | %s %d-shot: acc %.4f", (long long)r->step, e->name, r->tasks[i]->k_shot, e->acc);
     if (e->has_norm) printf(", acc_norm %.4f", e->acc_norm);
-    printf(" (%d docs, %.1fs)\n", e->n, secs[i]);
+    printf(" (%d docs, %d requests in %d rows, %.1fs)\n", e->n, r->tasks[i]->rq.n_req, r->tasks[i]->rows, secs[i]);
     for (int c = 0; e->n_subjects && c < EVAL_MMLU_CATEGORIES; c++)
       if (e->category[c].n)
         printf("step %6lld |   %s %-16s acc %.4f (%d docs)\n", (long long)r->step, e->name, e->category[c].name,

@@ -645,13 +645,17 @@ float llama_forward_backward(Llama *m, const int *inputs, const int *targets, in
   return loss;
 }
 
-void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore_index, float *nll) {
+void llama_token_nll(Llama *m, const int *inputs, int n, const int *pos, const int *targets, float *nll) {
+  for (int i = 0; i < n; i++) {
+    if (pos[i] < 0 || pos[i] >= m->N) die("llama_token_nll: position %d is outside [0, %d)", pos[i], m->N);
+    if (targets[i] < 0 || targets[i] >= m->c.vocab_size)
+      die("llama_token_nll: target id %d at position %d is outside [0, %d)", targets[i], pos[i], m->c.vocab_size);
+  }
   const Ops *op = m->ops;
   forward_blocks(m, inputs);
   m->have_targets = 0;  // a backward would need llama_forward's bookkeeping
-  op->upload(op->ctx, m->a.targets, targets, (size_t)m->N * sizeof(int));
-  op->head_nll(op->ctx, nll, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), m->a.targets, m->N, m->c.dim,
-               m->c.vocab_size, m->head_chunk, ignore_index);
+  op->head_nll(op->ctx, nll, m->a.logits, m->a.final, whole(m, m->params, T_HEAD), pos, targets, n, m->c.dim,
+               m->c.vocab_size, m->head_chunk);
 }
 
 void llama_logits(Llama *m, const int *inputs, float *out) {

@@ -104,9 +104,11 @@ void llama_set_param_wait(Llama *m, LlamaParamWait fn, void *ctx);
 enum { LLAMA_GROUP_RANGES = 9 };
 int llama_param_group(const Llama *m, int group, size_t *off, size_t *len);
 
-// Each token's loss -log p(targets[n] | inputs up to n), as host floats nll [B*T] (0 where targets[n] ==
-// ignore_index), without a backward and without moving [B*T, V] logits off the device (evaluations).
-void llama_token_nll(Llama *m, const int *inputs, const int *targets, int ignore_index, float *nll);
+// Chosen tokens' losses, for evaluations: one forward of inputs [B*T], then nll[i] = -log p(targets[i] |
+// inputs up to flat position pos[i]) for i < n, as host floats. A position may be asked for several
+// times (one context, several one-token continuations); only the n asked positions go through the
+// head, and no [B*T, V] logits leave the device. Dies on a position or target out of range.
+void llama_token_nll(Llama *m, const int *inputs, int n, const int *pos, const int *targets, float *nll);
 
 // The logits of inputs [B*T] as host floats, out [B*T, V] (for comparisons with HF).
 void llama_logits(Llama *m, const int *inputs, float *out);

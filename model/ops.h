@@ -171,11 +171,12 @@ typedef struct Ops {
   // scratch holds chunk*V floats.
   float (*head_ce)(void *ctx, void *dx, float *dw, float *scratch, const void *x, const float *w, const int *targets,
                    int N, int D, int V, int chunk, int ignore_index, float dloss);
-  // The same head without a backward, returning each token's loss instead of the mean: nll[n] =
-  // logsumexp(x_n W^T) - (x_n W^T)[targets[n]], 0 where targets[n] == ignore_index. nll is HOST
-  // memory [N] (evaluations read a few positions of each row; no [N, V] logits leave the device).
-  void (*head_nll)(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N,
-                   int D, int V, int chunk, int ignore_index);
+  // The same head without a backward, for chosen rows: nll[i] = logsumexp(x_r W^T) - (x_r W^T)[targets[i]]
+  // with r = rows[i], for i < n. rows, targets and nll are HOST arrays; a row may be asked for more
+  // than once (one context, several one-token continuations). Only the n asked rows go through the
+  // head: an evaluation reads a few positions of each row, and no [N, V] logits leave the device.
+  void (*head_nll)(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *rows,
+                   const int *targets, int n, int D, int V, int chunk);
 } Ops;
 
 // A new CPU backend instance (model/cpu/ops_cpu.c). Never fails.
@@ -238,9 +239,9 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 // model/cpu/crossentropy.c
 float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, const float *w, const int *targets, int N,
                         int D, int V, int chunk, int ignore_index, float dloss);
-// head_crossentropy's losses per token (Ops.head_nll): nll [N], no gradients.
-void head_token_nll(float *nll, float *scratch, const float *x, const float *w, const int *targets, int N, int D, int V,
-                    int chunk, int ignore_index);
+// head_crossentropy's loss of chosen rows (Ops.head_nll): nll[i] for row rows[i] and targets[i].
+void head_rows_nll(float *nll, float *scratch, const float *x, const float *w, const int *rows, const int *targets,
+                   int n, int D, int V, int chunk);
 
 #ifdef __cplusplus
 }

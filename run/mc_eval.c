@@ -7,8 +7,8 @@
 
 #include "common/common.h"
 
-int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen) {
-  enum { IGNORE = -1 };  // positions that score nothing
+int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, int *rows_out, char *err,
+             size_t errlen) {
   const int V = llama_config(m)->vocab_size;
   for (int i = 0; i < n; i++) {
     const EvalRequest *r = &reqs[i];
@@ -19,34 +19,44 @@ int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *log
       }
   }
   const size_t NT = (size_t)B * T;
-  int *inputs = xmalloc(NT * sizeof(int)), *targets = xmalloc(NT * sizeof(int)), *first = xmalloc(B * sizeof(int));
+  int *inputs = xmalloc(NT * sizeof(int)), *cand = xmalloc((size_t)T * sizeof(int));
+  int *pos = xmalloc(NT * sizeof(int)), *tgt = xmalloc(NT * sizeof(int)), *owner = xmalloc(NT * sizeof(int));
   float *nll = xmalloc(NT * sizeof(float));
-  int rc = 0;
-  for (int r0 = 0; r0 < n && rc == 0; r0 += B) {
-    int nb = n - r0 < B ? n - r0 : B;
+  int rc = 0, rows = 0;
+  for (int r0 = 0; r0 < n && rc == 0;) {
     memset(inputs, 0, NT * sizeof(int));  // unused rows: any valid tokens do
-    for (size_t i = 0; i < NT; i++) targets[i] = IGNORE;
-    for (int b = 0; b < nb; b++) {
-      const EvalRequest *r = &reqs[r0 + b];
-      first[b] = eval_pack_row(r, T, 0, inputs + (size_t)b * T);
-      if (first[b] < 0) {
-        set_err(err, errlen, "request %d: cannot score %d context + %d continuation tokens in rows of %d", r0 + b,
-                r->n_ctx, r->n_cont, T);
+    int nb = 0, np = 0, r = r0;
+    // Fill up to B rows. A request whose inputs up to its last scored position equal the current
+    // row's shares that row: the causal model gives those positions the same outputs, so MMLU's four
+    // one-token answers after one context cost one row (the harness's HF model caches them alike).
+    while (r < n) {
+      const EvalRequest *q = &reqs[r];
+      const int first = eval_pack_row(q, T, 0, cand);
+      if (first < 0) {
+        set_err(err, errlen, "request %d: cannot score %d context + %d continuation tokens in rows of %d", r, q->n_ctx,
+                q->n_cont, T);
         rc = -1;
         break;
       }
+      const int need = first + q->n_cont;  // inputs [0, need) decide the scored positions
+      const int share = nb > 0 && !memcmp(inputs + (size_t)(nb - 1) * T, cand, (size_t)need * sizeof(int));
+      if ((!share && nb == B) || np + q->n_cont > (int)NT) break;  // picks: at most the batch's positions
+      if (!share) memcpy(inputs + (size_t)nb++ * T, cand, (size_t)T * sizeof(int));
+      const int b = nb - 1;
       // position first + i predicts continuation token i
-      for (int i = 0; i < r->n_cont; i++) targets[(size_t)b * T + first[b] + i] = r->tokens[r->n_ctx + i];
+      for (int i = 0; i < q->n_cont; i++, np++)
+        pos[np] = b * T + first + i, tgt[np] = q->tokens[q->n_ctx + i], owner[np] = r;
+      r++;
     }
     if (rc) break;
-    llama_token_nll(m, inputs, targets, IGNORE, nll);
-    for (int b = 0; b < nb; b++) {
-      double sum = 0;  // in token order
-      for (int i = 0; i < reqs[r0 + b].n_cont; i++) sum -= nll[(size_t)b * T + first[b] + i];
-      logp[r0 + b] = sum;
-    }
+    llama_token_nll(m, inputs, np, pos, tgt, nll);
+    rows += nb;
+    for (int k = r0; k < r; k++) logp[k] = 0;
+    for (int i = 0; i < np; i++) logp[owner[i]] -= nll[i];  // each request's tokens in order
+    r0 = r;
   }
-  free(inputs), free(targets), free(first), free(nll);
+  if (rows_out) *rows_out = rows;
+  free(inputs), free(cand), free(pos), free(tgt), free(owner), free(nll);
   return rc;
 }
 
@@ -118,7 +128,7 @@ McTask *mc_task_open(const Tokenizer *tok, const char *task, const char *path, i
 int mc_task_run(McTask *t, Llama *m, int B, int T, EvalResult *out, char *err, size_t errlen) {
   if (!t->logp) t->logp = xmalloc(((size_t)t->rq.n_req + 1) * sizeof(double));
   char e[512];
-  int rc = mc_score(m, B, T, t->rq.req, t->rq.n_req, t->logp, e, sizeof e);
+  int rc = mc_score(m, B, T, t->rq.req, t->rq.n_req, t->logp, &t->rows, e, sizeof e);
   if (rc) set_err(err, errlen, "%s %d-shot: %s", t->set->name, t->k_shot, e);
   else mc_accuracy(t->set, &t->rq, t->logp, out);
   return rc;

@@ -3,9 +3,10 @@
 // acc_norm: argmax of sum log p / len(choice) in characters; ties go to the first choice, as
 // np.argmax). The tasks and requests come from data/evals.h.
 //
-// Cost: each request takes one of the model's B rows of T tokens; a batch is one forward pass whose
-// fused head returns each position's loss (llama_token_nll), so no [B*T, V] logits reach the host and
-// a request costs about as much as a training micro-batch's forward.
+// Cost: each request takes one of the model's B rows of T tokens, except that requests repeating the
+// previous one's inputs share its row (MMLU: one row per question, not four); a batch is one forward
+// pass, then the fused head for the scored positions only (llama_token_nll), so no [B*T, V] logits
+// reach the host and a row costs about as much as a training row's forward through the blocks.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -43,10 +44,13 @@ typedef struct {
 static inline double eval_paper_metric(const EvalResult *r) { return r->paper_norm ? r->acc_norm : r->acc; }
 
 // The tokenizer-free core: sum log p(continuation | context) of each of n requests, computed through
-// llama_token_nll B rows at a time. B and T must be the ones m was created with. Deterministic and
-// independent of the thread count. Returns 0, or -1 with a message in err (a token id outside the
-// vocabulary, a request that does not fit, see eval_pack_row).
-int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, char *err, size_t errlen);
+// llama_token_nll B rows at a time; *rows_out (if not NULL) = the rows it took. B and T must be the
+// ones m was created with. Deterministic and independent of the thread count. The sum runs over
+// the request's tokens in order; on the CPU a request's score has the same bits however it is
+// batched or shared. Returns 0, or -1 with a message in err (a token id outside the vocabulary, a
+// request that does not fit, see eval_pack_row).
+int mc_score(Llama *m, int B, int T, const EvalRequest *reqs, int n, double *logp, int *rows_out, char *err,
+             size_t errlen);
 
 // Accuracy over the documents of rq from the scores logp[rq->n_req].
 void mc_accuracy(const EvalSet *s, const EvalRequests *rq, const double *logp, EvalResult *out);
@@ -57,6 +61,7 @@ typedef struct {
   EvalRequests rq;
   int k_shot;
   double *logp;  // [rq.n_req]: the scores of the last run
+  int rows;      // the rows of T tokens the last run took (fewer than rq.n_req where requests share)
 } McTask;
 
 // Prepares `task` from path with k_shot examples per document over the first `limit` documents

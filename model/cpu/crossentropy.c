@@ -60,24 +60,13 @@ float head_crossentropy(float *dx, float *dw, float *scratch, const float *x, co
   return head_ce_rows(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss, NULL);
 }
 
-// Only the rows with a target go through the head (an evaluation asks for a few positions of each
-// row). Each row's logits are computed on their own, in a fixed order, so packing them changes no bit.
-void head_token_nll(float *nll, float *scratch, const float *x, const float *w, const int *targets, int N, int D, int V,
-                    int chunk, int ignore_index) {
-  int m = 0;
-  for (int n = 0; n < N; n++) m += targets[n] != ignore_index;
-  if (m == N) {
-    head_ce_rows(NULL, NULL, scratch, x, w, targets, N, D, V, chunk, ignore_index, 0.0f, nll);
-    return;
-  }
-  float *xp = xmalloc(((size_t)m * D + 1) * sizeof(float)), *np = xmalloc(((size_t)m + 1) * sizeof(float));
-  int *tp = xmalloc(((size_t)m + 1) * sizeof(int));
-  for (int n = 0, i = 0; n < N; n++)
-    if (targets[n] != ignore_index) {
-      memcpy(xp + (size_t)i * D, x + (size_t)n * D, (size_t)D * sizeof(float));
-      tp[i++] = targets[n];
-    }
-  if (m) head_ce_rows(NULL, NULL, scratch, xp, w, tp, m, D, V, chunk, ignore_index, 0.0f, np);
-  for (int n = 0, i = 0; n < N; n++) nll[n] = targets[n] != ignore_index ? np[i++] : 0.0f;
-  free(xp), free(np), free(tp);
+// Only the asked rows go through the head, gathered (an evaluation asks for a few positions of each
+// row). Each row's logits are computed on their own, in a fixed order, so gathering changes no bit.
+void head_rows_nll(float *nll, float *scratch, const float *x, const float *w, const int *rows, const int *targets,
+                   int n, int D, int V, int chunk) {
+  if (n <= 0) return;
+  float *xp = xmalloc((size_t)n * D * sizeof(float));
+  for (int i = 0; i < n; i++) memcpy(xp + (size_t)i * D, x + (size_t)rows[i] * D, (size_t)D * sizeof(float));
+  head_ce_rows(NULL, NULL, scratch, xp, w, targets, n, D, V, chunk, -1, 0.0f, nll);
+  free(xp);
 }

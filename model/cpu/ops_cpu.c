@@ -85,9 +85,9 @@ static float cpu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const v
   return head_crossentropy(dx, dw, scratch, x, w, targets, N, D, V, chunk, ignore_index, dloss);
 }
 
-static void cpu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets,
-                         int N, int D, int V, int chunk, int ignore_index) {
-  head_token_nll(nll, scratch, x, w, targets, N, D, V, chunk, ignore_index);
+static void cpu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *rows,
+                         const int *targets, int n, int D, int V, int chunk) {
+  head_rows_nll(nll, scratch, x, w, rows, targets, n, D, V, chunk);
 }
 
 static double cpu_grad_sumsq(void *ctx, const float *g, size_t n) { return grad_sumsq(g, n); }

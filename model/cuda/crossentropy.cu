@@ -17,6 +17,7 @@
 // the per-token losses are summed on the device in a fixed order and read back once at the end.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "model/cuda/ops_cuda.h"
@@ -160,4 +161,31 @@ float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x,
   cuda_download(b, &sum, total, sizeof sum);
   if (nll_host) cuda_download(b, nll_host, row_loss, (size_t)N * sizeof(float));
   return count ? (float)(sum / count) : 0.0f;
+}
+
+// xg[i] = x[rows[i]], one CTA per gathered row, 16-byte copies (D is a multiple of 8).
+__global__ void gather_rows_kernel(bf16 *xg, const bf16 *x, const int *rows, int D) {
+  const uint4 *src = (const uint4 *)(x + (size_t)rows[blockIdx.x] * D);
+  uint4 *dst = (uint4 *)(xg + (size_t)blockIdx.x * D);
+  for (int i = threadIdx.x; i < D / 8; i += blockDim.x) dst[i] = src[i];
+}
+
+void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf16 *w16, const int *rows,
+                        const int *targets, int n, int D, int V, int chunk_tokens) {
+  if (n <= 0) return;
+  if (D % 8) die("head_nll (cuda): D=%d must be a multiple of 8", D);
+  const int np = (n + 7) / 8 * 8;  // the head GEMM wants multiples of 8 rows: padding rows score nothing
+  int *idx = (int *)xmalloc((size_t)2 * np * sizeof(int));
+  float *nll = (float *)xmalloc((size_t)np * sizeof(float));
+  for (int i = 0; i < np; i++) idx[i] = i < n ? rows[i] : rows[0], idx[np + i] = i < n ? targets[i] : -1;
+  int *didx = (int *)cuda_scratch(b, &b->head.picked_idx, (size_t)2 * np * sizeof(int), "head_nll row indices");
+  bf16 *xg = (bf16 *)cuda_scratch(b, &b->head.picked_x, (size_t)np * D * sizeof(bf16), "head_nll gathered rows");
+  cuda_upload(b, didx, idx, (size_t)2 * np * sizeof(int));
+  int mk = cuda_prof_begin(b);
+  gather_rows_kernel<<<np, 128, 0, cuda_stream()>>>(xg, x, didx, D);
+  CUDA_CHECK_LAUNCH();
+  cuda_prof_end(b, mk, "head gather", PROF_MEM, 4.0 * np * D, 0, NULL);
+  head_crossentropy_cuda(b, NULL, NULL, xg, w16, didx + np, np, D, V, -1, 0.0f, chunk_tokens, 0, nll);
+  memcpy(nll_host, nll, (size_t)n * sizeof(float));
+  free(idx), free(nll);
 }

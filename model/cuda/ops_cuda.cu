@@ -542,11 +542,11 @@ static float cu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const vo
                                 b->grad_overwrite, NULL);
 }
 
-static void cu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *targets, int N,
-                        int D, int V, int chunk, int ignore_index) {
+static void cu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *rows,
+                        const int *targets, int n, int D, int V, int chunk) {
   CudaBackend *b = (CudaBackend *)ctx;
   const bf16 *w16 = shadow_of(b, w, (size_t)V * D, "head_nll");
-  head_crossentropy_cuda(b, NULL, NULL, cb(x), w16, targets, N, D, V, ignore_index, 0.0f, b->head_chunk, 0, nll);
+  head_rows_nll_cuda(b, nll, cb(x), w16, rows, targets, n, D, V, b->head_chunk);
 }
 
 // ---- init ---------------------------------------------------------------------------------------

@@ -168,6 +168,7 @@ struct CudaBackend {
   // The kernels' scratch, each named after its file.
   struct {
     CudaScratch logits, dlogits, row_loss, total;
+    CudaScratch picked_x, picked_idx;  // head_rows_nll_cuda's gathered rows and their indices
     int *targets_host;
     size_t targets_cap;
   } head;  // crossentropy.cu
@@ -263,6 +264,10 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
                              int N, int D, int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
                              float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
+// ops.h's head_nll: the loss of rows[i] of x for targets[i], i < n (host arrays), through the head
+// for those rows only (gathered on the device).
+void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf16 *w16, const int *rows,
+                        const int *targets, int n, int D, int V, int chunk_tokens);
 
 // model/cuda/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
 // 16-byte aligned, no aliasing.

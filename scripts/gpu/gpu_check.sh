@@ -3,7 +3,15 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
-# (default: all but crash; gputests skips the CPU tests, which CI runs). BENCH_LAYERS (default 4,8)
+#                                 [probe] [replicate] [harness]
+# (default: all but crash, probe, replicate and harness; gputests skips the CPU tests, which CI runs). probe: the
+# Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
+# replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
+# TASK_LIMIT, ...), from the carried .deps/novels.jsonl.zst, .deps/evals and .deps/tokenizer.model.
+# harness: lm-evaluation-harness (.deps/harness_pack_PYVER.tar.zst, scripts/eval/harness_wheels.sh) against
+# ./train --eval-only on one checkpoint (scripts/eval/compare_harness.py): the MXFP4 + H32 replication
+# model trained for HARNESS_STEPS (200) unless /dev/shm/harness_ckpt still has it, then each run of
+# HARNESS_RUNS, "name=task:shots,...[@limit]" (default: the four tasks zero-shot, all documents). BENCH_LAYERS (default 4,8)
 # sets the two depths of the engine's and the peer's benchmark.
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
 # keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off".
@@ -99,6 +107,45 @@ if has peer; then
   timeout 500 python3 scripts/gpu/torch_llama_peer.py --layers "$layers" >"$OUT/peer.log" 2>&1
   tail -n 5 "$OUT/peer.log"
   while read -r l; do note "PEER $l"; done < <(grep '^pytorch' "$OUT/peer.log")
+fi
+
+if has probe; then
+  bash scripts/eval/harness_wheels.sh probe 2>&1 | tee "$OUT/probe.txt"
+  note "harness probe: $(tr '\n' ' ' <"$OUT/probe.txt")"
+fi
+
+if has replicate; then
+  CORPUS=${CORPUS:-.deps/novels.jsonl.zst} EVALS=${EVALS:-.deps/evals} TOKENIZER=${TOKENIZER:-.deps/tokenizer.model} \
+    OUT=$DEST timeout "${REPLICATE_TIMEOUT:-540}" bash scripts/runs/replicate.sh >"$OUT/replicate.log" 2>&1; rc=$?
+  tail -n 30 "$OUT/replicate.log"
+  note "replicate (exit $rc): $(grep -c '' "$DEST/replicate/table.md" 2>/dev/null || echo no) lines of table.md"
+fi
+
+if has harness; then
+  bash scripts/eval/harness_wheels.sh unpack 2>&1 | tail -n 3 | tee "$OUT/harness_unpack.log"
+  hck=/dev/shm/harness_ckpt ck=$(ls /dev/shm/harness_ckpt/mxfp4_h32/ckpt_*.bin 2>/dev/null | tail -n 1)
+  if [ -z "$ck" ]; then
+    CORPUS=.deps/novels.jsonl.zst TOKENIZER=.deps/tokenizer.model RECIPES=mxfp4_h32 TASKS= KEEP_CKPT=1 CKPT_DIR=$hck \
+      BUDGET=short GPUS=1 STEPS=${HARNESS_STEPS:-200} PACK=0 OUT=$OUT/harness_train timeout 300 \
+      bash scripts/runs/replicate.sh >"$OUT/harness_train.log" 2>&1
+    ck=$(ls $hck/mxfp4_h32/ckpt_*.bin 2>/dev/null | tail -n 1)
+    note "harness model: ${ck:-none} ($(grep -o 'trained in [0-9]*s: .*' "$OUT/harness_train.log" | head -n 1))"
+  fi
+  for run in ${HARNESS_RUNS:-zero=mmlu:0,hellaswag:0,winogrande:0,arc_challenge:0}; do
+    name=${run%%=*} spec=${run#*=} lim=0
+    [[ $spec == *@* ]] && lim=${spec#*@} spec=${spec%@*}
+    work=/dev/shm/harness_$name   # the HF export (fp32) stays on the machine
+    PYTHONPATH=.deps/harness_py timeout "${HARNESS_TIMEOUT:-400}" python3 scripts/eval/compare_harness.py --ckpt "$ck" \
+      --config configs/replicate/base.yaml --set data.train=runs/novels/nv_train_000000.bin --tasks "$spec" \
+      --limit "$lim" --seq 1024 --evals .deps/evals --tokenizer .deps/tokenizer.model --device cuda --work "$work" \
+      >"$OUT/harness_$name.log" 2>&1; rc=$?
+    mkdir -p "$DEST/harness_$name"
+    cp "$work"/compare.json "$work"/harness_*shot.json "$work"/engine_*shot.log "$DEST/harness_$name/" 2>/dev/null
+    cp "$OUT/harness_$name.log" "$DEST/harness_$name/"
+    tail -n 16 "$OUT/harness_$name.log"
+    while read -r l; do note "HARNESS[$name] $l"; done < <(grep -E '^(task|mmlu|hellaswag|winogrande|arc_challenge) ' "$OUT/harness_$name.log")
+    note "harness $name: exit $rc, $(grep -o 'harness [0-9]*-shot [a-z_,]*: [0-9]*s\|engine [0-9]*-shot [a-z_:0-9,]*: [0-9]*s' "$OUT/harness_$name.log" | tr '\n' ';')"
+  done
 fi
 
 echo; echo "=== summary ($(cat "$OUT/gpu.txt" | tr '\n' ' '))"

@@ -15,10 +15,10 @@ if [ -z "$tok" ]; then
   echo "SKIP: no Llama-3 tokenizer.model (TOKENIZER_MODEL, ../shared/data/tokenizer, .deps): replicate.sh not run"
   echo "0 passed, 0 failed"; exit 0
 fi
-tasks=hellaswag:10,arc_challenge:25,winogrande:5
+tasks=mmlu:5,hellaswag:10,arc_challenge:25,winogrande:5
 [ -z "$evals" ] && { tasks=""; echo "note: no eval data (../shared/data/evals, .deps/evals): downstream evals not checked"; }
 cp ./train "$tmp/train" || { echo "FAIL: no ./train (build first)"; echo "0 passed, 1 failed"; exit 1; }
-python3 - "$tmp/corpus.jsonl" README.md docs/*.md scripts/*.py <<'PY'
+python3 - "$tmp/corpus.jsonl" README.md docs/*.md scripts/*/*.py <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
     for p in sys.argv[2:]:
@@ -39,10 +39,14 @@ for r in bf16 mxfp4_h32 mxfp4_noh nvfp4_last; do
   check "$r.jsonl: 4 training steps" '[ "$(grep -c "\"loss\"" "$j" 2>/dev/null)" -eq 4 ]'
   check "$r.jsonl: validation at steps 2 and 4" '[ "$(grep -o "\"step\": [0-9]*, \"val_loss\"" "$j" | grep -o "[0-9]*" | tr "\n" " ")" = "2 4 " ]'
   if [ -n "$tasks" ]; then
-    check "$r.jsonl: downstream scores at the last step" 'grep -q "\"step\": 4, \"eval/hellaswag/acc\"" "$j" && grep -q "eval/arc_challenge/acc_norm" "$j" && grep -q "\"eval/winogrande/n\": 1" "$j"'
+    check "$r.jsonl: downstream scores at the last step" 'grep -q "\"step\": 4, \"eval/hellaswag/acc\"" "$j" && grep -q "eval/arc_challenge/acc_norm" "$j" && grep -q "\"eval/winogrande/n\": 1" "$j" && grep -q "\"eval/mmlu/n\": 57" "$j" && grep -q "eval/mean" "$j"'
   fi
 done
-check "table.md: a row per recipe, BF16 first" '[ "$(grep -c "^| \(BF16\|MXFP4\|NVFP4\)" "$d/table.md")" -eq 4 ] && grep "^| [BMN]" "$d/table.md" | head -n 1 | grep -q "^| BF16 | 4 |"'
+check "table.md: a row per recipe, BF16 first" '[ "$(grep -c "^| \(BF16\|MXFP4\|NVFP4\)[^|]* | [0-9]* |" "$d/table.md")" -eq 4 ] && grep "^| [BMN]" "$d/table.md" | head -n 1 | grep -q "^| BF16 | 4 |"'
+if [ -n "$tasks" ]; then
+  check "table.md: ranks here / in the paper for the loss, the four tasks and their mean" \
+    'grep -q "^| recipe | train loss | mmlu | hellaswag | winogrande | arc_challenge | mean of four |" "$d/table.md" && [ "$(grep -c "^| [A-Z][^|]* | [0-9] / [0-9] |\( [0-9] / [0-9] |\)\{5\}$" "$d/table.md")" -eq 4 ] && grep -q "^| MXFP4 + H32 | [0-9] / 3 | [0-9] / 4 | [0-9] / 1 | [0-9] / 1 | [0-9] / 1 | [0-9] / 1 |$" "$d/table.md"'
+fi
 # recipe,status,steps,tokens,train_loss,train_excess_pct,val_loss,... ; the CPU computes every recipe
 # in fp32: same tokens, same order => the same losses, so every excess is exactly 0
 sane=$(python3 - "$d/results.csv" "$tasks" <<'PY'

@@ -257,18 +257,40 @@ static void test_scoring(void) {
   EvalRequest reqs[3] = {{t0, 4, 2}, {t1, 20, 4}, {t2, 1, 3}};  // the second is left-truncated
   double lp[3], lp2[3];
   char err[256];
-  CHECK(mc_score(m2, 2, T, reqs, 3, lp, err, sizeof err) == 0, "%s", err);
+  CHECK(mc_score(m2, 2, T, reqs, 3, lp, NULL, err, sizeof err) == 0, "%s", err);
   CHECK_NEAR(lp[0], direct_logp(m1, T, V, t0, 4, 2, 5), 1e-5);  // pad 5: padding must not matter
   CHECK_NEAR(lp[1], direct_logp(m1, T, V, t1, 20, 4, 0), 1e-5);
   CHECK_NEAR(lp[2], direct_logp(m1, T, V, t2, 1, 3, 17), 1e-5);
   CHECK(lp[0] < 0 && lp[1] < 0 && lp[2] < 0 && lp[0] != lp[2], "%g %g %g", lp[0], lp[1], lp[2]);
-  CHECK(mc_score(m1, 1, T, reqs, 3, lp2, err, sizeof err) == 0, "%s", err);
+  CHECK(mc_score(m1, 1, T, reqs, 3, lp2, NULL, err, sizeof err) == 0, "%s", err);
   CHECK(fabs(lp2[0] - lp[0]) < 1e-5 && fabs(lp2[1] - lp[1]) < 1e-5 && fabs(lp2[2] - lp[2]) < 1e-5, "B=1 vs B=2: %g %g",
         lp2[1], lp[1]);
-  CHECK(mc_score(m2, 2, T, reqs, 3, lp2, err, sizeof err) == 0 && !memcmp(lp, lp2, sizeof lp), "bit-identical rerun");
+  CHECK(mc_score(m2, 2, T, reqs, 3, lp2, NULL, err, sizeof err) == 0 && !memcmp(lp, lp2, sizeof lp),
+        "bit-identical rerun");
+  // Row sharing: four one-token answers after one context take one row (MMLU), a two-token answer
+  // whose first token differs takes its own; every score has the bits it has when scored alone.
+  int q[4][7], q2[2][6];
+  for (int j = 0; j < 4; j++) {
+    for (int i = 0; i < 6; i++) q[j][i] = (i * 5 + 1) % V;
+    q[j][6] = 20 + j;
+  }
+  for (int j = 0; j < 2; j++) q2[j][0] = 4, q2[j][1] = 9, q2[j][2] = 9, q2[j][3] = 2, q2[j][4] = 30 + j, q2[j][5] = 8;
+  EvalRequest sh[7] = {{q[0], 6, 1},  {q[1], 6, 1},  {q[2], 6, 1}, {q[3], 6, 1},
+                       {q2[0], 4, 2}, {q2[1], 4, 2}, {t0, 4, 2}};
+  double ls[7], alone;
+  int rows = -1, same = 1;
+  CHECK(mc_score(m2, 2, T, sh, 7, ls, &rows, err, sizeof err) == 0, "%s", err);
+  CHECK(rows == 4, "7 requests took %d rows (want 4: one for the shared context, three more)", rows);
+  for (int j = 0; j < 7; j++) {
+    CHECK(mc_score(m2, 2, T, &sh[j], 1, &alone, NULL, err, sizeof err) == 0, "%s", err);
+    same &= !memcmp(&alone, &ls[j], sizeof alone);
+  }
+  CHECK(same, "shared-row scores bit-identical to scoring each alone");
+  CHECK_NEAR(ls[2], direct_logp(m1, T, V, q[2], 6, 1, 0), 1e-5);
+  CHECK(ls[0] != ls[1] && ls[4] != ls[5], "%g %g %g %g", ls[0], ls[1], ls[4], ls[5]);
   int bad[3] = {1, 2, 37};
   EvalRequest br = {bad, 2, 1};
-  CHECK(mc_score(m2, 2, T, &br, 1, lp2, err, sizeof err) == -1 && strstr(err, "vocabulary"), "%s", err);
+  CHECK(mc_score(m2, 2, T, &br, 1, lp2, NULL, err, sizeof err) == -1 && strstr(err, "vocabulary"), "%s", err);
   llama_free(m1), llama_free(m2);
 }
 

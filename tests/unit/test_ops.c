@@ -464,29 +464,31 @@ static void test_crossentropy(void) {
   free(x), free(w), free(xd), free(wd), free(dlg), free(dx_want), free(dw_want), free(scratch), free(dx), free(dw);
 }
 
-// head_token_nll computes the head only for rows with a target; a row's loss must be the same bits
-// whether the other rows are ignored or not, and ignored rows give 0.
-static void test_token_nll(void) {
-  TEST_SECTION("head_token_nll: rows without a target skipped, the others bit-identical");
-  const int N = 9, D = 16, V = 40, ignore = -100;
+// head_rows_nll computes the head only for the asked rows; a row's loss must be the same bits whatever
+// else is asked (and in any order, repeated rows included), and equal -log softmax computed directly.
+static void test_rows_nll(void) {
+  TEST_SECTION("head_rows_nll: only the asked rows, bit-identical however they are asked");
+  const int N = 9, D = 16, V = 40;
   float *x = randn((size_t)N * D, 1.0f), *w = randn((size_t)V * D, 0.3f), *scratch = randn((size_t)N * V, 1.0f);
-  int all[9], some[9];
-  for (int n = 0; n < N; n++) all[n] = (n * 7 + 3) % V, some[n] = n % 3 ? ignore : all[n];
-  float a[9], b[9];
-  head_token_nll(a, scratch, x, w, all, N, D, V, 4, ignore);
-  head_token_nll(b, scratch, x, w, some, N, D, V, 4, ignore);
-  int same = 1, zero = 1, positive = 1;
-  for (int n = 0; n < N; n++) {
-    if (some[n] == ignore) zero &= b[n] == 0.0f;
-    else same &= !memcmp(&a[n], &b[n], sizeof(float));
-    positive &= a[n] > 0.0f;
+  int all_rows[9], all_tg[9];
+  for (int n = 0; n < N; n++) all_rows[n] = n, all_tg[n] = (n * 7 + 3) % V;
+  int rows[5] = {7, 2, 2, 0, 7}, tg[5] = {all_tg[7], all_tg[2], 11, all_tg[0], all_tg[7]};
+  float a[9], b[5];
+  head_rows_nll(a, scratch, x, w, all_rows, all_tg, N, D, V, 4);
+  head_rows_nll(b, scratch, x, w, rows, tg, 5, D, V, 2);
+  int same = 1, positive = 1;
+  for (int n = 0; n < N; n++) positive &= a[n] > 0.0f;
+  for (int i = 0; i < 5; i++)
+    if (i != 2) same &= !memcmp(&a[rows[i]], &b[i], sizeof(float));
+  CHECK(same && positive, "asked rows bit-identical to all rows %d, losses > 0 %d", same, positive);
+  double z = 0, lg11 = 0;  // row 2, target 11, in double
+  for (int v = 0; v < V; v++) {
+    double l = 0;
+    for (int k = 0; k < D; k++) l += (double)x[2 * D + k] * w[(size_t)v * D + k];
+    z += exp(l);
+    if (v == 11) lg11 = l;
   }
-  CHECK(same && zero && positive, "kept rows bit-identical %d, ignored rows 0 %d, losses > 0 %d", same, zero, positive);
-  for (int n = 0; n < N; n++) some[n] = ignore;
-  head_token_nll(b, scratch, x, w, some, N, D, V, 4, ignore);
-  zero = 1;
-  for (int n = 0; n < N; n++) zero &= b[n] == 0.0f;
-  CHECK(zero, "every row ignored: all 0");
+  CHECK_NEAR(b[2], log(z) - lg11, 1e-5);
   free(x), free(w), free(scratch);
 }
 
@@ -527,7 +529,7 @@ int main(void) {
   test_swiglu();
   test_residual_embedding();
   test_crossentropy();
-  test_token_nll();
+  test_rows_nll();
   test_ops_table();
   TEST_END();
 }
