@@ -39,9 +39,10 @@
 #   RECIPES     a subset/order, e.g. "bf16 mxfp4_h32" (default: all four; bf16 is the baseline)
 #   NV_LAST     NVFP4 blocks kept in BF16 at the end (2 of 12 ~ the paper's 4 of 32)
 #   TASKS       "mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25" (the paper's four, its shots); TASKS= skips them
-#   TASK_LIMIT  documents per task (eval.limit: the first N of each file; default 1000, short 500:
-#               about 2.5 requests of 1024 tokens per document, scored by forward passes of the fused
-#               head (no logits leave the GPU))
+#   TASK_LIMIT  documents per task (eval.limit: the first N of each file, of each subject for MMLU;
+#               default 1000, short 500; 1534 scores all of MMLU, ARC-C and WinoGrande): about 2.5
+#               rows of 1024 tokens per document (one per MMLU question), the head only at the scored
+#               positions (no logits leave the GPU)
 #   EVAL_RECIPE bf16 (default: the final weights scored with a BF16 forward, as an exported
 #               checkpoint is) or train (the run's own recipe)
 #   EVAL_TIMEOUT  seconds an eval pass may take before it is stopped (150; the run keeps its
