@@ -229,7 +229,8 @@ def main():
         ours = run_engine(args, tasks, shots, os.path.abspath(args.work))
         for t in tasks:
             rows.append(compare(t, shots, ours.get(t, {}), theirs.get(t, {}), choice_lengths(args.evals, t)))
-    json.dump(rows, open(os.path.join(args.work, "compare.json"), "w"), indent=1)
+        # after every shot count, so that a run stopped by its time limit keeps what it compared
+        json.dump(rows, open(os.path.join(args.work, "compare.json"), "w"), indent=1)
     print(f"\n{'task':<14} {'shots':>5} {'docs':>6} {'same acc choice':>16} {'acc engine':>10} {'acc harness':>11} "
           f"{'same norm choice':>17} {'norm engine':>11} {'norm harness':>12} {'max |dloglik|':>13}")
     for r in rows:
