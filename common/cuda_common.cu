@@ -9,13 +9,17 @@ static int g_sms;              // multiprocessors of the device, read at the fir
 cudaStream_t cuda_stream(void) { return g_stream; }
 void cuda_set_stream(cudaStream_t s) { g_stream = s; }
 
-int cuda_grid(size_t work, int threads) {
+int cuda_sm_count(void) {
   if (!g_sms) {
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
   }
-  size_t blocks = (work + threads - 1) / threads, full = (size_t)g_sms * (2048 / threads);
+  return g_sms;
+}
+
+int cuda_grid(size_t work, int threads) {
+  size_t blocks = (work + threads - 1) / threads, full = (size_t)cuda_sm_count() * (2048 / threads);
   if (blocks > full) blocks = full;
   return blocks < 1 ? 1 : (int)blocks;
 }

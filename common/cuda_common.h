@@ -48,6 +48,8 @@ void cuda_set_stream(cudaStream_t s);
 // Blocks for a grid-stride kernel over `work` items with `threads` per block: enough for each item
 // to get a thread, at most what fills the device (2048 threads per multiprocessor), at least 1.
 int cuda_grid(size_t work, int threads);
+// Multiprocessors of the current device (read once).
+int cuda_sm_count(void);
 // n BF16 values uniform in [-1, 1) from cuda_hash24 (benchmark operands: tensor-core power, hence
 // clocks, depends on the data), queued on cuda_stream().
 void cuda_fill_uniform_bf16(void *p, size_t n, uint32_t seed);

@@ -68,6 +68,14 @@ int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int 
 // out, beta = 1: accumulating), 0 the Fprop/Dgrad form (BF16 out, beta = 0).
 double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int out_fp32);
 
+// ---- Our own Hopper FP8 path (fp4/gemm_wgmma.cu): the same operands, scale layouts and semantics as
+// fp4_gemm_fp8 (VEC128 x BLK128x128 either way round, or VEC128 x VEC128), on wgmma fed by TMA, warp
+// specialized, persistent; no atomics, so bit-identical run to run. N % 8 == 0, K % 16 == 0, any M.
+// UNTESTED ON HARDWARE until tests/gpu/gpu_test_fp4_gemm.cu has run it (not used by the engine yet).
+// available: a cc 9.0 device (the kernel is built for sm_90a only).
+int fp4_gemm_wgmma_available(void);
+void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
+
 // ---- Exact reference path (BF16 GEMM on dequantized operands).
 // From the FP8 embedding: operand = bf16(e4m3 * scale). Exact when the scales are powers of two
 // (scale_mul = 1, the engine's convention) and the values lie in BF16's range [2^-133, 2^128);

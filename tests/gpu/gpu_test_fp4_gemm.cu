@@ -186,6 +186,22 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(K % 128 != 0, "%s: cuBLASLt refused the fp8 GEMM at K = %d, a multiple of 128", name, K);
   }
 
+  // Our own wgmma GEMM (fp4/gemm_wgmma.cu): against fp64, twice bit-identical, and beside cuBLASLt.
+  if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
+    float *got_own = (float *)xmalloc(n * 4);
+    auto own = [&] { fp4_gemm_wgmma(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); };
+    run(got_own, own);
+    vs_fp64("own", got_own, tol_fp8);
+    run(got, own);
+    CHECK(memcmp(got, got_own, n * 4) == 0, "%s: two own-GEMM calls on the same inputs differ", name);
+    if (ok) {
+      double d = rel_err(got_own, got_fp8, n);
+      printf("own-vs-fp8 %.2e  ", d);
+      CHECK(d < tol_fp8, "%s: own GEMM vs cuBLASLt: rel L2 %.3e >= %.1e", name, d, tol_fp8);
+    }
+    free(got_own);
+  }
+
   run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
   vs_fp64("ref", got_ref, tol_ref);
   run(got, [&] {
@@ -501,13 +517,101 @@ static void bench(void) {
   }
 }
 
+// Random E4M3 bytes (no NaN codes 0x7F / 0xFF) and positive power-of-two scales.
+static __global__ void fill_bench_kernel(uint8_t *q, size_t n, float *s, size_t ns, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint8_t b = (uint8_t)(cuda_hash24(i, seed) & 0xFF);
+    q[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b ^ 1) : b;
+  }
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < ns; i += (size_t)gridDim.x * blockDim.x)
+    s[i] = exp2f((float)(cuda_hash24(i, seed + 7) % 5) - 2.0f);
+}
+
+// The 21 training GEMMs of a Llama-3 8B block at T = 8192 tokens (fprop, dgrad, wgrad of q, k, v, o,
+// gate, up, down) in the engine's scale modes (B in 128x128 tiles for fprop and dgrad; dY^T, the A
+// of the wgrad, in tiles as Recipe.wgrad_2d's default): our GEMM beside cuBLASLt's best
+// block-scaled algorithm on the same operands, and the two results against each other.
+static void bench_own(void) {
+  TEST_SECTION("own wgmma FP8 GEMM vs cuBLASLt block-scaled, Llama-3 8B block, T = 8192 (TFLOP/s)");
+  const int T = 8192;
+  struct {
+    const char *name;
+    int out, in;
+  } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
+            {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
+  printf("  %-5s %-6s %6s %6s %6s | %9s %9s %6s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt", "own", "ratio",
+         "rel diff");
+  double sum_lt = 0, sum_own = 0;  // time of the 21, for the block's ratio
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  for (int s = 0; s < 7; s++)
+    for (int u = 0; u < 3; u++) {
+      const int out = sh[s].out, in = sh[s].in;
+      const int M = u == 2 ? out : T, N = u == 0 ? out : in, K = u == 0 ? in : u == 1 ? out : T;
+      const int ablk = u == 2, bblk = u != 2, f32 = u == 2;
+      const size_t na = ablk ? mx_blk128_scale_count(M, K) : mx_vec128_scale_count(M, K);
+      const size_t nb = bblk ? mx_blk128_scale_count(N, K) : mx_vec128_scale_count(N, K);
+      uint8_t *a, *b;
+      float *sa, *sb;
+      void *o1, *o2;
+      const size_t on = (size_t)M * N * (f32 ? 4 : 2);
+      CUDA_CHECK(cudaMalloc(&a, (size_t)M * K));
+      CUDA_CHECK(cudaMalloc(&b, (size_t)N * K));
+      CUDA_CHECK(cudaMalloc(&sa, na * 4));
+      CUDA_CHECK(cudaMalloc(&sb, nb * 4));
+      CUDA_CHECK(cudaMalloc(&o1, on));
+      CUDA_CHECK(cudaMalloc(&o2, on));
+      fill_bench_kernel<<<1024, 256, 0, cuda_stream()>>>(a, (size_t)M * K, sa, na, 11 + s * 3 + u);
+      fill_bench_kernel<<<1024, 256, 0, cuda_stream()>>>(b, (size_t)N * K, sb, nb, 101 + s * 3 + u);
+      CUDA_CHECK_LAUNCH();
+      Fp8Operand A = {a, sa, ablk}, B = {b, sb, bblk};
+      const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
+      double ms[2];
+      void *outs[2] = {o1, o2};
+      for (int w = 0; w < 2; w++) {
+        auto call = [&] {
+          if (w) fp4_gemm_wgmma(outs[w], f32, A, B, M, N, K, alpha, beta);
+          else fp4_gemm_fp8(outs[w], f32, A, B, M, N, K, alpha, beta);
+        };
+        for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
+        const int reps = 10;
+        CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+        for (int i = 0; i < reps; i++) call();
+        CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        ms[w] = t / reps;
+      }
+      const size_t n = (size_t)M * N;
+      float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
+      download_floats(g1, o1, n, f32);
+      download_floats(g2, o2, n, f32);
+      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
+      sum_lt += ms[0], sum_own += ms[1];
+      printf("  %-5s %-6s %6d %6d %6d | %9.0f %9.0f %5.2fx | %.1e\n", sh[s].name,
+             u == 0   ? "fprop"
+             : u == 1 ? "dgrad"
+                      : "wgrad",
+             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, ms[0] / ms[1], d);
+      CHECK(d < (f32 ? 1e-5 : 1e-2), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
+      free(g1), free(g2);
+      CUDA_FREE_ALL(a, b, sa, sb, o1, o2);
+    }
+  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own %.3f ms (%.2fx)\n", sum_lt, sum_own, sum_lt / sum_own);
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+}
+
 int main(int argc, char **argv) {
   int dev;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s (cc %d.%d); native FP4 path %s\n", prop.name, prop.major, prop.minor,
-         fp4_gemm_native_available() ? "available: tested below" : "unavailable here (needs cc 10.0): not tested");
+  printf("device %s (cc %d.%d); native FP4 path %s; own wgmma GEMM %s\n", prop.name, prop.major, prop.minor,
+         fp4_gemm_native_available() ? "available: tested below" : "unavailable here (needs cc 10.0): not tested",
+         fp4_gemm_wgmma_available() ? "available: tested below" : "unavailable here (needs cc 9.0): not tested");
   Rng rng;
   rng_seed(&rng, 2024);
   test_dequant(&rng);
@@ -516,7 +620,10 @@ int main(int argc, char **argv) {
   test_layer(256, 384, 512, 1, &rng);
   test_layer(96, 160, 256, 1, &rng);  // K = 160 (Fprop) and K = 96 (Wgrad): partial 128-groups
   test_nvfp4_reference(&rng);
-  if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench();
+  if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) {
+    bench();
+    if (fp4_gemm_wgmma_available()) bench_own();
+  }
   fp4_gemm_shutdown();
   TEST_END();
 }

@@ -1,0 +1,319 @@
+// fp4/gemm_wgmma.cu: our own Hopper FP8 GEMM for the FP8-embedded MXFP4 operands (fp4/gemm_fp4.h's
+// fp4_gemm_wgmma): out[M,N] = alpha * sum_k A[m,k] sa B[n,k] sb + beta * out, with the scale layouts
+// the producers write (VEC128 per row and 128-block, BLK128x128 per tile; not both operands BLK).
+//
+// Design (after DeepGEMM's and CUTLASS's Hopper kernels; our code):
+// - a persistent grid of one CTA per SM walks 128x128 output tiles in groups of 8 tile rows (L2 reuse
+//   of the B columns), the same order in every CTA;
+// - warpgroup 0 produces: one thread issues TMA loads of the A and B tiles (128 rows x 128 bytes of
+//   K, 128-byte swizzle) into a ring of STAGES shared-memory stages, each guarded by a "full" mbarrier
+//   (TMA bytes arrived) and an "empty" one (both consumers done reading);
+// - warpgroups 1 and 2 consume 64 rows each: per 128-deep K block four wgmma m64n128k32 into a
+//   block accumulator, then the two-level promotion acc += block * sa * sb in fp32 (the scales
+//   change every 128 of K, so they cannot sit in the MMA; this is also where Hopper's reduced-
+//   precision FP8 accumulation is cut off, as cuBLASLt does at the same granularity);
+// - the epilogue writes alpha * acc (+ beta * out) from registers, rows and columns bounds-checked.
+// TMA zero-fills what lies outside the operands (partial tiles, a partial last K block), so the loop
+// needs no edge cases. The reduction order is fixed: bit-identical run to run.
+//
+// The kernel body exists for sm_90a only (wgmma, setmaxnreg); other targets compile an empty stub and
+// fp4_gemm_wgmma_available() says no. UNTESTED ON HARDWARE as written: tests/gpu/gpu_test_fp4_gemm.cu
+// checks it against the fp64 GEMM and cuBLASLt when it runs on an H200.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "common/cuda_common.h"
+#include "fp4/gemm_fp4.h"
+
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
+constexpr int THREADS = 384;                         // producer warpgroup + two consumer warpgroups
+constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;  // one E4M3 byte per element
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;  // + barriers + alignment slack
+
+struct Params {
+  void *out;
+  const float *sa, *sb;
+  int M, N, K, kblocks, l4, tiles_m, tiles_n;  // l4: BLK128x128 scales per 128-row block (fp8_embed.h)
+  float alpha, beta;
+};
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WGMMA_KERNEL_BODY 1
+#endif
+
+#ifdef WGMMA_KERNEL_BODY
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// A 2D TMA load of the box at (x = K element, y = row) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_u32(dst)),
+      "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// The wgmma descriptor of a K-major tile whose rows are 128 bytes, 128-byte swizzled as TMA wrote it:
+// start address, leading offset (unused for this layout: 1), stride 1024 bytes between 8-row groups,
+// swizzle mode 1 (128B) in bits 62-63. Advancing 32 elements of K adds 32 bytes to the start.
+__device__ __forceinline__ uint64_t smem_desc(const void *p) {
+  uint64_t a = smem_u32(p);
+  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// d[64] (+)= A[64 rows, 32 of K] . B[128 rows, 32 of K]^T, E4M3 operands, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k32(float *d, uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
+      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
+      "%57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// Output tile t in the grouped order: GROUP_M tile rows at a time, column by column inside a group.
+constexpr int GROUP_M = 8;
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int &tm, int &tn) {
+  const int per_group = GROUP_M * tiles_n, g = t / per_group, first = g * GROUP_M;
+  const int rows = min(tiles_m - first, GROUP_M), r = t % per_group;
+  tm = first + r % rows, tn = r / rows;
+}
+#endif  // WGMMA_KERNEL_BODY
+
+// A_BLK / B_BLK: that operand's scales are BLK128x128 (else VEC128).
+template <bool A_BLK, bool B_BLK, bool OUT_FP32>
+__global__ void __launch_bounds__(THREADS, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                      const Params p) {
+#ifdef WGMMA_KERNEL_BODY
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // 128B swizzle: 1024-aligned
+  uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++)
+      mbar_init(&full[s], 1), mbar_init(&empty[s], 8);  // empty: one arrival per consumer warp
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int tiles = p.tiles_m * p.tiles_n;
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
+      for (int kb = 0; kb < p.kblocks; kb++) {
+        mbar_wait(&empty[stage], phase ^ 1);  // the consumers released this stage's last use
+        uint8_t *sa = smem + stage * STAGE_BYTES;
+        mbar_expect_tx(&full[stage], STAGE_BYTES);  // TMA counts whole boxes, zero-filled parts too
+        tma_load_2d(sa, &map_a, kb * BK, tm * BM, &full[stage]);
+        tma_load_2d(sa + A_BYTES, &map_b, kb * BK, tn * BN, &full[stage]);
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[64], blk[64];
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
+    const int r0 = tm * BM + cw * 64 + warp * 16 + lane / 4;  // this thread's rows r0 and r0 + 8
+    const int c0 = tn * BN + (lane % 4) * 2;                  // and columns c0 + 8j + {0, 1}
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int kb = 0; kb < p.kblocks; kb++) {
+      // this K block's scales (in flight while the MMAs run)
+      float sa0, sa1, sbs = 1.0f;
+      if (A_BLK) sa0 = sa1 = __ldg(p.sa + (size_t)tm * p.l4 + kb);
+      else {
+        const float *s = p.sa + (size_t)kb * p.M;
+        sa0 = r0 < p.M ? __ldg(s + r0) : 0.0f, sa1 = r0 + 8 < p.M ? __ldg(s + r0 + 8) : 0.0f;
+      }
+      if (B_BLK) sbs = __ldg(p.sb + (size_t)tn * p.l4 + kb);
+      mbar_wait(&full[stage], phase);
+      const uint8_t *sa = smem + stage * STAGE_BYTES;
+      const uint64_t da = smem_desc(sa + cw * 64 * BK), db = smem_desc(sa + A_BYTES);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[stage]);  // this warp's share of the MMAs has read the stage
+      if (++stage == STAGES) stage = 0, phase ^= 1;
+      if (B_BLK) {
+        const float s0 = sa0 * sbs, s1 = sa1 * sbs;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+          acc[4 * j + 0] += blk[4 * j + 0] * s0, acc[4 * j + 1] += blk[4 * j + 1] * s0;
+          acc[4 * j + 2] += blk[4 * j + 2] * s1, acc[4 * j + 3] += blk[4 * j + 3] * s1;
+        }
+      } else {  // per-column scales: VEC128 along N
+        const float *s = p.sb + (size_t)kb * p.N;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+          const int c = c0 + 8 * j;
+          const float b0 = c < p.N ? __ldg(s + c) : 0.0f, b1 = c + 1 < p.N ? __ldg(s + c + 1) : 0.0f;
+          acc[4 * j + 0] += blk[4 * j + 0] * (sa0 * b0), acc[4 * j + 1] += blk[4 * j + 1] * (sa0 * b1);
+          acc[4 * j + 2] += blk[4 * j + 2] * (sa1 * b0), acc[4 * j + 3] += blk[4 * j + 3] * (sa1 * b1);
+        }
+      }
+    }
+    // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      const int c = c0 + 8 * j;
+      if (c >= p.N) continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h;
+        if (r >= p.M) continue;
+        float v0 = p.alpha * acc[4 * j + 2 * h], v1 = p.alpha * acc[4 * j + 2 * h + 1];
+        const size_t o = (size_t)r * p.N + c;
+        if (OUT_FP32) {
+          float2 *dst = (float2 *)((float *)p.out + o);
+          if (p.beta != 0.0f) {
+            float2 old = *dst;
+            v0 += p.beta * old.x, v1 += p.beta * old.y;
+          }
+          *dst = make_float2(v0, v1);
+        } else {
+          __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
+          if (p.beta != 0.0f) {
+            float2 old = __bfloat1622float2(*dst);
+            v0 += p.beta * old.x, v1 += p.beta * old.y;
+          }
+          *dst = __floats2bfloat162_rn(v0, v1);
+        }
+      }
+    }
+  }
+#endif  // WGMMA_KERNEL_BODY
+}
+
+typedef CUresult (*EncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver, through the runtime (no -lcuda).
+EncodeTiled encode_fn(void) {
+  static EncodeTiled fn = NULL;
+  if (!fn) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !p) die("fp4_gemm_wgmma: the driver has no cuTensorMapEncodeTiled");
+    fn = (EncodeTiled)p;
+  }
+  return fn;
+}
+
+// The TMA map of an E4M3 operand [rows, K] (row stride K bytes): boxes of box_rows x 128 bytes,
+// 128-byte swizzle, zero fill outside.
+CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
+  CUtensorMap m;
+  cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K};
+  cuuint32_t box[2] = {(cuuint32_t)BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+  CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)q, dims, strides, box, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) die("fp4_gemm_wgmma: cuTensorMapEncodeTiled failed (%d) for [%d, %d]", (int)r, rows, K);
+  return m;
+}
+
+template <bool A_BLK, bool B_BLK, bool OUT_FP32>
+void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p, int grid) {
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32>;
+  static int attr_set = 0;  // per instantiation
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    attr_set = 1;
+  }
+  k<<<grid, THREADS, SMEM_BYTES, cuda_stream()>>>(ma, mb, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+extern "C" int fp4_gemm_wgmma_available(void) {
+  static int avail = -1;
+  if (avail < 0) {
+    int dev, major = 0, minor = 0;
+    avail = cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+            minor == 0;
+    if (!avail) (void)cudaGetLastError();
+  }
+  return avail;
+}
+
+extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+                               float beta) {
+  if (!fp4_gemm_wgmma_available()) die("fp4_gemm_wgmma: needs an sm_90 GPU (Hopper) and this build's sm_90a code");
+  if (A.blk128 && B.blk128) die("fp4_gemm_wgmma: A and B both BLK128x128 is not a supported scale pair");
+  if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 16)
+    die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: needs N %% 8 == 0 and K %% 16 == 0 (TMA row strides)", M, N, K);
+  if (((uintptr_t)A.e4m3 | (uintptr_t)B.e4m3 | (uintptr_t)out) % 16)
+    die("fp4_gemm_wgmma: operands and out must be 16-byte aligned");
+  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, BN);
+  const int kblocks = (K + BK - 1) / BK;
+  Params p = {out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + BN - 1) / BN,
+              alpha, beta};
+  const int tiles = p.tiles_m * p.tiles_n, grid = tiles < cuda_sm_count() ? tiles : cuda_sm_count();
+  const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
+  if (out_fp32) {
+    if (mode == 1) launch<true, false, true>(ma, mb, p, grid);
+    else if (mode == 2) launch<false, true, true>(ma, mb, p, grid);
+    else launch<false, false, true>(ma, mb, p, grid);
+  } else {
+    if (mode == 1) launch<true, false, false>(ma, mb, p, grid);
+    else if (mode == 2) launch<false, true, false>(ma, mb, p, grid);
+    else launch<false, false, false>(ma, mb, p, grid);
+  }
+}
