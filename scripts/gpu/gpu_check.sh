@@ -8,7 +8,7 @@
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
 # replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
 # TASK_LIMIT, ...), from the carried .deps/novels.jsonl.zst, .deps/evals and .deps/tokenizer.model.
-# harness: lm-evaluation-harness (.deps/harness_pack_PYVER.tar.zst, scripts/eval/harness_wheels.sh) against
+# harness: lm-evaluation-harness (.deps/harness_pack_PYVER.tar.xz, scripts/eval/harness_wheels.sh) against
 # ./train --eval-only on one checkpoint (scripts/eval/compare_harness.py): the MXFP4 + H32 replication
 # model trained for HARNESS_STEPS (200) unless /dev/shm/harness_ckpt still has it, then each run of
 # HARNESS_RUNS, "name=task:shots,...[@limit]" (default: the four tasks zero-shot, all documents). BENCH_LAYERS (default 4,8)
