@@ -22,6 +22,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/common.h"
 #include "common/cuda_common.h"
@@ -58,14 +59,23 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
-// Waits until the phase of parity `parity` of the barrier has completed.
+// Waits until the phase of parity `parity` of the barrier has completed. A phase that never completes
+// is a bug (a byte count or arrival count that does not match): trap after ~2^26 polls (seconds), so
+// a test fails at once with a message instead of hanging until its timeout.
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
+  for (uint32_t polls = 0;; polls++) {
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    if (done) return;
+    if (polls == (1u << 26)) {
+      printf("fp4_gemm_wgmma: block %d thread %d: mbarrier phase %u never completed\n", blockIdx.x, threadIdx.x,
+             parity);
+      __trap();
+    }
+  }
 }
 
 // A 2D TMA load of the box at (x = K element, y = row) into shared memory, completing on bar.
