@@ -71,7 +71,8 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
 // ---- Our own Hopper FP8 path (fp4/gemm_wgmma.cu): the same operands, scale layouts and semantics as
 // fp4_gemm_fp8 (VEC128 x BLK128x128 either way round, or VEC128 x VEC128), on wgmma fed by TMA, warp
 // specialized, persistent; no atomics, so bit-identical run to run. N % 8 == 0, K % 16 == 0, any M.
-// UNTESTED ON HARDWARE until tests/gpu/gpu_test_fp4_gemm.cu has run it (not used by the engine yet).
+// UNTESTED ON HARDWARE until tests/gpu/gpu_test_fp4_gemm.cu has run it; the engine uses it only under
+// precision.fp4_gemm: fp8_own (Recipe.fp8_own).
 // available: a cc 9.0 device (the kernel is built for sm_90a only).
 int fp4_gemm_wgmma_available(void);
 void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);

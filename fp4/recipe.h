@@ -23,6 +23,7 @@ typedef struct {
   int weight_2d;              // 2D weight tiles (32x32 MX, 16x16 NV): W and W^T share codes
   int scale_round_up;         // MXFP4: 2^ceil(log2 amax) (the paper) rather than OCP's floor - 2
   FP4GemmBackend gemm;        // how the quantized GEMMs run
+  int fp8_own;                // GEMM_FP8_EMBED through our own wgmma kernel (fp4/gemm_wgmma.cu), not cuBLASLt
   int wgrad_2d;               // FP8 path: the Wgrad operand embedded per 128x128 tile (faster GEMM): WGRAD_2D_*
   int bf16_first, bf16_last;  // blocks kept in BF16 at either end
 } Recipe;
@@ -35,7 +36,7 @@ typedef struct {
 #define RECIPE_WEIGHT_2D "auto|on|off"
 #define RECIPE_SCALE_ROUNDING "auto|up|down"
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
-#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4"
+#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_own"
 
 // A recipe as the config spells it: the precision.* keys.
 typedef struct {
@@ -47,7 +48,8 @@ typedef struct {
 //   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
 //   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
 // fp4_gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90,
-// the reference elsewhere (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on
+// the reference elsewhere; "fp8_own" is the FP8 embedding through our own Hopper kernel (sm_90 only,
+// opt-in until it has been measured on hardware) (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on
 // the FP8 path) | off | dy | x; other back ends ignore it. Then recipe_check. Returns 0, or -1 with
 // err naming the key.
 int recipe_resolve(Recipe *r, const RecipeSpec *spec, int cc, char *err, int errlen);

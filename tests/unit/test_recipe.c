@@ -1,5 +1,7 @@
 // tests/unit/test_recipe.c: precision recipes resolve from the config's keys as documented, per-block
 // overrides pick BF16 blocks, and impossible combinations are refused with the key named.
+#include <string.h>
+
 #include "fp4/recipe.h"
 #include "run/config.h"
 #include "tests/test.h"
@@ -33,6 +35,18 @@ int main(void) {
         "every switch turns off");
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
+
+  TEST_SECTION("fp8_own: the FP8 embedding through our own Hopper kernel, opt-in");
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err), "%s", err);
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_own && r.wgrad_2d == WGRAD_2D_DY, "gemm %d own %d wgrad_2d %d", r.gemm,
+        r.fp8_own, r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && !r.fp8_own,
+        "auto keeps cuBLASLt");
+  CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 100, err) && strstr(err, "fp8_own") &&
+            strstr(err, "sm_100"),
+        "refused off Hopper: %s", err);
+  CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err) && strstr(err, "NVFP4"),
+        "refused for NVFP4: %s", err);
 
   TEST_SECTION("the Wgrad operand in 128x128 tiles (FP8 path only)");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_DY,
