@@ -234,6 +234,21 @@ static size_t fp8_scale_count(int blk, int rows, int K) {
   return blk ? mx_blk128_scale_count(rows, K) : mx_vec128_scale_count(rows, K);
 }
 
+Fp8Operand fp4_bench_operand(int rows, int K, int blk128, uint32_t seed) {
+  uint8_t *q;
+  float *sf;
+  const size_t ns = fp8_scale_count(blk128, rows, K);
+  CUDA_CHECK(cudaMalloc(&q, (size_t)rows * K));
+  CUDA_CHECK(cudaMalloc(&sf, ns * 4));
+  fill_e4m3_kernel<<<1024, 256, 0, cuda_stream()>>>(q, (size_t)rows * K, seed);
+  CUDA_CHECK_LAUNCH();
+  fill_f32_kernel<<<64, 256, 0, cuda_stream()>>>(sf, ns, 1.0f);
+  CUDA_CHECK_LAUNCH();
+  return (Fp8Operand){q, sf, blk128};
+}
+
+void fp4_bench_operand_free(Fp8Operand o) { CUDA_FREE_ALL(o.e4m3, o.scale); }
+
 double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int out_fp32) {
   check_shape("fp4_gemm_fp8_tflops", out_fp32, M, N, K, 16);
   check_modes("fp4_gemm_fp8_tflops", a_blk128, b_blk128);
@@ -241,30 +256,17 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
   LtPlan p;  // outside the cache: the rate is independent of the plans kept
   memset(&p, 0, sizeof p);
   plan_build(&p, &key);
-  uint8_t *a, *b;
-  float *sa, *sb;
+  Fp8Operand A = fp4_bench_operand(M, K, a_blk128, 1), B = fp4_bench_operand(N, K, b_blk128, 2);
   void *out;
-  size_t na = fp8_scale_count(a_blk128, M, K), nb = fp8_scale_count(b_blk128, N, K);
-  CUDA_CHECK(cudaMalloc(&a, (size_t)M * K));
-  CUDA_CHECK(cudaMalloc(&b, (size_t)N * K));
-  CUDA_CHECK(cudaMalloc(&sa, na * 4));
-  CUDA_CHECK(cudaMalloc(&sb, nb * 4));
   CUDA_CHECK(cudaMalloc(&out, (size_t)M * N * (out_fp32 ? 4 : 2)));
-  fill_e4m3_kernel<<<1024, 256, 0, cuda_stream()>>>(a, (size_t)M * K, 1);
-  CUDA_CHECK_LAUNCH();
-  fill_e4m3_kernel<<<1024, 256, 0, cuda_stream()>>>(b, (size_t)N * K, 2);
-  CUDA_CHECK_LAUNCH();
-  fill_f32_kernel<<<64, 256, 0, cuda_stream()>>>(sa, na, 1.0f);
-  CUDA_CHECK_LAUNCH();
-  fill_f32_kernel<<<64, 256, 0, cuda_stream()>>>(sb, nb, 1.0f);
-  CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)M * N * (out_fp32 ? 4 : 2), cuda_stream()));
   float alpha = 1.0f, beta = out_fp32 ? 1.0f : 0.0f;
-  Call c = {out, a, b, sa, sb, &alpha, &beta};
+  Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta};
   TuneCall t = {&p, c};
   int n;
   double ms = lt_plan_best_ms(&p, CANDIDATES, launch_tune, &t, BENCH_ROUNDS, BENCH_TARGET_MS, &n, NULL);
-  CUDA_FREE_ALL(out, sb, sa, b, a);
+  CUDA_CHECK(cudaFree(out));
+  fp4_bench_operand_free(A), fp4_bench_operand_free(B);
   lt_plan_destroy(&p);
   if (ms < 0) {
     char d[200];

@@ -68,6 +68,11 @@ int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int 
 // out, beta = 1: accumulating), 0 the Fprop/Dgrad form (BF16 out, beta = 0).
 double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int out_fp32);
 
+// Benchmark operands (allocates; queued on cuda_stream()): random E4M3 values in [-6, 6) (never NaN:
+// tensor-core power, hence clocks, depends on the data) and unit scales; free with the twin.
+Fp8Operand fp4_bench_operand(int rows, int K, int blk128, uint32_t seed);
+void fp4_bench_operand_free(Fp8Operand o);
+
 // ---- Our own Hopper FP8 path (fp4/gemm_wgmma.cu): the same operands, scale layouts and semantics as
 // fp4_gemm_fp8 (VEC128 x BLK128x128 either way round, or VEC128 x VEC128), on wgmma fed by TMA, warp
 // specialized, persistent; no atomics, so bit-identical run to run. N % 8 == 0, K % 16 == 0, any M.

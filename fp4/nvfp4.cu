@@ -68,16 +68,6 @@ __device__ __forceinline__ void block_amax_commit(float *amax, uint32_t am) {
   }
 }
 
-static int sm_count(void) {
-  static int n = 0;
-  if (!n) {
-    int dev;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  }
-  return n;
-}
-
 static int aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 
 static void need_aligned(const char *who, const char *what, const void *p, size_t a) {
@@ -117,7 +107,7 @@ static void amax_launch(float *amax, const T *x, size_t n) {
   static int per_sm = 0;
   if (!per_sm) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_kernel<T>, threads, 0));
   size_t want = ((nvec ? nvec : n) + 4 * threads - 1) / (4 * threads);
-  size_t cap = (size_t)sm_count() * (per_sm > 0 ? per_sm : 1);
+  size_t cap = (size_t)cuda_sm_count() * (per_sm > 0 ? per_sm : 1);
   int blocks = (int)(want < 1 ? 1 : want > cap ? cap : want);
   amax_kernel<T><<<blocks, threads, 0, cuda_stream()>>>(amax, x, nvec, n);
   CUDA_CHECK_LAUNCH();

@@ -17,7 +17,6 @@
 // the per-token losses are summed on the device in a fixed order and read back once at the end.
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "common/common.h"
 #include "model/cuda/ops_cuda.h"
@@ -113,34 +112,27 @@ static int chunk_tokens(int N, int V, int forced) {
   return c < N ? c : N;
 }
 
-float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
-                             int N, int D, int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite,
-                             float *nll_host) {
+// The host staging for N targets or indices (grow-only).
+static int *host_ints(CudaBackend *b, size_t n) {
+  if (b->head.targets_cap < n) {
+    free(b->head.targets_host);
+    b->head.targets_host = (int *)xmalloc(n * sizeof(int));
+    b->head.targets_cap = n;
+  }
+  return b->head.targets_host;
+}
+
+// The chunked head over N rows of x: logits per chunk, each row's loss into the returned device
+// buffer [N], and with dx the two gradient GEMMs (g: each counted target's d(loss)).
+static float *head_chunks(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
+                          int N, int D, int V, int ignore_index, float g, int forced_chunk, int dw_overwrite) {
   if (N <= 0 || D <= 0 || V <= 0 || N % 8 || D % 8 || V % 8)
     die("head_ce (cuda): N=%d tokens, D=%d, V=%d must be positive multiples of 8 (cuBLASLt BF16 GEMM shapes)", N, D, V);
-  if (b->head.targets_cap < (size_t)N) {  // host staging, grow-only
-    free(b->head.targets_host);
-    b->head.targets_host = (int *)xmalloc((size_t)N * sizeof(int));
-    b->head.targets_cap = N;
-  }
-  int *tg = b->head.targets_host, count = 0;
-  cuda_download(b, tg, targets, (size_t)N * sizeof(int));
-  for (int n = 0; n < N; n++) {
-    if (tg[n] == ignore_index) continue;
-    if (tg[n] < 0 || tg[n] >= V)
-      die("cross-entropy: target id %d at position %d is outside [0, %d) and is not ignore_index %d", tg[n], n, V,
-          ignore_index);
-    count++;
-  }
-  // The loss is a mean over counted targets, so each one's d(loss) is dloss / count.
-  const float g = count ? dloss / count : 0.0f;
-
   const int C = chunk_tokens(N, V, forced_chunk);
   float *logits = (float *)cuda_scratch(b, &b->head.logits, (size_t)C * V * sizeof(float), "head_ce fp32 logits");
   bf16 *dlogits =
       dx ? (bf16 *)cuda_scratch(b, &b->head.dlogits, (size_t)C * V * sizeof(bf16), "head_ce BF16 dlogits") : NULL;
   float *row_loss = (float *)cuda_scratch(b, &b->head.row_loss, (size_t)N * sizeof(float), "head_ce per-token losses");
-  double *total = (double *)cuda_scratch(b, &b->head.total, sizeof(double), "head_ce loss sum");
   cudaStream_t s = cuda_stream();
   for (int n0 = 0; n0 < N; n0 += C) {
     const int nc = N - n0 < C ? N - n0 : C;
@@ -155,11 +147,29 @@ float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x,
     const float beta = dw_overwrite && n0 == 0 ? 0.0f : 1.0f;  // the first chunk writes, the rest add
     if (dw) cuda_gemm(b, "gemm wgrad head", dw, 1, dlogits, 1, xc, 0, V, D, nc, 1.0f, beta);
   }
-  sum_kernel<<<1, SUM_THREADS, 0, s>>>(total, row_loss, N);
+  return row_loss;
+}
+
+float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
+                             int N, int D, int V, int ignore_index, float dloss, int forced_chunk, int dw_overwrite) {
+  if (N <= 0) die("head_ce (cuda): N=%d tokens must be positive", N);
+  int *tg = host_ints(b, N), count = 0;
+  cuda_download(b, tg, targets, (size_t)N * sizeof(int));
+  for (int n = 0; n < N; n++) {
+    if (tg[n] == ignore_index) continue;
+    if (tg[n] < 0 || tg[n] >= V)
+      die("cross-entropy: target id %d at position %d is outside [0, %d) and is not ignore_index %d", tg[n], n, V,
+          ignore_index);
+    count++;
+  }
+  // The loss is a mean over counted targets, so each one's d(loss) is dloss / count.
+  const float g = count ? dloss / count : 0.0f;
+  float *row_loss = head_chunks(b, dx, dw, x, w16, targets, N, D, V, ignore_index, g, forced_chunk, dw_overwrite);
+  double *total = (double *)cuda_scratch(b, &b->head.total, sizeof(double), "head_ce loss sum");
+  sum_kernel<<<1, SUM_THREADS, 0, cuda_stream()>>>(total, row_loss, N);
   CUDA_CHECK_LAUNCH();
   double sum = 0;
   cuda_download(b, &sum, total, sizeof sum);
-  if (nll_host) cuda_download(b, nll_host, row_loss, (size_t)N * sizeof(float));
   return count ? (float)(sum / count) : 0.0f;
 }
 
@@ -170,13 +180,14 @@ __global__ void gather_rows_kernel(bf16 *xg, const bf16 *x, const int *rows, int
   for (int i = threadIdx.x; i < D / 8; i += blockDim.x) dst[i] = src[i];
 }
 
+// The rows and targets are the caller's (host, checked by llama_token_nll): one upload of both, the
+// gather, the head, one download of the n losses; no count, no sum.
 void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf16 *w16, const int *rows,
                         const int *targets, int n, int D, int V, int chunk_tokens) {
   if (n <= 0) return;
   if (D % 8) die("head_nll (cuda): D=%d must be a multiple of 8", D);
   const int np = (n + 7) / 8 * 8;  // the head GEMM wants multiples of 8 rows: padding rows score nothing
-  int *idx = (int *)xmalloc((size_t)2 * np * sizeof(int));
-  float *nll = (float *)xmalloc((size_t)np * sizeof(float));
+  int *idx = host_ints(b, (size_t)2 * np);
   for (int i = 0; i < np; i++) idx[i] = i < n ? rows[i] : rows[0], idx[np + i] = i < n ? targets[i] : -1;
   int *didx = (int *)cuda_scratch(b, &b->head.picked_idx, (size_t)2 * np * sizeof(int), "head_nll row indices");
   bf16 *xg = (bf16 *)cuda_scratch(b, &b->head.picked_x, (size_t)np * D * sizeof(bf16), "head_nll gathered rows");
@@ -185,7 +196,6 @@ void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf
   gather_rows_kernel<<<np, 128, 0, cuda_stream()>>>(xg, x, didx, D);
   CUDA_CHECK_LAUNCH();
   cuda_prof_end(b, mk, "head gather", PROF_MEM, 4.0 * np * D, 0, NULL);
-  head_crossentropy_cuda(b, NULL, NULL, xg, w16, didx + np, np, D, V, -1, 0.0f, chunk_tokens, 0, nll);
-  memcpy(nll_host, nll, (size_t)n * sizeof(float));
-  free(idx), free(nll);
+  float *row_loss = head_chunks(b, NULL, NULL, xg, w16, didx + np, np, D, V, -1, 0.0f, chunk_tokens, 0);
+  cuda_download(b, nll_host, row_loss, (size_t)n * sizeof(float));
 }

@@ -539,7 +539,7 @@ static float cu_head_ce(void *ctx, void *dx, float *dw, float *scratch, const vo
   CudaBackend *b = (CudaBackend *)ctx;
   const bf16 *w16 = shadow_of(b, w, (size_t)V * D, "head_ce");
   return head_crossentropy_cuda(b, mb(dx), dw, cb(x), w16, targets, N, D, V, ignore_index, dloss, b->head_chunk,
-                                b->grad_overwrite, NULL);
+                                b->grad_overwrite);
 }
 
 static void cu_head_nll(void *ctx, float *nll, float *scratch, const void *x, const float *w, const int *rows,

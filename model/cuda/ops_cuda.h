@@ -262,8 +262,7 @@ void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 // model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
 // chunking and its memory.
 float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
-                             int N, int D, int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite,
-                             float *nll_host);  // nll_host: NULL, or [N] host floats for each token's loss
+                             int N, int D, int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite);
 // ops.h's head_nll: the loss of rows[i] of x for targets[i], i < n (host arrays), through the head
 // for those rows only (gathered on the device).
 void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf16 *w16, const int *rows,

@@ -143,11 +143,9 @@ template <int MAXV>
 static int backward_parts(int threads, int N) {
   static int cached_threads = -1, cached;
   if (threads != cached_threads) {
-    int dev, sms, per_sm;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<MAXV>, threads, 0));
-    cached_threads = threads, cached = sms * (per_sm > 0 ? per_sm : 1);
+    cached_threads = threads, cached = cuda_sm_count() * (per_sm > 0 ? per_sm : 1);
   }
   return cached < N ? cached : N;
 }

@@ -2,6 +2,7 @@
 """compare_harness.py: the engine's downstream scoring against lm-evaluation-harness itself, on one
 checkpoint, document by document.
 
+    python3 scripts/eval/compare_harness.py --show WORK/compare.json     # a saved comparison's table
     python3 scripts/eval/compare_harness.py --ckpt CKPT --config CFG [--tasks mmlu:0,hellaswag:0,...]
         [--evals DIR] [--tokenizer tokenizer.model] [--limit N] [--seq T] [--batch B]
         [--device cuda|cpu] [--dtype float32|bfloat16] [--work DIR] [--train ./train]
@@ -138,11 +139,11 @@ def run_engine(args, tasks, shots, work):
 def choice_lengths(evals, task):
     """len(choice) per document, for acc_norm (HellaSwag, ARC), in the engine's document order."""
 
+    from harness_tasks import read_jsonl
+
     out = []
     if task == "arc_challenge":
-        for l in open(os.path.join(evals, "arc_challenge.jsonl"), encoding="utf-8"):
-            if l.strip():
-                out.append([len(c) for c in json.loads(l)["choices"]])
+        out = [[len(c) for c in d["choices"]] for d in read_jsonl(os.path.join(evals, "arc_challenge.jsonl"))]
     elif task == "hellaswag":
         from lm_eval.tasks.hellaswag.utils import preprocess
 
@@ -187,10 +188,29 @@ def compare(task, shots, ours, theirs, lengths):
     return row
 
 
+def print_table(rows):
+    """The comparison table, one line per (task, shots), then the totals over them (documents, same acc
+    choice) and the largest margin of a document whose choice differs."""
+    print(f"\n{'task':<14} {'shots':>5} {'docs':>6} {'same acc choice':>16} {'acc engine':>10} {'acc harness':>11} "
+          f"{'same norm choice':>17} {'norm engine':>11} {'norm harness':>12} {'max |dloglik|':>13}")
+    for r in rows:
+        norm = (f"{r['same_choice_norm']:>17} {r['acc_norm_engine']:>11.4f} {r['acc_norm_harness']:>12.4f}"
+                if "same_choice_norm" in r else f"{'-':>17} {'-':>11} {'-':>12}")
+        print(f"{r['task']:<14} {r['shots']:>5} {r['docs']:>6} {r['same_choice']:>16} {r['acc_engine']:>10.4f} "
+              f"{r['acc_harness']:>11.4f} {norm} {r['max_abs_dloglik']:>13.2e}")
+        for fl in r["flips"][:3]:
+            print(f"    differs: doc {fl['doc']}: engine {fl['ours']}, harness {fl['harness']} "
+                  f"(harness's top-two margin {fl['harness_margin']:.2e})")
+    margins = [fl["harness_margin"] for r in rows for fl in r["flips"]]
+    print(f"{'all':<14} {'':>5} {sum(r['docs'] for r in rows):>6} {sum(r['same_choice'] for r in rows):>16}"
+          f"   (largest top-two margin of a differing document: {max(margins) if margins else 0:.2e})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", required=True)
-    ap.add_argument("--config", required=True, help="the config the checkpoint was trained with")
+    ap.add_argument("--show", metavar="COMPARE_JSON", help="print the table of a saved compare.json and exit")
+    ap.add_argument("--ckpt")
+    ap.add_argument("--config", help="the config the checkpoint was trained with")
     ap.add_argument("--tasks", default="mmlu:0,hellaswag:0,winogrande:0,arc_challenge:0",
                     help="task:shots list; e.g. mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25 for the paper's")
     ap.add_argument("--evals", default=os.path.join(ROOT, "..", "shared", "data", "evals"))
@@ -207,6 +227,11 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="more config overrides for ./train (the checkpoint's model keys, say); may repeat")
     args = ap.parse_args()
+    if args.show:
+        print_table(json.load(open(args.show)))
+        return
+    if not args.ckpt or not args.config:
+        ap.error("--ckpt and --config are required (or --show COMPARE_JSON)")
     args.evals, args.tokenizer = os.path.abspath(args.evals), os.path.abspath(args.tokenizer)
     args.ckpt = os.path.abspath(args.ckpt)
     args.engine_limit = args.limit  # the same documents: MMLU's limit is per subject on both sides
@@ -231,16 +256,7 @@ def main():
             rows.append(compare(t, shots, ours.get(t, {}), theirs.get(t, {}), choice_lengths(args.evals, t)))
         # after every shot count, so that a run stopped by its time limit keeps what it compared
         json.dump(rows, open(os.path.join(args.work, "compare.json"), "w"), indent=1)
-    print(f"\n{'task':<14} {'shots':>5} {'docs':>6} {'same acc choice':>16} {'acc engine':>10} {'acc harness':>11} "
-          f"{'same norm choice':>17} {'norm engine':>11} {'norm harness':>12} {'max |dloglik|':>13}")
-    for r in rows:
-        norm = (f"{r['same_choice_norm']:>17} {r['acc_norm_engine']:>11.4f} {r['acc_norm_harness']:>12.4f}"
-                if "same_choice_norm" in r else f"{'-':>17} {'-':>11} {'-':>12}")
-        print(f"{r['task']:<14} {r['shots']:>5} {r['docs']:>6} {r['same_choice']:>16} {r['acc_engine']:>10.4f} "
-              f"{r['acc_harness']:>11.4f} {norm} {r['max_abs_dloglik']:>13.2e}")
-        for fl in r["flips"][:3]:
-            print(f"    differs: doc {fl['doc']}: engine {fl['ours']}, harness {fl['harness']} "
-                  f"(harness's top-two margin {fl['harness_margin']:.2e})")
+    print_table(rows)
 
 
 if __name__ == "__main__":

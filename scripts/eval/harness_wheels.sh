@@ -1,25 +1,20 @@
 #!/usr/bin/env bash
 # lm-evaluation-harness for a machine without internet (the GPU machine), as one archive:
-#   bash scripts/eval/harness_wheels.sh pack PYVER [PKG...] # here: PKG... (default: DEPS but SKIP) and what
-#                                                        # they need that the machine lacks, for CPython
-#                                                        # PYVER (e.g. 3.12), installed and pruned into
-#                                                        # .deps/harness_pack_PYVER.tar.xz
+#   bash scripts/eval/harness_wheels.sh probe            # there: the Python, and which of the
+#                                                        # harness's dependencies (DEPS) it lacks
+#   bash scripts/eval/harness_wheels.sh pack PYVER PKG... # here: PKG... (the probe's list; default: DEPS
+#                                                        # but SKIP) and what they need that the machine
+#                                                        # lacks, for CPython PYVER (e.g. 3.12), installed
+#                                                        # and pruned into .deps/harness_pack_PYVER.tar.xz
 #   bash scripts/eval/harness_wheels.sh unpack [PYVER]   # there: into .deps/harness_py (replacing it),
 #                                                        # then checks the imports
-# or as wheels, in three steps:
-#   bash scripts/eval/harness_wheels.sh probe            # there: the Python, and which of the
-#                                                        # harness's dependencies it lacks
-#   bash scripts/eval/harness_wheels.sh fetch PYVER PKG... # here: wheels of PKG... (the probe's list)
-#                                                        # for CPython PYVER into .deps/harness_wheels
-#   bash scripts/eval/harness_wheels.sh install          # there: installs them into .deps/harness_py
-# then PYTHONPATH=.deps/harness_py. Carry the archive or .deps/harness_wheels (the device tool's
-# `carry`, at most 64 MiB with the rest). The machine is taken to have torch, transformers and the DEPS
-# not named, so `pack PYVER <the probe's list>` brings only what it lacks; with nothing named, the pack
-# serves a Python with only torch and transformers: 34 MB, where pyarrow's wheel alone is 55 MB (the
-# pack's pyarrow has no Flight, S3, Substrait, headers or tests, one copy of each shared library, and
-# every shared library is stripped). The versions are resolved with the machine's transformers
-# (TRANSFORMERS, as in docs/results/*hf_compare*), so the huggingface_hub the pack brings (datasets
-# needs a recent one) suits both.
+# then PYTHONPATH=.deps/harness_py. Carry the archive (the device tool's `carry`, at most 64 MiB with
+# the rest). The machine is taken to have torch, transformers and the DEPS not named, so `pack PYVER
+# <the probe's list>` brings only what it lacks (3.9 MB for the H200's Python 3.12); with nothing
+# named the pack serves a Python with only torch and transformers, pyarrow included (tens of MB). The
+# versions are resolved with the machine's transformers (TRANSFORMERS, as in docs/results/*hf_compare*),
+# so the huggingface_hub the pack brings (datasets needs a recent one) suits both. xz, not zstd: the
+# GPU machine has no zstd binary.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 PY=${PYTHON:-python3}
@@ -53,19 +48,6 @@ case "${1:-}" in
       PYTHONPATH=.deps/harness_py${PYTHONPATH:+:$PYTHONPATH} $PY -c "import ${d#*:}" 2>/dev/null || missing+=("${d%%:*}")
     done
     echo "missing: ${missing[*]:-none}" ;;
-  fetch)
-    pyver=${2:?PYVER (e.g. 3.12)}; shift 2
-    [ $# -gt 0 ] || { echo "fetch: name the packages (the probe's missing list)"; exit 2; }
-    out=.deps/harness_wheels; mkdir -p "$out"
-    sdists "$out" "$@"
-    for p in "$@"; do
-      $PY -m pip download -q --no-deps $TAGS --python-version "$pyver" --find-links "$out" -d "$out" "$p" ||
-        echo "fetch: $p: no wheel"
-    done
-    du -sh "$out" ;;
-  install)
-    $PY -m pip install -q --no-index --no-deps --target .deps/harness_py .deps/harness_wheels/*.whl &&
-      echo "installed into .deps/harness_py: $(ls .deps/harness_wheels | wc -l) wheels" ;;
   pack)
     pyver=${2:?PYVER (e.g. 3.12)}; shift 2
     [ $# -gt 0 ] || set -- $(for d in $DEPS; do [[ " $(echo $SKIP) " == *" ${d%%:*} "* ]] || echo "${d%%:*}"; done)
@@ -146,31 +128,12 @@ PYEOF
       -o -name '*.cc' -o -name '*.cpp' -o -path '*.dist-info/RECORD' -o -path '*/lm_eval/tasks/*.md' \
       -o -path '*/lm_eval/tasks/*.jpg' -o -path '*/lm_eval/tasks/*.png' \) -delete
     find "$site" -name '*.cpython-*.so' | while read -r f; do [ -f "${f%%.cpython-*}.py" ] && rm "$f"; done
-    # pyarrow: Flight, S3, the other file systems, ORC, Substrait and the C++ tests are imported only when
-    # asked for, or tried and gone without (pyarrow.fs, pyarrow.dataset); every library left is NEEDED by
-    # pyarrow.lib (readelf -d). A library under more names than its soname becomes links to that one.
+    # pyarrow (only when the machine lacks it): Flight, S3, the other file systems, ORC and the C++ tests
+    # are imported only when asked for, or tried and gone without (pyarrow.fs, pyarrow.dataset)
     pa=$site/pyarrow
-    for m in flight s3fs azurefs gcsfs hdfs orc dataset_orc substrait pyarrow_cpp_tests; do rm -f "$pa/_$m".*; done
+    for m in flight s3fs azurefs gcsfs hdfs orc dataset_orc pyarrow_cpp_tests; do rm -f "$pa/_$m".*; done
     rm -f "$pa"/libarrow_flight.* "$pa"/libarrow_python_flight.* "$pa"/libarrow_s3.*
-    for f in "$pa"/lib*.so*; do
-      [ -f "$f" ] || continue
-      so=$(readelf -d "$f" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-      [ -n "$so" ] && [ "$so" != "${f##*/}" ] && [ -f "$pa/$so" ] && [ ! -L "$pa/$so" ] && ln -sf "$so" "$f"
-    done
-    # libarrow_substrait (1.4 MB compressed) is NEEDED by them all, but no symbol only it defines is used
-    # by what is left (nm): an empty library of its soname does for the loader
-    sub=$(ls "$pa"/libarrow_substrait.so.* 2>/dev/null | head -1)
-    if [ -n "$sub" ] && command -v cc >/dev/null; then
-      others=$(find "$pa" -type f -name '*.so*' ! -name "${sub##*/}")
-      nm -D --defined-only $others | awk 'NF == 3 {print $3}' | sort -u >"$tmp/def"
-      nm -D --undefined-only $others | awk '$1 == "U" {print $2}' | sort -u >"$tmp/undef"
-      if ! nm -D --defined-only "$sub" | awk '{print $3}' | sort -u | comm -23 - "$tmp/def" | comm -12 - "$tmp/undef" |
-          grep -q .; then
-        cc -shared -nostdlib -Wl,-soname,"${sub##*/}" -o "$sub" -x c /dev/null || exit 1
-      fi
-    fi
     find "$site" -type f -name '*.so*' -exec strip --strip-unneeded {} +
-    # xz, not zstd: the GPU machine has no zstd binary, and tar -J (or Python's lzma) reads xz anywhere
     tar -C "$site" -cf - . | xz -q -${XZ_LEVEL:-9e} -T0 >"$out" || exit 1
     echo "pack $pyver: $(du -sh "$site" | cut -f1) installed -> $out," \
       "$(stat -c %s "$out" | awk '{printf "%.1f MB (%.1f MiB)", $1 / 1e6, $1 / 2^20}')" ;;
@@ -187,7 +150,5 @@ PYEOF
     else
       echo "unpack: import failed:"; echo "$err" | tail -5; exit 1
     fi ;;
-  *) echo "usage: scripts/eval/harness_wheels.sh pack PYVER [PKG...] | unpack [PYVER] | probe |" \
-       "fetch PYVER PKG... | install"
-     exit 2 ;;
+  *) echo "usage: scripts/eval/harness_wheels.sh probe | pack PYVER [PKG...] | unpack [PYVER]"; exit 2 ;;
 esac
