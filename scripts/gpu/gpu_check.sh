@@ -12,7 +12,7 @@
 # ./train --eval-only on one checkpoint (scripts/eval/compare_harness.py): the MXFP4 + H32 replication
 # model trained for HARNESS_STEPS (200) unless /dev/shm/harness_ckpt still has it, then each run of
 # HARNESS_RUNS, "name=task:shots,...[@limit]" (default: the four tasks zero-shot, all documents). BENCH_LAYERS (default 4,8)
-# sets the two depths of the engine's and the peer's benchmark.
+# sets the two depths of the engine's and the peer's benchmark; GPU_TEST_TIMEOUT (300) each GPU test's limit in seconds.
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
 # keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off".
 set -u
@@ -42,7 +42,7 @@ if has tests || has gputests; then
     [ -x "$t" ] || continue
     name=$(basename "$t")
     [ -n "${GPU_TESTS:-}" ] && [[ " $GPU_TESTS " != *" ${name#gpu_test_} "* ]] && continue  # e.g. GPU_TESTS="ops fp4_mx"
-    timeout 300 "$t" >"$OUT/$name.log" 2>&1; rc=$?
+    timeout "${GPU_TEST_TIMEOUT:-300}" "$t" >"$OUT/$name.log" 2>&1; rc=$?
     grep -E "^FAIL|rror" "$OUT/$name.log" | head -n 20
     grep -E "GB/s|TFLOP/s" "$OUT/$name.log" | grep -vi "^ *ok" | tail -n 14
     note "$name: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.log" | tail -n 1 || true) (exit $rc)"
