@@ -30,11 +30,21 @@
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
-constexpr int THREADS = 384;                         // producer warpgroup + two consumer warpgroups
-constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;  // one E4M3 byte per element
-constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;  // + barriers + alignment slack
+constexpr int BM = 128, BK = 128;
+constexpr int THREADS = 384;      // producer warpgroup + two consumer warpgroups
+constexpr int A_BYTES = BM * BK;  // one E4M3 byte per element
+constexpr int SMEM_LIMIT = 227 * 1024;
+
+// Per tile width BN (128 or 256): a stage holds the A tile, the B tile and the K block's VEC128 scales
+// (A's 128 rows, B's BN columns); the tiles come first (1024-aligned for the 128-byte swizzle), then
+// the scales, then the barriers.
+template <int BN>
+struct Shape {
+  static constexpr int B_BYTES = BN * BK, TILE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int SCALE_BYTES = (BM + BN) * 4;
+  static constexpr int STAGES = (SMEM_LIMIT - 1024 - 256) / (TILE_BYTES + SCALE_BYTES);
+  static constexpr int SMEM_BYTES = STAGES * (TILE_BYTES + SCALE_BYTES) + 2 * STAGES * 8 + 1024;
+};
 
 struct Params {
   void *out;
@@ -80,9 +90,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     if (polls % 4096 == 0) {
       const uint64_t t = global_ns();
       if (!t0) t0 = t;
-      else if (t - t0 > 4000000000ull) {
-        __trap();
-      }
+      else if (t - t0 > 4000000000ull) __trap();
     }
   }
 }
@@ -93,6 +101,14 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
           smem_u32(dst)),
       "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
+      : "memory");
+}
+// A contiguous copy of `bytes` (a multiple of 16, 16-byte aligned both sides) into shared memory,
+// completing on bar: a K block's VEC128 scales of one tile.
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+      "l"((uint64_t)src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
 
@@ -136,15 +152,21 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 }
 #endif  // WGMMA_KERNEL_BODY
 
-// A_BLK / B_BLK: that operand's scales are BLK128x128 (else VEC128).
-template <bool A_BLK, bool B_BLK, bool OUT_FP32>
+// A_BLK / B_BLK: that operand's scales are BLK128x128 (else VEC128, staged per K block in shared
+// memory by the producer). BN: the tile's width, 128 or 256; a consumer warpgroup runs its 64 x BN
+// share as BN / 128 halves in turn (one 64-register block accumulator: 64 x 256 at once would not fit
+// beside the 128 fp32 accumulators), while the other warpgroup's MMAs keep the tensor cores busy.
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
 #ifdef WGMMA_KERNEL_BODY
+  using S = Shape<BN>;
+  constexpr int STAGES = S::STAGES, NH = BN / 128;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // 128B swizzle: 1024-aligned
-  uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
+  float *scales = (float *)(smem + STAGES * S::TILE_BYTES);                      // per stage: A's BM, B's BN
+  uint64_t *full = (uint64_t *)(smem + STAGES * (S::TILE_BYTES + S::SCALE_BYTES)), *empty = full + STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++)
@@ -162,12 +184,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       int tm, tn;
       tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
+      // the VEC128 scales of this tile's rows / columns that exist (M % 4 == 0 and N % 8 == 0: whole
+      // 16-byte pieces); what lies past the edge stays stale and only reaches outputs never stored
+      const uint32_t a_sc = A_BLK ? 0 : 4 * min(BM, p.M - tm * BM), b_sc = B_BLK ? 0 : 4 * min(BN, p.N - tn * BN);
       for (int kb = 0; kb < p.kblocks; kb++) {
         mbar_wait(&empty[stage], phase ^ 1);  // the consumers released this stage's last use
-        uint8_t *sa = smem + stage * STAGE_BYTES;
-        mbar_expect_tx(&full[stage], STAGE_BYTES);  // TMA counts whole boxes, zero-filled parts too
-        tma_load_2d(sa, &map_a, kb * BK, tm * BM, &full[stage]);
-        tma_load_2d(sa + A_BYTES, &map_b, kb * BK, tn * BN, &full[stage]);
+        uint8_t *st = smem + stage * S::TILE_BYTES;
+        float *sc = scales + stage * (BM + BN);
+        mbar_expect_tx(&full[stage], S::TILE_BYTES + a_sc + b_sc);  // TMA counts whole boxes, zero fill too
+        tma_load_2d(st, &map_a, kb * BK, tm * BM, &full[stage]);
+        tma_load_2d(st + A_BYTES, &map_b, kb * BK, tn * BN, &full[stage]);
+        if (!A_BLK) bulk_load(sc, p.sa + (size_t)kb * p.M + tm * BM, a_sc, &full[stage]);
+        if (!B_BLK) bulk_load(sc + BM, p.sb + (size_t)kb * p.N + tn * BN, b_sc, &full[stage]);
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
@@ -176,78 +204,87 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
+  const int rl = cw * 64 + warp * 16 + lane / 4;            // this thread's rows rl and rl + 8 of the tile
+  const int cl = (lane % 4) * 2;                            // and columns cl + 8j + {0, 1} of each half
   int stage = 0;
   uint32_t phase = 0;
-  float acc[64], blk[64];
+  float acc[NH * 64], blk[64];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
-    const int r0 = tm * BM + cw * 64 + warp * 16 + lane / 4;  // this thread's rows r0 and r0 + 8
-    const int c0 = tn * BN + (lane % 4) * 2;                  // and columns c0 + 8j + {0, 1}
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
     for (int kb = 0; kb < p.kblocks; kb++) {
-      // this K block's scales (in flight while the MMAs run)
-      float sa0, sa1, sbs = 1.0f;
-      if (A_BLK) sa0 = sa1 = __ldg(p.sa + (size_t)tm * p.l4 + kb);
-      else {
-        const float *s = p.sa + (size_t)kb * p.M;
-        sa0 = r0 < p.M ? __ldg(s + r0) : 0.0f, sa1 = r0 + 8 < p.M ? __ldg(s + r0 + 8) : 0.0f;
-      }
-      if (B_BLK) sbs = __ldg(p.sb + (size_t)tn * p.l4 + kb);
+      // the BLK128x128 scales of this K block (global, in flight during the wait)
+      float sab = 1.0f, sbb[NH];
+      if (A_BLK) sab = __ldg(p.sa + (size_t)tm * p.l4 + kb);
+#pragma unroll
+      for (int h = 0; h < NH; h++)  // a half wholly past N has no scale row: its outputs are not stored
+        sbb[h] = B_BLK && (tn * NH + h) * 128 < p.N ? __ldg(p.sb + (size_t)(tn * NH + h) * p.l4 + kb) : 1.0f;
       mbar_wait(&full[stage], phase);
-      const uint8_t *sa = smem + stage * STAGE_BYTES;
-      const uint64_t da = smem_desc(sa + cw * 64 * BK), db = smem_desc(sa + A_BYTES);
-      wgmma_fence();
+      const uint8_t *st = smem + stage * S::TILE_BYTES;
+      const float *sc = scales + stage * (BM + BN);
+      const float sa0 = A_BLK ? sab : sc[rl], sa1 = A_BLK ? sab : sc[rl + 8];
+      const uint64_t da = smem_desc(st + cw * 64 * BK);
 #pragma unroll
-      for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
-      wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[stage]);  // this warp's share of the MMAs has read the stage
-      if (++stage == STAGES) stage = 0, phase ^= 1;
-      if (B_BLK) {
-        const float s0 = sa0 * sbs, s1 = sa1 * sbs;
+      for (int h = 0; h < NH; h++) {
+        const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+        wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-          acc[4 * j + 0] += blk[4 * j + 0] * s0, acc[4 * j + 1] += blk[4 * j + 1] * s0;
-          acc[4 * j + 2] += blk[4 * j + 2] * s1, acc[4 * j + 3] += blk[4 * j + 3] * s1;
-        }
-      } else {  // per-column scales: VEC128 along N
-        const float *s = p.sb + (size_t)kb * p.N;
+        for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+        wgmma_commit();
+        wgmma_wait0();
+        float *a = acc + 64 * h;
+        if (B_BLK) {
+          const float s0 = sa0 * sbb[h], s1 = sa1 * sbb[h];
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-          const int c = c0 + 8 * j;
-          const float b0 = c < p.N ? __ldg(s + c) : 0.0f, b1 = c + 1 < p.N ? __ldg(s + c + 1) : 0.0f;
-          acc[4 * j + 0] += blk[4 * j + 0] * (sa0 * b0), acc[4 * j + 1] += blk[4 * j + 1] * (sa0 * b1);
-          acc[4 * j + 2] += blk[4 * j + 2] * (sa1 * b0), acc[4 * j + 3] += blk[4 * j + 3] * (sa1 * b1);
+          for (int j = 0; j < 16; j++) {
+            a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
+            a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
+          }
+        } else {  // per-column scales: VEC128 along N, from shared memory
+          const float *sb = sc + BM + h * 128 + cl;
+#pragma unroll
+          for (int j = 0; j < 16; j++) {
+            const float2 b = *(const float2 *)(sb + 8 * j);
+            a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
+            a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
+          }
         }
       }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[stage]);  // this warp has read the stage's tiles and scales
+      if (++stage == STAGES) stage = 0, phase ^= 1;
     }
     // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-      const int c = c0 + 8 * j;
-      if (c >= p.N) continue;
+    for (int h = 0; h < NH; h++) {
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int r = r0 + 8 * h;
-        if (r >= p.M) continue;
-        float v0 = p.alpha * acc[4 * j + 2 * h], v1 = p.alpha * acc[4 * j + 2 * h + 1];
-        const size_t o = (size_t)r * p.N + c;
-        if (OUT_FP32) {
-          float2 *dst = (float2 *)((float *)p.out + o);
-          if (p.beta != 0.0f) {
-            float2 old = *dst;
-            v0 += p.beta * old.x, v1 += p.beta * old.y;
+      for (int j = 0; j < 16; j++) {
+        const int c = tn * BN + h * 128 + cl + 8 * j;
+        if (c >= p.N) continue;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          const int r = tm * BM + rl + 8 * i;
+          if (r >= p.M) continue;
+          const float *a = acc + 64 * h + 4 * j + 2 * i;
+          float v0 = p.alpha * a[0], v1 = p.alpha * a[1];
+          const size_t o = (size_t)r * p.N + c;
+          if (OUT_FP32) {
+            float2 *dst = (float2 *)((float *)p.out + o);
+            if (p.beta != 0.0f) {
+              float2 old = *dst;
+              v0 += p.beta * old.x, v1 += p.beta * old.y;
+            }
+            *dst = make_float2(v0, v1);
+          } else {
+            __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
+            if (p.beta != 0.0f) {
+              float2 old = __bfloat1622float2(*dst);
+              v0 += p.beta * old.x, v1 += p.beta * old.y;
+            }
+            *dst = __floats2bfloat162_rn(v0, v1);
           }
-          *dst = make_float2(v0, v1);
-        } else {
-          __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
-          if (p.beta != 0.0f) {
-            float2 old = __bfloat1622float2(*dst);
-            v0 += p.beta * old.x, v1 += p.beta * old.y;
-          }
-          *dst = __floats2bfloat162_rn(v0, v1);
         }
       }
     }
@@ -285,16 +322,29 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
   return m;
 }
 
-template <bool A_BLK, bool B_BLK, bool OUT_FP32>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN>
 void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p, int grid) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32>;
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN>;
   static int attr_set = 0;  // per instantiation
   if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BN>::SMEM_BYTES));
     attr_set = 1;
   }
-  k<<<grid, THREADS, SMEM_BYTES, cuda_stream()>>>(ma, mb, p);
+  k<<<grid, THREADS, Shape<BN>::SMEM_BYTES, cuda_stream()>>>(ma, mb, p);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int BN>
+void launch_bn(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p, int grid) {
+  if (out_fp32) {
+    if (mode == 1) launch<true, false, true, BN>(ma, mb, p, grid);
+    else if (mode == 2) launch<false, true, true, BN>(ma, mb, p, grid);
+    else launch<false, false, true, BN>(ma, mb, p, grid);
+  } else {
+    if (mode == 1) launch<true, false, false, BN>(ma, mb, p, grid);
+    else if (mode == 2) launch<false, true, false, BN>(ma, mb, p, grid);
+    else launch<false, false, false, BN>(ma, mb, p, grid);
+  }
 }
 
 }  // namespace
@@ -312,27 +362,41 @@ extern "C" int fp4_gemm_wgmma_available(void) {
   return avail;
 }
 
-extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                               float beta) {
-  if (!fp4_gemm_wgmma_available()) die("fp4_gemm_wgmma: needs an sm_90 GPU (Hopper) and this build's sm_90a code");
-  if (A.blk128 && B.blk128) die("fp4_gemm_wgmma: A and B both BLK128x128 is not a supported scale pair");
-  if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 16)
-    die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: needs N %% 8 == 0 and K %% 16 == 0 (TMA row strides)", M, N, K);
-  if (((uintptr_t)A.e4m3 | (uintptr_t)B.e4m3 | (uintptr_t)out) % 16)
-    die("fp4_gemm_wgmma: operands and out must be 16-byte aligned");
-  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, BN);
+extern "C" const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K) {
+  (void)out_fp32;
+  if (!fp4_gemm_wgmma_available()) return "needs an sm_90 GPU (Hopper) and this build's sm_90a code";
+  if (A.blk128 && B.blk128) return "A and B both BLK128x128 is not a supported scale pair";
+  if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 16) return "needs N % 8 == 0 and K % 16 == 0 (TMA row strides)";
+  if (!A.blk128 && M % 4) return "a VEC128 A needs M % 4 == 0 (its scales are copied in 16-byte pieces)";
+  if (((uintptr_t)A.e4m3 | (uintptr_t)B.e4m3 | (uintptr_t)A.scale | (uintptr_t)B.scale) % 16)
+    return "operands and scales must be 16-byte aligned";
+  return NULL;
+}
+
+extern "C" void fp4_gemm_wgmma_bn(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+                                  float beta, int bn) {
+  const char *why = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
+  if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
+  if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
+  if (bn != 128 && bn != 256) die("fp4_gemm_wgmma: tile width %d (128 or 256)", bn);
+  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, bn);
   const int kblocks = (K + BK - 1) / BK;
-  Params p = {out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + BN - 1) / BN,
+  Params p = {out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + bn - 1) / bn,
               alpha, beta};
   const int tiles = p.tiles_m * p.tiles_n, grid = tiles < cuda_sm_count() ? tiles : cuda_sm_count();
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  if (out_fp32) {
-    if (mode == 1) launch<true, false, true>(ma, mb, p, grid);
-    else if (mode == 2) launch<false, true, true>(ma, mb, p, grid);
-    else launch<false, false, true>(ma, mb, p, grid);
-  } else {
-    if (mode == 1) launch<true, false, false>(ma, mb, p, grid);
-    else if (mode == 2) launch<false, true, false>(ma, mb, p, grid);
-    else launch<false, false, false>(ma, mb, p, grid);
-  }
+  if (bn == 256) launch_bn<256>(out_fp32, mode, ma, mb, p, grid);
+  else launch_bn<128>(out_fp32, mode, ma, mb, p, grid);
+}
+
+// The tile width: 256 (half the L2 traffic per flop of 128 x 128 tiles), unless that leaves most SMs
+// idle (few tiles) where 128 fills them better.
+extern "C" int fp4_gemm_wgmma_default_bn(int M, int N) {
+  const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
+  return t256 >= cuda_sm_count() ? 256 : 128;
+}
+
+extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+                               float beta) {
+  fp4_gemm_wgmma_bn(out, out_fp32, A, B, M, N, K, alpha, beta, fp4_gemm_wgmma_default_bn(M, N));
 }

@@ -2,9 +2,10 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness]
-# (default: all but crash, probe, replicate and harness; gputests skips the CPU tests, which CI runs). probe: the
+# (default: all but benchown, crash, probe, replicate and harness; benchown: the MXFP4 bench with
+# precision.fp4_gemm fp8 (cuBLASLt) and fp8_own; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
 # replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
 # TASK_LIMIT, ...), from the carried .deps/novels.jsonl.zst, .deps/evals and .deps/tokenizer.model.
@@ -61,6 +62,15 @@ if has bench; then
   timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" >"$OUT/bench.log" 2>&1
   cat "$OUT/bench.log"
   while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
+fi
+
+if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside our own wgmma GEMM
+  for g in fp8 fp8_own; do
+    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
+      --set precision.fp4_gemm=$g >"$OUT/bench_$g.log" 2>&1
+    grep -E "gemm (fwd|dgrad|wgrad) (q|gate|down) " "$OUT/bench_$g.log"
+    while read -r l; do note "fp4_gemm=$g: $l"; done < <(grep '^BENCH' "$OUT/bench_$g.log")
+  done
 fi
 
 if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there

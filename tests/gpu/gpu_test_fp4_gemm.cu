@@ -186,18 +186,23 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(K % 128 != 0, "%s: cuBLASLt refused the fp8 GEMM at K = %d, a multiple of 128", name, K);
   }
 
-  // Our own wgmma GEMM (fp4/gemm_wgmma.cu): against fp64, twice bit-identical, and beside cuBLASLt.
+  // Our own wgmma GEMM (fp4/gemm_wgmma.cu), both tile widths: against fp64, twice bit-identical, and
+  // beside cuBLASLt (so far the same bits: the same two-level sums; the check allows the fp8 bound).
   if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
     float *got_own = (float *)xmalloc(n * 4);
-    auto own = [&] { fp4_gemm_wgmma(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); };
-    run(got_own, own);
-    vs_fp64("own", got_own, tol_fp8);
-    run(got, own);
-    CHECK(memcmp(got, got_own, n * 4) == 0, "%s: two own-GEMM calls on the same inputs differ", name);
-    if (ok) {
-      double d = rel_err(got_own, got_fp8, n);
-      printf("own-vs-fp8 %.2e  ", d);
-      CHECK(d < tol_fp8, "%s: own GEMM vs cuBLASLt: rel L2 %.3e >= %.1e", name, d, tol_fp8);
+    for (int bn = 128; bn <= 256; bn += 128) {
+      auto own = [&] { fp4_gemm_wgmma_bn(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, bn); };
+      char path[16];
+      snprintf(path, sizeof path, "own%d", bn);
+      run(got_own, own);
+      vs_fp64(path, got_own, tol_fp8);
+      run(got, own);
+      CHECK(memcmp(got, got_own, n * 4) == 0, "%s: two %s calls on the same inputs differ", name, path);
+      if (ok) {
+        double d = rel_err(got_own, got_fp8, n);
+        printf("%s-vs-fp8 %.1e  ", path, d);
+        CHECK(d < tol_fp8, "%s: %s vs cuBLASLt: rel L2 %.3e >= %.1e", name, path, d, tol_fp8);
+      }
     }
     free(got_own);
   }
@@ -529,9 +534,9 @@ static void bench_own(void) {
     int out, in;
   } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
             {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
-  printf("  %-5s %-6s %6s %6s %6s | %9s %9s %6s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt", "own", "ratio",
-         "rel diff");
-  double sum_lt = 0, sum_own = 0;  // time of the 21, for the block's ratio
+  printf("  %-5s %-6s %6s %6s %6s | %9s %9s %9s %6s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt", "own128",
+         "own256", "best", "rel diff");
+  double sum_lt = 0, sum_own = 0, sum_def = 0;  // time of the 21: cuBLASLt, own's best width, own's default
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -547,12 +552,11 @@ static void bench_own(void) {
       CUDA_CHECK(cudaMalloc(&o1, on));
       CUDA_CHECK(cudaMalloc(&o2, on));
       const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
-      double ms[2];
-      void *outs[2] = {o1, o2};
-      for (int w = 0; w < 2; w++) {
+      double ms[3];
+      for (int w = 0; w < 3; w++) {  // cuBLASLt, own 128, own 256 (the last result stays in o2)
         auto call = [&] {
-          if (w) fp4_gemm_wgmma(outs[w], f32, A, B, M, N, K, alpha, beta);
-          else fp4_gemm_fp8(outs[w], f32, A, B, M, N, K, alpha, beta);
+          if (w) fp4_gemm_wgmma_bn(o2, f32, A, B, M, N, K, alpha, beta, 128 * w);
+          else fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
         };
         for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
         const int reps = 10;
@@ -568,19 +572,20 @@ static void bench_own(void) {
       float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
       download_floats(g1, o1, n, f32);
       download_floats(g2, o2, n, f32);
-      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
-      sum_lt += ms[0], sum_own += ms[1];
-      printf("  %-5s %-6s %6d %6d %6d | %9.0f %9.0f %5.2fx | %.1e\n", sh[s].name,
+      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K, best = ms[1] < ms[2] ? ms[1] : ms[2];
+      sum_lt += ms[0], sum_own += best, sum_def += ms[fp4_gemm_wgmma_default_bn(M, N) / 128];
+      printf("  %-5s %-6s %6d %6d %6d | %9.0f %9.0f %9.0f %5.2fx | %.1e\n", sh[s].name,
              u == 0   ? "fprop"
              : u == 1 ? "dgrad"
                       : "wgrad",
-             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, ms[0] / ms[1], d);
+             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, fl / ms[2] / 1e9, ms[0] / best, d);
       CHECK(d < (f32 ? TOL_FP8 : TOL_BF16), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
       free(g1), free(g2);
       CUDA_FREE_ALL(o1, o2);
       fp4_bench_operand_free(A), fp4_bench_operand_free(B);
     }
-  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own %.3f ms (%.2fx)\n", sum_lt, sum_own, sum_lt / sum_own);
+  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own (best width) %.3f ms (%.2fx), own (default width) %.3f ms (%.2fx)\n",
+         sum_lt, sum_own, sum_lt / sum_own, sum_def, sum_lt / sum_def);
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
 }
