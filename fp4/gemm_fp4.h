@@ -75,19 +75,24 @@ void fp4_bench_operand_free(Fp8Operand o);
 
 // ---- Our own Hopper FP8 path (fp4/gemm_wgmma.cu): the same operands, scale layouts and semantics as
 // fp4_gemm_fp8 (VEC128 x BLK128x128 either way round, or VEC128 x VEC128), on wgmma fed by TMA, warp
-// specialized, persistent, 128 x 128 or 128 x 256 tiles; no atomics, so bit-identical run to run (and,
-// measured on the H200, bit-identical to cuBLASLt's block-scaled result: the same two-level sums).
-// The engine uses it under precision.fp4_gemm: fp8_own (Recipe.fp8_own).
-// available: a cc 9.0 device (the kernel is built for sm_90a only).
+// specialized, persistent, 128 x 128 or 128 x 256 tiles, alone or in clusters of two; no atomics, so bit-identical run
+// to run (and, measured on the H200, bit-identical to cuBLASLt's block-scaled result: the same two-level sums). The
+// engine uses it under precision.fp4_gemm: fp8_own (Recipe.fp8_own). available: a cc 9.0 device (the kernel is built
+// for sm_90a only).
 int fp4_gemm_wgmma_available(void);
 // NULL if the kernel takes this GEMM, else why not (shape, scale pair, alignment, device).
 const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
-// Dies naming the reason when unsupported. The _bn form fixes the tile width (128 or 256; for tuning);
-// the plain one takes fp4_gemm_wgmma_default_bn(M, N).
+// A launch configuration: tile width bn (128 or 256; the tile is 128 x bn) and CTAs per cluster (1 or
+// 2: the B tile multicast to two tile rows).
+typedef struct {
+  int bn, cluster;
+} Fp4WgmmaCfg;
+// Dies naming the reason when unsupported. The _cfg form fixes the configuration (tuning, tests); the
+// plain one takes fp4_gemm_wgmma_default_cfg(M, N).
 void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
-void fp4_gemm_wgmma_bn(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                       float beta, int bn);
-int fp4_gemm_wgmma_default_bn(int M, int N);
+void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+                        float beta, Fp4WgmmaCfg cfg);
+Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
 
 // ---- Exact reference path (BF16 GEMM on dequantized operands).
 // From the FP8 embedding: operand = bf16(e4m3 * scale). Exact when the scales are powers of two

@@ -69,6 +69,23 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
+// Arrives on the barrier at the same shared-memory offset in cluster CTA `rank` (this one included).
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, "
+      "[ra];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank(void) {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster.
+__device__ __forceinline__ void cluster_sync(void) {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 // Waits until the phase of parity `parity` of the barrier has completed. A phase that never completes
 // is a bug (a byte count or arrival count that does not match): trap after ~4 s of the global timer,
 // so a test fails at once (an "unspecified launch failure") instead of hanging until its timeout. No
@@ -82,10 +99,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
   uint64_t t0 = 0;
   for (uint32_t polls = 0;; polls++) {
     uint32_t done;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
     if (done) return;
     if (polls % 4096 == 0) {
       const uint64_t t = global_ns();
@@ -101,6 +120,16 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
           smem_u32(dst)),
       "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
+      : "memory");
+}
+// The same box into shared memory at the same offset in every CTA of the cluster named in `mask`, each
+// completing on its own barrier at bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;" ::"r"(smem_u32(dst)),
+      "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(mask)
       : "memory");
 }
 // A contiguous copy of `bytes` (a multiple of 16, 16-byte aligned both sides) into shared memory,
@@ -156,139 +185,159 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // memory by the producer). BN: the tile's width, 128 or 256; a consumer warpgroup runs its 64 x BN
 // share as BN / 128 halves in turn (one 64-register block accumulator: 64 x 256 at once would not fit
 // beside the 128 fp32 accumulators), while the other warpgroup's MMAs keep the tensor cores busy.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN>
+// CM: CTAs per cluster (1 or 2), on CM consecutive tile rows of one tile column: each loads 1/CM of
+// the B tile and multicasts it to all, so the B tile leaves L2 once per cluster (L2 bandwidth, not the
+// tensor cores, bounds 128 x 256 tiles without it). A stage is then free only when the consumers of
+// every CTA of the cluster have read it: the empty barriers count their arrivals across the cluster.
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
 #ifdef WGMMA_KERNEL_BODY
   using S = Shape<BN>;
-  constexpr int STAGES = S::STAGES, NH = BN / 128;
+  constexpr int STAGES = S::STAGES, NH = BN / 128, BNC = BN / CM;  // BNC: the B rows this CTA loads
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // 128B swizzle: 1024-aligned
   float *scales = (float *)(smem + STAGES * S::TILE_BYTES);                      // per stage: A's BM, B's BN
   uint64_t *full = (uint64_t *)(smem + STAGES * (S::TILE_BYTES + S::SCALE_BYTES)), *empty = full + STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const uint32_t rank = CM > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++)
-      mbar_init(&full[s], 1), mbar_init(&empty[s], 8);  // empty: one arrival per consumer warp
+      mbar_init(&full[s], 1), mbar_init(&empty[s], 8 * CM);  // empty: one arrival per consumer warp of the cluster
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  const int tiles = p.tiles_m * p.tiles_n;
+  if (CM > 1) cluster_sync();  // the peers' barriers exist before anything is multicast or arrived on
+  else __syncthreads();
+  // super tiles: CM tile rows x one tile column, one per cluster at a time, in grouped order
+  const int super_m = (p.tiles_m + CM - 1) / CM, tiles = super_m * p.tiles_n;
+  const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
 
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (tid != 0) return;
+    if (tid == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int t = cluster; t < tiles; t += clusters) {
+        int sm, tn;
+        tile_coords(t, super_m, p.tiles_n, sm, tn);
+        const int tm = sm * CM + rank;  // past tiles_m for the last rank of an odd count: zero-filled, not stored
+        // the VEC128 scales of this tile's rows / columns that exist (M % 4 == 0 and N % 8 == 0: whole
+        // 16-byte pieces); what lies past the edge stays stale and only reaches outputs never stored
+        const uint32_t a_sc = A_BLK ? 0 : 4 * max(0, min(BM, p.M - tm * BM)),
+                       b_sc = B_BLK ? 0 : 4 * min(BN, p.N - tn * BN);
+        for (int kb = 0; kb < p.kblocks; kb++) {
+          mbar_wait(&empty[stage], phase ^ 1);  // every consumer of the cluster released this stage
+          uint8_t *st = smem + stage * S::TILE_BYTES;
+          float *sc = scales + stage * (BM + BN);
+          mbar_expect_tx(&full[stage], S::TILE_BYTES + a_sc + b_sc);  // TMA counts whole boxes, zero fill too
+          tma_load_2d(st, &map_a, kb * BK, tm * BM, &full[stage]);
+          if (CM == 1) tma_load_2d(st + A_BYTES, &map_b, kb * BK, tn * BN, &full[stage]);
+          else
+            tma_load_2d_multicast(st + A_BYTES + rank * BNC * BK, &map_b, kb * BK, tn * BN + rank * BNC, &full[stage],
+                                  (uint16_t)((1u << CM) - 1));
+          if (!A_BLK && a_sc) bulk_load(sc, p.sa + (size_t)kb * p.M + tm * BM, a_sc, &full[stage]);
+          if (!B_BLK) bulk_load(sc + BM, p.sb + (size_t)kb * p.N + tn * BN, b_sc, &full[stage]);
+          if (++stage == STAGES) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
+    const int rl = cw * 64 + warp * 16 + lane / 4;            // this thread's rows rl and rl + 8 of the tile
+    const int cl = (lane % 4) * 2;                            // and columns cl + 8j + {0, 1} of each half
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
-      tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
-      // the VEC128 scales of this tile's rows / columns that exist (M % 4 == 0 and N % 8 == 0: whole
-      // 16-byte pieces); what lies past the edge stays stale and only reaches outputs never stored
-      const uint32_t a_sc = A_BLK ? 0 : 4 * min(BM, p.M - tm * BM), b_sc = B_BLK ? 0 : 4 * min(BN, p.N - tn * BN);
+    float acc[NH * 64], blk[64];
+    for (int t = cluster; t < tiles; t += clusters) {
+      int sm, tn;
+      tile_coords(t, super_m, p.tiles_n, sm, tn);
+      const int tm = sm * CM + rank;
+#pragma unroll
+      for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
       for (int kb = 0; kb < p.kblocks; kb++) {
-        mbar_wait(&empty[stage], phase ^ 1);  // the consumers released this stage's last use
-        uint8_t *st = smem + stage * S::TILE_BYTES;
-        float *sc = scales + stage * (BM + BN);
-        mbar_expect_tx(&full[stage], S::TILE_BYTES + a_sc + b_sc);  // TMA counts whole boxes, zero fill too
-        tma_load_2d(st, &map_a, kb * BK, tm * BM, &full[stage]);
-        tma_load_2d(st + A_BYTES, &map_b, kb * BK, tn * BN, &full[stage]);
-        if (!A_BLK) bulk_load(sc, p.sa + (size_t)kb * p.M + tm * BM, a_sc, &full[stage]);
-        if (!B_BLK) bulk_load(sc + BM, p.sb + (size_t)kb * p.N + tn * BN, b_sc, &full[stage]);
+        // the BLK128x128 scales of this K block (global, in flight during the wait)
+        float sab = 1.0f, sbb[NH];
+        if (A_BLK) sab = tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
+#pragma unroll
+        for (int h = 0; h < NH; h++)  // a half wholly past N has no scale row: its outputs are not stored
+          sbb[h] = B_BLK && (tn * NH + h) * 128 < p.N ? __ldg(p.sb + (size_t)(tn * NH + h) * p.l4 + kb) : 1.0f;
+        mbar_wait(&full[stage], phase);
+        const uint8_t *st = smem + stage * S::TILE_BYTES;
+        const float *sc = scales + stage * (BM + BN);
+        const float sa0 = A_BLK ? sab : sc[rl], sa1 = A_BLK ? sab : sc[rl + 8];
+        const uint64_t da = smem_desc(st + cw * 64 * BK);
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+          const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+          wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+          wgmma_commit();
+          wgmma_wait0();
+          float *a = acc + 64 * h;
+          if (B_BLK) {
+            const float s0 = sa0 * sbb[h], s1 = sa1 * sbb[h];
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+              a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
+              a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
+            }
+          } else {  // per-column scales: VEC128 along N, from shared memory
+            const float *sb = sc + BM + h * 128 + cl;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+              const float2 b = *(const float2 *)(sb + 8 * j);
+              a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
+              a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
+            }
+          }
+        }
+        __syncwarp();
+        if (lane == 0) {  // this warp has read the stage's tiles and scales
+          if (CM == 1) mbar_arrive(&empty[stage]);
+          else
+            for (int r = 0; r < CM; r++) mbar_arrive_cluster(&empty[stage], r);
+        }
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
-    }
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
-  const int rl = cw * 64 + warp * 16 + lane / 4;            // this thread's rows rl and rl + 8 of the tile
-  const int cl = (lane % 4) * 2;                            // and columns cl + 8j + {0, 1} of each half
-  int stage = 0;
-  uint32_t phase = 0;
-  float acc[NH * 64], blk[64];
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
-    tile_coords(t, p.tiles_m, p.tiles_n, tm, tn);
-#pragma unroll
-    for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
-    for (int kb = 0; kb < p.kblocks; kb++) {
-      // the BLK128x128 scales of this K block (global, in flight during the wait)
-      float sab = 1.0f, sbb[NH];
-      if (A_BLK) sab = __ldg(p.sa + (size_t)tm * p.l4 + kb);
-#pragma unroll
-      for (int h = 0; h < NH; h++)  // a half wholly past N has no scale row: its outputs are not stored
-        sbb[h] = B_BLK && (tn * NH + h) * 128 < p.N ? __ldg(p.sb + (size_t)(tn * NH + h) * p.l4 + kb) : 1.0f;
-      mbar_wait(&full[stage], phase);
-      const uint8_t *st = smem + stage * S::TILE_BYTES;
-      const float *sc = scales + stage * (BM + BN);
-      const float sa0 = A_BLK ? sab : sc[rl], sa1 = A_BLK ? sab : sc[rl + 8];
-      const uint64_t da = smem_desc(st + cw * 64 * BK);
+      // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
 #pragma unroll
       for (int h = 0; h < NH; h++) {
-        const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
-        wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
-        wgmma_commit();
-        wgmma_wait0();
-        float *a = acc + 64 * h;
-        if (B_BLK) {
-          const float s0 = sa0 * sbb[h], s1 = sa1 * sbb[h];
+        for (int j = 0; j < 16; j++) {
+          const int c = tn * BN + h * 128 + cl + 8 * j;
+          if (c >= p.N) continue;
 #pragma unroll
-          for (int j = 0; j < 16; j++) {
-            a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
-            a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
-          }
-        } else {  // per-column scales: VEC128 along N, from shared memory
-          const float *sb = sc + BM + h * 128 + cl;
-#pragma unroll
-          for (int j = 0; j < 16; j++) {
-            const float2 b = *(const float2 *)(sb + 8 * j);
-            a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
-            a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
-          }
-        }
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[stage]);  // this warp has read the stage's tiles and scales
-      if (++stage == STAGES) stage = 0, phase ^= 1;
-    }
-    // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-#pragma unroll
-      for (int j = 0; j < 16; j++) {
-        const int c = tn * BN + h * 128 + cl + 8 * j;
-        if (c >= p.N) continue;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          const int r = tm * BM + rl + 8 * i;
-          if (r >= p.M) continue;
-          const float *a = acc + 64 * h + 4 * j + 2 * i;
-          float v0 = p.alpha * a[0], v1 = p.alpha * a[1];
-          const size_t o = (size_t)r * p.N + c;
-          if (OUT_FP32) {
-            float2 *dst = (float2 *)((float *)p.out + o);
-            if (p.beta != 0.0f) {
-              float2 old = *dst;
-              v0 += p.beta * old.x, v1 += p.beta * old.y;
+          for (int i = 0; i < 2; i++) {
+            const int r = tm * BM + rl + 8 * i;
+            if (r >= p.M) continue;
+            const float *a = acc + 64 * h + 4 * j + 2 * i;
+            float v0 = p.alpha * a[0], v1 = p.alpha * a[1];
+            const size_t o = (size_t)r * p.N + c;
+            if (OUT_FP32) {
+              float2 *dst = (float2 *)((float *)p.out + o);
+              if (p.beta != 0.0f) {
+                float2 old = *dst;
+                v0 += p.beta * old.x, v1 += p.beta * old.y;
+              }
+              *dst = make_float2(v0, v1);
+            } else {
+              __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
+              if (p.beta != 0.0f) {
+                float2 old = __bfloat1622float2(*dst);
+                v0 += p.beta * old.x, v1 += p.beta * old.y;
+              }
+              *dst = __floats2bfloat162_rn(v0, v1);
             }
-            *dst = make_float2(v0, v1);
-          } else {
-            __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
-            if (p.beta != 0.0f) {
-              float2 old = __bfloat1622float2(*dst);
-              v0 += p.beta * old.x, v1 += p.beta * old.y;
-            }
-            *dst = __floats2bfloat162_rn(v0, v1);
           }
         }
       }
     }
   }
+  // No CTA leaves while a peer may still arrive on its barriers (every thread: the aligned barrier)
+  if (CM > 1) cluster_sync();
 #endif  // WGMMA_KERNEL_BODY
 }
 
@@ -322,28 +371,41 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
   return m;
 }
 
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN>
-void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p, int grid) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN>;
-  static int attr_set = 0;  // per instantiation
-  if (!attr_set) {
+// Launches on a persistent grid: one CTA per SM, in clusters of CM that the GPU can hold at once
+// (cudaOccupancyMaxActiveClusters: a GPC's SM count need not be a multiple of CM), at most one per
+// super tile.
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM>
+void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM>;
+  static int max_clusters = 0;  // per instantiation
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CM, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = Shape<BN>::SMEM_BYTES, cfg.stream = cuda_stream();
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  if (!max_clusters) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BN>::SMEM_BYTES));
-    attr_set = 1;
+    cfg.gridDim = dim3(cuda_sm_count() / CM * CM);
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, k, &cfg));
+    if (max_clusters < 1)
+      die("fp4_gemm_wgmma: no cluster of %d CTAs with %d bytes of shared memory fits", CM, Shape<BN>::SMEM_BYTES);
   }
-  k<<<grid, THREADS, Shape<BN>::SMEM_BYTES, cuda_stream()>>>(ma, mb, p);
-  CUDA_CHECK_LAUNCH();
+  const int super_tiles = (p.tiles_m + CM - 1) / CM * p.tiles_n;
+  cfg.gridDim = dim3(CM * (super_tiles < max_clusters ? super_tiles : max_clusters));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ma, mb, p));
 }
 
-template <int BN>
-void launch_bn(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p, int grid) {
+template <int BN, int CM>
+void launch_cfg(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (out_fp32) {
-    if (mode == 1) launch<true, false, true, BN>(ma, mb, p, grid);
-    else if (mode == 2) launch<false, true, true, BN>(ma, mb, p, grid);
-    else launch<false, false, true, BN>(ma, mb, p, grid);
+    if (mode == 1) launch<true, false, true, BN, CM>(ma, mb, p);
+    else if (mode == 2) launch<false, true, true, BN, CM>(ma, mb, p);
+    else launch<false, false, true, BN, CM>(ma, mb, p);
   } else {
-    if (mode == 1) launch<true, false, false, BN>(ma, mb, p, grid);
-    else if (mode == 2) launch<false, true, false, BN>(ma, mb, p, grid);
-    else launch<false, false, false, BN>(ma, mb, p, grid);
+    if (mode == 1) launch<true, false, false, BN, CM>(ma, mb, p);
+    else if (mode == 2) launch<false, true, false, BN, CM>(ma, mb, p);
+    else launch<false, false, false, BN, CM>(ma, mb, p);
   }
 }
 
@@ -373,30 +435,40 @@ extern "C" const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp
   return NULL;
 }
 
-extern "C" void fp4_gemm_wgmma_bn(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                                  float beta, int bn) {
+extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
+                                   float alpha, float beta, Fp4WgmmaCfg c) {
   const char *why = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
-  if (bn != 128 && bn != 256) die("fp4_gemm_wgmma: tile width %d (128 or 256)", bn);
-  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, bn);
+  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2))
+    die("fp4_gemm_wgmma: tile width %d, cluster %d (128 or 256; 1 or 2)", c.bn, c.cluster);
+  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
-  Params p = {out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + bn - 1) / bn,
-              alpha, beta};
-  const int tiles = p.tiles_m * p.tiles_n, grid = tiles < cuda_sm_count() ? tiles : cuda_sm_count();
+  Params p = {
+      out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + c.bn - 1) / c.bn,
+      alpha, beta};
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  if (bn == 256) launch_bn<256>(out_fp32, mode, ma, mb, p, grid);
-  else launch_bn<128>(out_fp32, mode, ma, mb, p, grid);
+  if (c.bn == 256) {
+    if (c.cluster == 2) launch_cfg<256, 2>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<256, 1>(out_fp32, mode, ma, mb, p);
+  } else {
+    if (c.cluster == 2) launch_cfg<128, 2>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<128, 1>(out_fp32, mode, ma, mb, p);
+  }
 }
 
-// The tile width: 256 (half the L2 traffic per flop of 128 x 128 tiles), unless that leaves most SMs
-// idle (few tiles) where 128 fills them better.
-extern "C" int fp4_gemm_wgmma_default_bn(int M, int N) {
-  const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
-  return t256 >= cuda_sm_count() ? 256 : 128;
+// 128 x 256 tiles in clusters of two (a third less L2 traffic per flop than 128 x 256 alone, half of
+// 128 x 128's), unless that leaves SMs idle: too few tiles for every SM, where narrower tiles or no
+// cluster fill them better.
+extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
+  const long tm = (M + BM - 1) / BM, t256 = tm * ((N + 255) / 256), t128 = tm * ((N + 127) / 128);
+  const int sms = cuda_sm_count();
+  Fp4WgmmaCfg c = {256, tm >= 2 ? 2 : 1};
+  if (t256 < sms) c.bn = 128, c.cluster = tm >= 2 && t128 >= sms ? 2 : 1;
+  return c;
 }
 
 extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                                float beta) {
-  fp4_gemm_wgmma_bn(out, out_fp32, A, B, M, N, K, alpha, beta, fp4_gemm_wgmma_default_bn(M, N));
+  fp4_gemm_wgmma_cfg(out, out_fp32, A, B, M, N, K, alpha, beta, fp4_gemm_wgmma_default_cfg(M, N));
 }

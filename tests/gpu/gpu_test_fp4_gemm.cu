@@ -190,10 +190,11 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   // beside cuBLASLt (so far the same bits: the same two-level sums; the check allows the fp8 bound).
   if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
     float *got_own = (float *)xmalloc(n * 4);
-    for (int bn = 128; bn <= 256; bn += 128) {
-      auto own = [&] { fp4_gemm_wgmma_bn(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, bn); };
+    for (int ci = 0; ci < 4; ci++) {  // 128 and 256 wide, alone and in clusters of two
+      const Fp4WgmmaCfg c = {128 << (ci & 1), 1 + (ci >> 1)};
+      auto own = [&] { fp4_gemm_wgmma_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, c); };
       char path[16];
-      snprintf(path, sizeof path, "own%d", bn);
+      snprintf(path, sizeof path, "own%dx%d", c.bn, c.cluster);
       run(got_own, own);
       vs_fp64(path, got_own, tol_fp8);
       run(got, own);
@@ -534,9 +535,10 @@ static void bench_own(void) {
     int out, in;
   } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
             {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
-  printf("  %-5s %-6s %6s %6s %6s | %9s %9s %9s %6s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt", "own128",
-         "own256", "best", "rel diff");
-  double sum_lt = 0, sum_own = 0, sum_def = 0;  // time of the 21: cuBLASLt, own's best width, own's default
+  const Fp4WgmmaCfg cfgs[4] = {{128, 1}, {256, 1}, {128, 2}, {256, 2}};
+  printf("  %-5s %-6s %6s %6s %6s | %8s %8s %8s %8s %8s %6s %8s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt",
+         "128x1", "256x1", "128x2", "256x2", "best", "default", "rel diff");
+  double sum_lt = 0, sum_own = 0, sum_def = 0;  // time of the 21: cuBLASLt, own's best config, own's default
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -552,11 +554,12 @@ static void bench_own(void) {
       CUDA_CHECK(cudaMalloc(&o1, on));
       CUDA_CHECK(cudaMalloc(&o2, on));
       const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
-      double ms[3];
-      for (int w = 0; w < 3; w++) {  // cuBLASLt, own 128, own 256 (the last result stays in o2)
+      const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
+      double ms[6];
+      for (int w = 0; w < 6; w++) {  // cuBLASLt, the four own configurations, the default last (its result in o2)
         auto call = [&] {
-          if (w) fp4_gemm_wgmma_bn(o2, f32, A, B, M, N, K, alpha, beta, 128 * w);
-          else fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
+          if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
+          else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == 5 ? def : cfgs[w - 1]);
         };
         for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
         const int reps = 10;
@@ -572,19 +575,22 @@ static void bench_own(void) {
       float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
       download_floats(g1, o1, n, f32);
       download_floats(g2, o2, n, f32);
-      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K, best = ms[1] < ms[2] ? ms[1] : ms[2];
-      sum_lt += ms[0], sum_own += best, sum_def += ms[fp4_gemm_wgmma_default_bn(M, N) / 128];
-      printf("  %-5s %-6s %6d %6d %6d | %9.0f %9.0f %9.0f %5.2fx | %.1e\n", sh[s].name,
+      double best = ms[1];
+      for (int w = 2; w < 5; w++) best = ms[w] < best ? ms[w] : best;
+      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
+      sum_lt += ms[0], sum_own += best, sum_def += ms[5];
+      printf("  %-5s %-6s %6d %6d %6d | %8.0f %8.0f %8.0f %8.0f %8.0f %5.2fx %4dx%d %5.2fx | %.1e\n", sh[s].name,
              u == 0   ? "fprop"
              : u == 1 ? "dgrad"
                       : "wgrad",
-             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, fl / ms[2] / 1e9, ms[0] / best, d);
+             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, fl / ms[2] / 1e9, fl / ms[3] / 1e9, fl / ms[4] / 1e9,
+             ms[0] / best, def.bn, def.cluster, ms[0] / ms[5], d);
       CHECK(d < (f32 ? TOL_FP8 : TOL_BF16), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
       free(g1), free(g2);
       CUDA_FREE_ALL(o1, o2);
       fp4_bench_operand_free(A), fp4_bench_operand_free(B);
     }
-  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own (best width) %.3f ms (%.2fx), own (default width) %.3f ms (%.2fx)\n",
+  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own (best configuration) %.3f ms (%.2fx), own (default) %.3f ms (%.2fx)\n",
          sum_lt, sum_own, sum_lt / sum_own, sum_def, sum_lt / sum_def);
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
