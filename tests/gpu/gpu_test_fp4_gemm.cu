@@ -596,7 +596,27 @@ static void bench_own(void) {
   CUDA_CHECK(cudaEventDestroy(e1));
 }
 
+// --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration and
+// one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
+// kernel name) to profile the kernels themselves.
+static int profile_own(void) {
+  const int M = 8192, N = 4096, K = 4096;
+  const Fp8Operand A = fp4_bench_operand(M, K, 0, 7), B = fp4_bench_operand(N, K, 1, 8);
+  void *o;
+  CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
+  const Fp4WgmmaCfg cfgs[2] = {{128, 1}, {256, 1}};
+  for (int i = 0; i < 2; i++)
+    for (int c = 0; c < 2; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
+  for (int i = 0; i < 2; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaFree(o));
+  fp4_bench_operand_free(A), fp4_bench_operand_free(B);
+  printf("profile: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile_own();
   int dev;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDevice(&dev));
