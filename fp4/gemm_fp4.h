@@ -32,6 +32,7 @@
 // Autotuning follows gemm.h: on unless GEMM_AUTOTUNE=0 (then heuristic #0, the reproducible choice).
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fp4/fp4_common.h"
 #include "fp4/recipe.h"
@@ -93,6 +94,28 @@ void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, 
 void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                         float beta, Fp4WgmmaCfg cfg);
 Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
+
+// ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
+// or ours, per shape. FP8_KERNEL_TUNED times both on the shape's first call (its own operands, scratch
+// copies of out) and keeps our kernel only where its result has cuBLASLt's exact bits and it is
+// faster, so the timing-dependent choice never changes a result; CUBLASLT and OWN force one. Returns 1
+// when our kernel ran (Fp8Kernel: fp4/recipe.h). The choices are kept per process (reset: the next call of a shape
+// tunes again).
+typedef struct {
+  int key[7];            // out_fp32, A blk128, B blk128, M, N, K, beta != 0
+  int own;               // 1: our kernel, with cfg
+  Fp4WgmmaCfg cfg;       // our fastest configuration with cuBLASLt's bits (when ms_own > 0)
+  double ms_lt, ms_own;  // per call at tuning (0: not timed)
+  const char *why;       // why cuBLASLt was kept without a comparison, or NULL
+  long calls;
+} Fp8Choice;
+int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
+                    float alpha, float beta);
+int fp4_gemm_fp8_choice_count(void);
+const Fp8Choice *fp4_gemm_fp8_choice_at(int i);
+void fp4_gemm_fp8_choices_reset(void);
+// The table of choices (nothing when there are none).
+void fp4_gemm_fp8_choices_report(FILE *f);
 
 // ---- Exact reference path (BF16 GEMM on dequantized operands).
 // From the FP8 embedding: operand = bf16(e4m3 * scale). Exact when the scales are powers of two

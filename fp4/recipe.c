@@ -40,11 +40,11 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   PICK(round, "precision.scale_rounding", s->scale_rounding, RECIPE_SCALE_ROUNDING);  // auto up down
   r->scale_round_up = round != 2;
 
-  PICK(gemm, "precision.fp4_gemm", s->fp4_gemm, RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own
+  PICK(gemm, "precision.fp4_gemm", s->fp4_gemm, RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
   if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && !nv ? GEMM_FP8_EMBED : GEMM_REFERENCE;
-  else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 2 || gemm == 4 ? GEMM_FP8_EMBED : GEMM_FP4_NATIVE;
-  r->fp8_own = gemm == 4;
-  if (r->fp8_own && cc && cc != 90)
+  else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
+  r->fp8_kernel = gemm == 4 ? FP8_KERNEL_OWN : gemm == 5 ? FP8_KERNEL_CUBLASLT : FP8_KERNEL_TUNED;
+  if (r->fp8_kernel == FP8_KERNEL_OWN && cc && cc != 90)
     return snprintf(err, errlen, "precision.fp4_gemm: fp8_own is a Hopper (sm_90) kernel; this GPU is sm_%d", cc), -1;
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
     return snprintf(err, errlen, "precision.fp4_gemm: fp4 needs an sm_100 GPU (this one is sm_%d)", cc), -1;
@@ -72,8 +72,13 @@ int recipe_check(const Recipe *r, char *err, int errlen) {
   if (nv && r->gemm == GEMM_FP8_EMBED)
     return snprintf(err, errlen, "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly; use reference (Hopper) or fp4"),
            -1;
-  if (r->fp8_own && r->gemm != GEMM_FP8_EMBED)
-    return snprintf(err, errlen, "precision.fp4_gemm: fp8_own runs the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)"), -1;
+  if (r->fp8_kernel != FP8_KERNEL_TUNED && r->fp8_kernel != FP8_KERNEL_CUBLASLT && r->fp8_kernel != FP8_KERNEL_OWN)
+    return snprintf(err, errlen, "precision.fp4_gemm: FP8 kernel %d is not an Fp8Kernel", (int)r->fp8_kernel), -1;
+  if (r->fp8_kernel != FP8_KERNEL_TUNED && r->gemm != GEMM_FP8_EMBED)
+    return snprintf(err, errlen,
+                    "precision.fp4_gemm: fp8_own and fp8_cublaslt run the FP8 embedding (Recipe.gemm "
+                    "GEMM_FP8_EMBED)"),
+           -1;
   if (r->bf16_first < 0 || r->bf16_last < 0)
     return snprintf(err, errlen, "precision.bf16_first_blocks/bf16_last_blocks must be >= 0"), -1;
   return 0;

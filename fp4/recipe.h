@@ -8,6 +8,9 @@ extern "C" {
 
 typedef enum { FMT_BF16, FMT_MXFP4, FMT_NVFP4 } FP4Format;
 typedef enum { GEMM_REFERENCE, GEMM_FP8_EMBED, GEMM_FP4_NATIVE } FP4GemmBackend;
+// GEMM_FP8_EMBED's kernel: per shape the faster of cuBLASLt and ours where the bits agree (tuned), or
+// one forced (fp4/gemm_fp4.h's fp4_gemm_fp8_on).
+typedef enum { FP8_KERNEL_TUNED = 0, FP8_KERNEL_CUBLASLT = 1, FP8_KERNEL_OWN = 2 } Fp8Kernel;
 // On the FP8 path cuBLASLt runs a Wgrad with both operands in VEC128 (one exponent per 128 tokens of a
 // row) at ~880 TFLOP/s, with one in BLK128x128 (one per 128x128 tile) at ~1100 (docs/results_fp4.md).
 // The tile embedding is exact while a tile's 32-blocks lie within 14 binades of its largest
@@ -23,7 +26,7 @@ typedef struct {
   int weight_2d;              // 2D weight tiles (32x32 MX, 16x16 NV): W and W^T share codes
   int scale_round_up;         // MXFP4: 2^ceil(log2 amax) (the paper) rather than OCP's floor - 2
   FP4GemmBackend gemm;        // how the quantized GEMMs run
-  int fp8_own;                // GEMM_FP8_EMBED through our own wgmma kernel (fp4/gemm_wgmma.cu), not cuBLASLt
+  Fp8Kernel fp8_kernel;       // GEMM_FP8_EMBED: cuBLASLt, our wgmma kernel (fp4/gemm_wgmma.cu), or tuned per shape
   int wgrad_2d;               // FP8 path: the Wgrad operand embedded per 128x128 tile (faster GEMM): WGRAD_2D_*
   int bf16_first, bf16_last;  // blocks kept in BF16 at either end
 } Recipe;
@@ -36,7 +39,7 @@ typedef struct {
 #define RECIPE_WEIGHT_2D "auto|on|off"
 #define RECIPE_SCALE_ROUNDING "auto|up|down"
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
-#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_own"
+#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_own|fp8_cublaslt"
 
 // A recipe as the config spells it: the precision.* keys.
 typedef struct {
@@ -48,10 +51,10 @@ typedef struct {
 //   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
 //   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
 // fp4_gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90,
-// the reference elsewhere; "fp8_own" is the FP8 embedding through our own Hopper kernel (sm_90 only,
-// opt-in until it has been measured on hardware) (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on
-// the FP8 path) | off | dy | x; other back ends ignore it. Then recipe_check. Returns 0, or -1 with
-// err naming the key.
+// the reference elsewhere. "fp8" is the FP8 embedding with its kernel tuned per shape (FP8_KERNEL_TUNED:
+// ours only where it is faster and has cuBLASLt's bits); "fp8_cublaslt" and "fp8_own" force one (ours:
+// sm_90 only) (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on the FP8 path) |
+// off | dy | x; other back ends ignore it. Then recipe_check. Returns 0, or -1 with err naming the key.
 int recipe_resolve(Recipe *r, const RecipeSpec *spec, int cc, char *err, int errlen);
 
 // The combinations no back end runs, however r was made (recipe_resolve, or a test by hand): 0, or

@@ -110,8 +110,9 @@ static const Key KEYS[] = {
     KENUM("precision.wgrad_2d", wgrad_2d, "auto", RECIPE_WGRAD_2D,
           "fp8 back end: embed one Wgrad operand per 128x128 tile for cuBLASLt's faster mode (auto = dy)"),
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
-          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding, cuBLASLt), fp4 (Blackwell "
-          "native), fp8_own (Hopper embedding, our wgmma kernel: opt-in, not yet measured)"),
+          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the faster of "
+          "cuBLASLt and our wgmma kernel where their bits agree), fp8_cublaslt or fp8_own (one of the two), fp4 "
+          "(Blackwell native)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),

@@ -62,7 +62,7 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
     if (r->gemm == GEMM_FP4_NATIVE && !fp4_gemm_native_available())
       die("cuda_set_recipe: precision.fp4_gemm fp4 needs a compute capability 10.x GPU with the sm_100a code built "
           "in; use fp8 (MXFP4 on Hopper) or reference");
-    if (r->fp8_own && !fp4_gemm_wgmma_available())
+    if (r->fp8_kernel == FP8_KERNEL_OWN && !fp4_gemm_wgmma_available())
       die("cuda_set_recipe: precision.fp4_gemm fp8_own needs a compute capability 9.0 GPU (Hopper); use fp8");
     f = r->format == FMT_MXFP4 ? &linear_mxfp4 : &linear_nvfp4;  // the one place a format is chosen
   }
@@ -167,11 +167,10 @@ static void fp4_gemm(LinearFp4 *L, const char *use, LinearKind kind, void *out, 
   const char *engine;
   if (A.fp8) {
     Fp8Operand a = {A.q, A.sf, A.blk128}, b = {B.q, B.sf, B.blk128};
-    if (L->recipe.fp8_own) fp4_gemm_wgmma(out, out_fp32, a, b, M, N, K, alpha, beta);
-    else fp4_gemm_fp8(out, out_fp32, a, b, M, N, K, alpha, beta);
-    engine = L->recipe.fp8_own ? "own" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
-                                                           : A.blk128 ? GEMM_ENGINE_FP8_ABLK
-                                                                      : GEMM_ENGINE_FP8_VEC;
+    const int own = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, out_fp32, a, b, M, N, K, alpha, beta);
+    engine = own ? "own" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
+                                             : A.blk128 ? GEMM_ENGINE_FP8_ABLK
+                                                        : GEMM_ENGINE_FP8_VEC;
   } else {
     Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
     if (L->recipe.gemm == GEMM_FP4_NATIVE) {

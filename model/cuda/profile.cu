@@ -195,4 +195,5 @@ void cuda_profile_report(CudaBackend *b, FILE *f, int steps) {
             total > 0 ? 100 * e->ms / total : 0.0, ach, cei, pct);
   }
   fprintf(f, "%-22s %10s %10.3f %6.1f%%\n", "total", "", total / steps, 100.0);
+  fp4_gemm_fp8_choices_report(f);  // which FP8 kernel each shape runs, when the recipe tunes it
 }

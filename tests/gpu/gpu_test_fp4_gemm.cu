@@ -208,6 +208,24 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     free(got_own);
   }
 
+  // The tuned choice (fp4/gemm_fp8_select.cu): whichever kernel it keeps, the first call (which times
+  // both on scratch copies) and the next give cuBLASLt's bits, an accumulating out added to once.
+  if (ok) {
+    fp4_gemm_fp8_choices_reset();  // this shape tunes again here
+    int own = 0;
+    for (int call = 0; call < 2; call++) {
+      run(got, [&] {
+        own = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
+      });
+      CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: tuned call %d (%s) differs from cuBLASLt: rel %.3e", name, call,
+            own ? "own" : "cuBLASLt", rel_err(got, got_fp8, n));
+    }
+    const Fp8Choice *c = fp4_gemm_fp8_choice_at(fp4_gemm_fp8_choice_count() - 1);
+    CHECK(c && c->calls == 2 && c->own == own && c->key[3] == M && c->key[4] == N && c->key[5] == K,
+          "%s: the choice recorded (%d calls, own %d)", name, c ? (int)c->calls : -1, c ? c->own : -1);
+    if (c) printf("tuned: %s  ", c->own ? "own" : "cuBLASLt");
+  }
+
   run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
   vs_fp64("ref", got_ref, tol_ref);
   run(got, [&] {

@@ -31,7 +31,8 @@ LIBS=(-lyaml -lzstd -lpcre2-8 -lm)
 DEPS_ROOT=${DEPS_ROOT-$(sed -n 's/^DEPS_ROOT := //p' build/deps.mk 2>/dev/null)}
 if [ -n "$DEPS_ROOT" ]; then
   FLAGS+=(-I"$DEPS_ROOT/usr/include")
-  LIBS=(-L"$DEPS_ROOT/usr/lib/$("$CLANG" -dumpmachine)" -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm)
+  # the multiarch folder as deps.sh names it (the C compiler's triplet: clang says x86_64-pc-linux-gnu)
+  LIBS=(-L"$DEPS_ROOT/usr/lib/$("${CC:-cc}" -dumpmachine)" -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm)
 fi
 t0=$SECONDS
 printf '%s\n' "${LIB[@]}" | xargs -P 2 -I{} sh -c \

@@ -36,17 +36,35 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
 
-  TEST_SECTION("fp8_own: the FP8 embedding through our own Hopper kernel, opt-in");
+  TEST_SECTION("the FP8 embedding's kernel: tuned per shape by default, or cuBLASLt or ours forced");
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_TUNED, "auto on Hopper: gemm %d kernel %d", r.gemm,
+        r.fp8_kernel);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", 0, 0, 90, err) && r.fp8_kernel == FP8_KERNEL_TUNED,
+        "fp8: tuned (%d)", r.fp8_kernel);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err), "%s", err);
-  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_own && r.wgrad_2d == WGRAD_2D_DY, "gemm %d own %d wgrad_2d %d", r.gemm,
-        r.fp8_own, r.wgrad_2d);
-  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && !r.fp8_own,
-        "auto keeps cuBLASLt");
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_OWN && r.wgrad_2d == WGRAD_2D_DY,
+        "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 90, err), "%s", err);
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT && r.wgrad_2d == WGRAD_2D_DY,
+        "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 100, err),
+        "cuBLASLt's FP8 path exists on Blackwell too: %s", err);
   CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 100, err) && strstr(err, "fp8_own") &&
             strstr(err, "sm_100"),
-        "refused off Hopper: %s", err);
+        "ours refused off Hopper: %s", err);
   CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err) && strstr(err, "NVFP4"),
         "refused for NVFP4: %s", err);
+  CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 90, err) && strstr(err, "NVFP4"),
+        "refused for NVFP4: %s", err);
+  {
+    Recipe bad = r;
+    CHECK(!resolve(&bad, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err), "%s", err);
+    bad.fp8_kernel = FP8_KERNEL_OWN;  // by hand: a kernel choice without the embedding
+    CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "fp8_own"), "own without GEMM_FP8_EMBED: %s", err);
+    bad.fp8_kernel = (Fp8Kernel)7;
+    CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "Fp8Kernel"), "an unknown kernel: %s", err);
+  }
 
   TEST_SECTION("the Wgrad operand in 128x128 tiles (FP8 path only)");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_DY,
