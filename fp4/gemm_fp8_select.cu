@@ -84,14 +84,18 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   if (!fp4_gemm_fp8_supported(out_fp32, A.blk128, B.blk128, M, N, K))
     return void(c->why = "cuBLASLt has no algorithm, so no bits to match: cuBLASLt's refusal stands");
   const size_t bytes = (size_t)M * N * (out_fp32 ? 4 : 2);
-  void *ref = NULL, *got = NULL;
+  // the copies sit at out's offset from a 256-byte boundary: cuBLASLt keys its plan (and algorithm) on
+  // the pointers' alignment, so the bits compared are those the real call gets
+  const size_t shift = (uintptr_t)out & 255;
+  uint8_t *ref_base = NULL, *got_base = NULL;
   unsigned long long *d_diff = NULL;
-  if (cudaMalloc(&ref, bytes) != cudaSuccess || cudaMalloc(&got, bytes) != cudaSuccess ||
+  if (cudaMalloc(&ref_base, bytes + 256) != cudaSuccess || cudaMalloc(&got_base, bytes + 256) != cudaSuccess ||
       cudaMalloc(&d_diff, sizeof *d_diff) != cudaSuccess) {
     (void)cudaGetLastError();
-    cudaFree(ref), cudaFree(got), cudaFree(d_diff);
+    cudaFree(ref_base), cudaFree(got_base), cudaFree(d_diff);
     return void(c->why = "no device memory for the timing copies: cuBLASLt");
   }
+  void *ref = ref_base + shift, *got = got_base + shift;
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -117,7 +121,7 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   else c->own = c->ms_own < c->ms_lt;
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
-  CUDA_FREE_ALL(ref, got, d_diff);
+  CUDA_FREE_ALL(ref_base, got_base, d_diff);
 }
 
 }  // namespace
