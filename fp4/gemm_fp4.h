@@ -83,10 +83,11 @@ void fp4_bench_operand_free(Fp8Operand o);
 int fp4_gemm_wgmma_available(void);
 // NULL if the kernel takes this GEMM, else why not (shape, scale pair, alignment, device).
 const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
-// A launch configuration: tile width bn (128 or 256; the tile is 128 x bn) and CTAs per cluster (1 or
-// 2: the B tile multicast to two tile rows).
+// A launch configuration: tile width bn (128 or 256; the tile is 128 x bn), CTAs per cluster (1 or 2:
+// the B tile multicast to two tile rows), pipelined (bn 128, cluster 1 only: two block accumulators, the next K
+// block's MMAs in flight during a promotion).
 typedef struct {
-  int bn, cluster;
+  int bn, cluster, pipelined;
 } Fp4WgmmaCfg;
 // Dies naming the reason when unsupported. The _cfg form fixes the configuration (tuning, tests); the
 // plain one takes fp4_gemm_wgmma_default_cfg(M, N).
@@ -94,6 +95,8 @@ void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, 
 void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                         float beta, Fp4WgmmaCfg cfg);
 Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
+// Every configuration the kernel has (*n of them), for tuning, tests and benchmarks.
+const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
 // or ours, per shape. FP8_KERNEL_TUNED times both on the shape's first call (its own operands, scratch

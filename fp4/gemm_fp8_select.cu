@@ -102,9 +102,11 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   // cuBLASLt's result from out as it is, the bits every candidate must have
   if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta);
-  const Fp4WgmmaCfg cfgs[4] = {{128, 1}, {256, 1}, {128, 2}, {256, 2}};
-  int eligible[4], any = 0;
-  for (int i = 0; i < 4; i++) {
+  int ncfg;
+  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+  int eligible[16], any = 0;
+  if (ncfg > 16) die("fp4_gemm_fp8_on: %d configurations of our kernel (at most 16)", ncfg);
+  for (int i = 0; i < ncfg; i++) {
     if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(got, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
     fp4_gemm_wgmma_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, cfgs[i]);
     eligible[i] = count_diff(ref, got, bytes, d_diff) == 0;
@@ -112,7 +114,7 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   }
   // timing: repeated calls into the scratch copies (an accumulating one keeps adding: the time is the same)
   c->ms_lt = time_ms([&] { fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta); }, e0, e1);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < ncfg; i++) {
     if (!eligible[i]) continue;
     const double ms = time_ms([&] { fp4_gemm_wgmma_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, cfgs[i]); }, e0, e1);
     if (c->ms_own == 0 || ms < c->ms_own) c->ms_own = ms, c->cfg = cfgs[i];
@@ -163,7 +165,7 @@ extern "C" void fp4_gemm_fp8_choices_report(FILE *f) {
     char own[24] = "-", ratio[16] = "-", chosen[160];
     if (c->ms_own > 0)
       snprintf(own, sizeof own, "%.3f", c->ms_own), snprintf(ratio, sizeof ratio, "%.2fx", c->ms_lt / c->ms_own);
-    if (c->own) snprintf(chosen, sizeof chosen, "own %dx%d", c->cfg.bn, c->cfg.cluster);
+    if (c->own) snprintf(chosen, sizeof chosen, "own %dx%d%s", c->cfg.bn, c->cfg.cluster, c->cfg.pipelined ? "p" : "");
     else snprintf(chosen, sizeof chosen, "cuBLASLt%s%s", c->why ? ": " : "", c->why ? c->why : "");
     fprintf(f, "%6d %6d %6d %-9s %4s | %9.3f %9s %7s | %s (%ld calls)\n", k[3], k[4], k[5],
             k[1]   ? "BLKxVEC"

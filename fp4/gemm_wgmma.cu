@@ -114,6 +114,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
   }
 }
 
+// The consumers' wait: the poll loop inside one asm statement, as the compiler must not see a
+// divergent loop between wgmma groups in flight (it would serialize them: ptxas C7518). A phase that
+// never completes here still ends in a trap: the producer then waits for a stage nobody releases.
+__device__ __forceinline__ void mbar_wait_spin(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n@!p bra "
+      "WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 // A 2D TMA load of the box at (x = K element, y = row) into shared memory, completing on bar.
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
   asm volatile(
@@ -172,6 +183,42 @@ __device__ __forceinline__ void wgmma_m64n128k32(float *d, uint64_t da, uint64_t
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
+// The two-level promotion of one 64 x 128 block result: a += blk * (row scale * column scale), with
+// the column scale one per tile half (B BLK128x128: sbh) or per column (VEC128: sb, this thread's
+// columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's: the same bits.
+template <bool B_BLK>
+__device__ __forceinline__ void promote(float *a, const float *blk, float sa0, float sa1, float sbh, const float *sb) {
+  if (B_BLK) {
+    const float s0 = sa0 * sbh, s1 = sa1 * sbh;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
+      a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      const float2 b = *(const float2 *)(sb + 8 * j);
+      a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
+      a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
+    }
+  }
+}
+
+// A consumer warp is done with a stage (its MMAs completed, its scales read): one arrival on the
+// stage's empty barrier in every CTA of the cluster.
+template <int CM>
+__device__ __forceinline__ void release_stage(uint64_t *empty, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    if (CM == 1) mbar_arrive(empty);
+    else
+      for (int r = 0; r < CM; r++) mbar_arrive_cluster(empty, r);
+  }
+}
+
 // Output tile t in the grouped order: GROUP_M tile rows at a time, column by column inside a group.
 constexpr int GROUP_M = 8;
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int &tm, int &tn) {
@@ -189,7 +236,11 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // the B tile and multicasts it to all, so the B tile leaves L2 once per cluster (L2 bandwidth, not the
 // tensor cores, bounds 128 x 256 tiles without it). A stage is then free only when the consumers of
 // every CTA of the cluster have read it: the empty barriers count their arrivals across the cluster.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM>
+// PIPE (BN 128, CM 1 only): two block accumulators in turn, so a warpgroup issues K block kb + 1's
+// MMAs before it waits for kb's and promotes them; the tensor cores then never wait on its promotion
+// (64 x 256 would need 256 registers for this; with the cluster's bookkeeping ptxas runs out of
+// registers and serializes the MMAs, its warning C7512).
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
@@ -247,60 +298,74 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
     const int rl = cw * 64 + warp * 16 + lane / 4;            // this thread's rows rl and rl + 8 of the tile
     const int cl = (lane % 4) * 2;                            // and columns cl + 8j + {0, 1} of each half
-    int stage = 0;
+    int stage = 0, rstage = 0;  // the next stage to wait for, and (PIPE) the oldest one still held
     uint32_t phase = 0;
-    float acc[NH * 64], blk[64];
+    float acc[NH * 64], blk[64], blk2[PIPE ? 2 : 1][64];
     for (int t = cluster; t < tiles; t += clusters) {
       int sm, tn;
       tile_coords(t, super_m, p.tiles_n, sm, tn);
       const int tm = sm * CM + rank;
 #pragma unroll
       for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
-      for (int kb = 0; kb < p.kblocks; kb++) {
-        // the BLK128x128 scales of this K block (global, in flight during the wait)
-        float sab = 1.0f, sbb[NH];
-        if (A_BLK) sab = tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
-#pragma unroll
-        for (int h = 0; h < NH; h++)  // a half wholly past N has no scale row: its outputs are not stored
-          sbb[h] = B_BLK && (tn * NH + h) * 128 < p.N ? __ldg(p.sb + (size_t)(tn * NH + h) * p.l4 + kb) : 1.0f;
-        mbar_wait(&full[stage], phase);
-        const uint8_t *st = smem + stage * S::TILE_BYTES;
-        const float *sc = scales + stage * (BM + BN);
-        const float sa0 = A_BLK ? sab : sc[rl], sa1 = A_BLK ? sab : sc[rl + 8];
-        const uint64_t da = smem_desc(st + cw * 64 * BK);
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-          const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+      if constexpr (PIPE) {
+        static_assert(NH == 1, "the pipelined mainloop holds two 64 x 128 block accumulators");
+        float sab[2], sbb[2];
+        // issues K block kb's MMAs into blk2[i] (after its stage's barrier), with its BLK scales
+        auto issue = [&](int i, int kb) {
+          sab[i] = A_BLK && tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
+          sbb[i] = B_BLK && tn * 128 < p.N ? __ldg(p.sb + (size_t)tn * p.l4 + kb) : 1.0f;
+          mbar_wait_spin(&full[stage], phase);
+          const uint8_t *st = smem + stage * S::TILE_BYTES;
+          const uint64_t da = smem_desc(st + cw * 64 * BK), db = smem_desc(st + A_BYTES);
           wgmma_fence();
 #pragma unroll
-          for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+          for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk2[i], da + 2 * k, db + 2 * k, k > 0);
           wgmma_commit();
-          wgmma_wait0();
-          float *a = acc + 64 * h;
-          if (B_BLK) {
-            const float s0 = sa0 * sbb[h], s1 = sa1 * sbb[h];
+          if (++stage == STAGES) stage = 0, phase ^= 1;
+        };
+        // promotes blk2[i] (its MMAs complete) and releases its stage, the oldest held
+        auto finish = [&](int i) {
+          const float *sc = scales + rstage * (BM + BN);
+          promote<B_BLK>(acc, blk2[i], A_BLK ? sab[i] : sc[rl], A_BLK ? sab[i] : sc[rl + 8], sbb[i], sc + BM + cl);
+          release_stage<CM>(&empty[rstage], lane);
+          if (++rstage == STAGES) rstage = 0;
+        };
+        // straight-line steady state (buffer 0 in flight at the loop head), so ptxas can see which
+        // accumulator each wait completes; the odd or even tail after it
+        issue(0, 0);
+        int kb = 0;
+        for (; kb + 2 < p.kblocks; kb += 2) {
+          issue(1, kb + 1), wgmma_wait1(), finish(0);
+          issue(0, kb + 2), wgmma_wait1(), finish(1);
+        }
+        if (kb + 1 < p.kblocks) issue(1, kb + 1), wgmma_wait1(), finish(0), wgmma_wait0(), finish(1);
+        else wgmma_wait0(), finish(0);
+      } else {
+        for (int kb = 0; kb < p.kblocks; kb++) {
+          // the BLK128x128 scales of this K block (global, in flight during the wait)
+          float sab = 1.0f, sbb[NH];
+          if (A_BLK) sab = tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-              a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
-              a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
-            }
-          } else {  // per-column scales: VEC128 along N, from shared memory
-            const float *sb = sc + BM + h * 128 + cl;
+          for (int h = 0; h < NH; h++)  // a half wholly past N has no scale row: its outputs are not stored
+            sbb[h] = B_BLK && (tn * NH + h) * 128 < p.N ? __ldg(p.sb + (size_t)(tn * NH + h) * p.l4 + kb) : 1.0f;
+          mbar_wait_spin(&full[stage], phase);
+          const uint8_t *st = smem + stage * S::TILE_BYTES;
+          const float *sc = scales + stage * (BM + BN);
+          const float sa0 = A_BLK ? sab : sc[rl], sa1 = A_BLK ? sab : sc[rl + 8];
+          const uint64_t da = smem_desc(st + cw * 64 * BK);
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-              const float2 b = *(const float2 *)(sb + 8 * j);
-              a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
-              a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
-            }
+          for (int h = 0; h < NH; h++) {
+            const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+            wgmma_commit();
+            wgmma_wait0();
+            promote<B_BLK>(acc + 64 * h, blk, sa0, sa1, sbb[h], sc + BM + h * 128 + cl);
           }
+          release_stage<CM>(&empty[stage], lane);
+          if (++stage == STAGES) stage = 0, phase ^= 1;
         }
-        __syncwarp();
-        if (lane == 0) {  // this warp has read the stage's tiles and scales
-          if (CM == 1) mbar_arrive(&empty[stage]);
-          else
-            for (int r = 0; r < CM; r++) mbar_arrive_cluster(&empty[stage], r);
-        }
-        if (++stage == STAGES) stage = 0, phase ^= 1;
       }
       // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
 #pragma unroll
@@ -374,9 +439,9 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
 // Launches on a persistent grid: one CTA per SM, in clusters of CM that the GPU can hold at once
 // (cudaOccupancyMaxActiveClusters: a GPC's SM count need not be a multiple of CM), at most one per
 // super tile.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE>
 void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM>;
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE>;
   static int max_clusters = 0;  // per instantiation
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
@@ -396,16 +461,16 @@ void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ma, mb, p));
 }
 
-template <int BN, int CM>
+template <int BN, int CM, bool PIPE>
 void launch_cfg(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (out_fp32) {
-    if (mode == 1) launch<true, false, true, BN, CM>(ma, mb, p);
-    else if (mode == 2) launch<false, true, true, BN, CM>(ma, mb, p);
-    else launch<false, false, true, BN, CM>(ma, mb, p);
+    if (mode == 1) launch<true, false, true, BN, CM, PIPE>(ma, mb, p);
+    else if (mode == 2) launch<false, true, true, BN, CM, PIPE>(ma, mb, p);
+    else launch<false, false, true, BN, CM, PIPE>(ma, mb, p);
   } else {
-    if (mode == 1) launch<true, false, false, BN, CM>(ma, mb, p);
-    else if (mode == 2) launch<false, true, false, BN, CM>(ma, mb, p);
-    else launch<false, false, false, BN, CM>(ma, mb, p);
+    if (mode == 1) launch<true, false, false, BN, CM, PIPE>(ma, mb, p);
+    else if (mode == 2) launch<false, true, false, BN, CM, PIPE>(ma, mb, p);
+    else launch<false, false, false, BN, CM, PIPE>(ma, mb, p);
   }
 }
 
@@ -440,8 +505,10 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   const char *why = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
-  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2))
-    die("fp4_gemm_wgmma: tile width %d, cluster %d (128 or 256; 1 or 2)", c.bn, c.cluster);
+  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) ||
+      (c.pipelined && (c.bn != 128 || c.cluster != 1)))
+    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d (128 or 256; 1 or 2; pipelined: 128 wide, no cluster)",
+        c.bn, c.cluster, c.pipelined);
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
   Params p = {
@@ -449,23 +516,31 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
       alpha, beta};
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
   if (c.bn == 256) {
-    if (c.cluster == 2) launch_cfg<256, 2>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<256, 1>(out_fp32, mode, ma, mb, p);
+    if (c.cluster == 2) launch_cfg<256, 2, false>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
+  } else if (c.pipelined) {
+    launch_cfg<128, 1, true>(out_fp32, mode, ma, mb, p);
   } else {
-    if (c.cluster == 2) launch_cfg<128, 2>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<128, 1>(out_fp32, mode, ma, mb, p);
+    if (c.cluster == 2) launch_cfg<128, 2, false>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<128, 1, false>(out_fp32, mode, ma, mb, p);
   }
 }
 
-// 128 x 256 tiles in clusters of two (a third less L2 traffic per flop than 128 x 256 alone, half of
-// 128 x 128's), unless that leaves SMs idle: too few tiles for every SM, where narrower tiles or no
-// cluster fill them better.
+// 128 x 256 tiles alone: the fastest of 128x1, 256x1, 128x2 and 256x2 on every one of the 21 GEMMs of
+// an 8B block on the H200 (61329a4; clusters of two cost 30-35%: L2 is not what bounds these tiles),
+// unless that leaves SMs idle (fewer tiles than SMs), where 128-wide tiles fill them better. The
+// pipelined variant is not measured yet; the tuned path (fp4_gemm_fp8_on) times every configuration.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
-  const long tm = (M + BM - 1) / BM, t256 = tm * ((N + 255) / 256), t128 = tm * ((N + 127) / 128);
-  const int sms = cuda_sm_count();
-  Fp4WgmmaCfg c = {256, tm >= 2 ? 2 : 1};
-  if (t256 < sms) c.bn = 128, c.cluster = tm >= 2 && t128 >= sms ? 2 : 1;
+  const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
+  Fp4WgmmaCfg c = {256, 1, 0};
+  if (t256 < cuda_sm_count()) c.bn = 128;
   return c;
+}
+
+static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0}, {256, 1, 0}, {128, 2, 0}, {256, 2, 0}, {128, 1, 1}};
+extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n) {
+  *n = (int)(sizeof g_configs / sizeof g_configs[0]);
+  return g_configs;
 }
 
 extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,

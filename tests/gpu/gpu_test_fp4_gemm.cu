@@ -190,11 +190,13 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   // beside cuBLASLt (so far the same bits: the same two-level sums; the check allows the fp8 bound).
   if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
     float *got_own = (float *)xmalloc(n * 4);
-    for (int ci = 0; ci < 4; ci++) {  // 128 and 256 wide, alone and in clusters of two
-      const Fp4WgmmaCfg c = {128 << (ci & 1), 1 + (ci >> 1)};
+    int ncfg;
+    const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+    for (int ci = 0; ci < ncfg; ci++) {  // every configuration: width, cluster, pipelined
+      const Fp4WgmmaCfg c = cfgs[ci];
       auto own = [&] { fp4_gemm_wgmma_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, c); };
       char path[16];
-      snprintf(path, sizeof path, "own%dx%d", c.bn, c.cluster);
+      snprintf(path, sizeof path, "own%dx%d%s", c.bn, c.cluster, c.pipelined ? "p" : "");
       run(got_own, own);
       vs_fp64(path, got_own, tol_fp8);
       run(got, own);
@@ -553,9 +555,15 @@ static void bench_own(void) {
     int out, in;
   } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
             {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
-  const Fp4WgmmaCfg cfgs[4] = {{128, 1}, {256, 1}, {128, 2}, {256, 2}};
-  printf("  %-5s %-6s %6s %6s %6s | %8s %8s %8s %8s %8s %6s %8s | %s\n", "shape", "use", "M", "N", "K", "cuBLASLt",
-         "128x1", "256x1", "128x2", "256x2", "best", "default", "rel diff");
+  int ncfg;
+  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+  char cname[16][12];
+  printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
+  for (int i = 0; i < ncfg && i < 16; i++) {
+    snprintf(cname[i], sizeof cname[i], "%dx%d%s", cfgs[i].bn, cfgs[i].cluster, cfgs[i].pipelined ? "p" : "");
+    printf(" %7s", cname[i]);
+  }
+  printf(" %6s %7s %6s | %s\n", "best", "default", "", "rel diff");
   double sum_lt = 0, sum_own = 0, sum_def = 0;  // time of the 21: cuBLASLt, own's best config, own's default
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
@@ -573,11 +581,12 @@ static void bench_own(void) {
       CUDA_CHECK(cudaMalloc(&o2, on));
       const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
       const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
-      double ms[6];
-      for (int w = 0; w < 6; w++) {  // cuBLASLt, the four own configurations, the default last (its result in o2)
+      double ms[18];
+      const int nw = ncfg + 2;
+      for (int w = 0; w < nw; w++) {  // cuBLASLt, every own configuration, the default last (its result in o2)
         auto call = [&] {
           if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
-          else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == 5 ? def : cfgs[w - 1]);
+          else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == nw - 1 ? def : cfgs[w - 1]);
         };
         for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
         const int reps = 10;
@@ -594,15 +603,17 @@ static void bench_own(void) {
       download_floats(g1, o1, n, f32);
       download_floats(g2, o2, n, f32);
       double best = ms[1];
-      for (int w = 2; w < 5; w++) best = ms[w] < best ? ms[w] : best;
+      for (int w = 2; w < nw - 1; w++) best = ms[w] < best ? ms[w] : best;
       const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
-      sum_lt += ms[0], sum_own += best, sum_def += ms[5];
-      printf("  %-5s %-6s %6d %6d %6d | %8.0f %8.0f %8.0f %8.0f %8.0f %5.2fx %4dx%d %5.2fx | %.1e\n", sh[s].name,
+      sum_lt += ms[0], sum_own += best, sum_def += ms[nw - 1];
+      printf("  %-5s %-6s %6d %6d %6d | %8.0f", sh[s].name,
              u == 0   ? "fprop"
              : u == 1 ? "dgrad"
                       : "wgrad",
-             M, N, K, fl / ms[0] / 1e9, fl / ms[1] / 1e9, fl / ms[2] / 1e9, fl / ms[3] / 1e9, fl / ms[4] / 1e9,
-             ms[0] / best, def.bn, def.cluster, ms[0] / ms[5], d);
+             M, N, K, fl / ms[0] / 1e9);
+      for (int w = 1; w < nw - 1; w++) printf(" %7.0f", fl / ms[w] / 1e9);
+      printf(" %5.2fx %3dx%d%s %5.2fx | %.1e\n", ms[0] / best, def.bn, def.cluster, def.pipelined ? "p" : "",
+             ms[0] / ms[nw - 1], d);
       CHECK(d < (f32 ? TOL_FP8 : TOL_BF16), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
       free(g1), free(g2);
       CUDA_FREE_ALL(o1, o2);
@@ -614,7 +625,8 @@ static void bench_own(void) {
   CUDA_CHECK(cudaEventDestroy(e1));
 }
 
-// --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration and
+// --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration
+// (128x1, 256x1, 128x1 pipelined) and
 // one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
 // kernel name) to profile the kernels themselves.
 static int profile_own(void) {
@@ -622,9 +634,9 @@ static int profile_own(void) {
   const Fp8Operand A = fp4_bench_operand(M, K, 0, 7), B = fp4_bench_operand(N, K, 1, 8);
   void *o;
   CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
-  const Fp4WgmmaCfg cfgs[2] = {{128, 1}, {256, 1}};
+  const Fp4WgmmaCfg cfgs[3] = {{128, 1, 0}, {256, 1, 0}, {128, 1, 1}};
   for (int i = 0; i < 2; i++)
-    for (int c = 0; c < 2; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
+    for (int c = 0; c < 3; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
   for (int i = 0; i < 2; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaFree(o));
