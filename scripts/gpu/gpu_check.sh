@@ -2,10 +2,11 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness]
-# (default: all but benchown, crash, probe, replicate and harness; benchown: the MXFP4 bench with
-# precision.fp4_gemm fp8 (cuBLASLt) and fp8_own; gputests skips the CPU tests, which CI runs). probe: the
+# (default: all but benchown, ncuown, crash, probe, replicate and harness; benchown: the MXFP4 bench
+# with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8 (tuned per shape); ncuown: Nsight Compute on
+# the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
 # replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
 # TASK_LIMIT, ...), from the carried .deps/novels.jsonl.zst, .deps/evals and .deps/tokenizer.model.
@@ -65,12 +66,25 @@ if has bench; then
 fi
 
 if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside our own wgmma GEMM
-  for g in fp8 fp8_own; do
+  for g in fp8_cublaslt fp8_own fp8; do
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fp4_gemm=$g >"$OUT/bench_$g.log" 2>&1
     grep -E "gemm (fwd|dgrad|wgrad) (q|gate|down) " "$OUT/bench_$g.log"
+    [ "$g" = fp8 ] && sed -n '/^FP8 GEMM kernel per shape/,$p' "$OUT/bench_$g.log" | head -n 16
     while read -r l; do note "fp4_gemm=$g: $l"; done < <(grep '^BENCH' "$OUT/bench_$g.log")
   done
+fi
+
+if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu_test_fp4_gemm --profile)
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+  if [ -n "$NCU" ]; then
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:wgmma_gemm --launch-skip 3 --launch-count 3 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
+    grep -E "wgmma_gemm_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall" \
+      "$OUT/ncu_own.txt" | head -n 60
+    note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") kernels profiled (ncu_own.txt)"
+  else note "ncu: not installed"; fi
 fi
 
 if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there
@@ -113,10 +127,16 @@ if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact loss
   note "gpu crash test: $(tail -n 1 "$OUT/crash_gpu.log")"
 fi
 
-if has peer; then
-  timeout 500 python3 scripts/gpu/torch_llama_peer.py --layers "$layers" >"$OUT/peer.log" 2>&1
-  tail -n 5 "$OUT/peer.log"
-  while read -r l; do note "PEER $l"; done < <(grep '^pytorch' "$OUT/peer.log")
+if has peer; then  # both PyTorch peers, each both ways (optimizer every step, amortized over accumulation)
+  timeout "${PEER_TIMEOUT:-500}" python3 scripts/gpu/torch_peers.py --precision bf16 --layers "$layers" \
+    >"$OUT/peer_bf16.log" 2>&1
+  tail -n 6 "$OUT/peer_bf16.log"
+  if ls .deps/torchao-*.whl >/dev/null 2>&1 && bash scripts/gpu/peer_wheels.sh unpack >"$OUT/peer_unpack.log" 2>&1; then
+    PYTHONPATH=.deps/torchao_py timeout "${PEER_TIMEOUT:-500}" python3 scripts/gpu/torch_peers.py --precision float8 \
+      --layers "$layers" >"$OUT/peer_float8.log" 2>&1
+    tail -n 6 "$OUT/peer_float8.log"
+  else note "peer float8: no torchao (carry .deps/torchao-*.whl: scripts/gpu/peer_wheels.sh fetch)"; fi
+  while read -r l; do note "$l"; done < <(grep -h '^PEER' "$OUT"/peer_*.log)
 fi
 
 if has probe; then
