@@ -81,8 +81,9 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   const char *no = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
   if (no) return void(c->why = no);
   if (!lt_context()->autotune) return void(c->why = "GEMM_AUTOTUNE=0: no timing, cuBLASLt");
-  if (!fp4_gemm_fp8_supported(out_fp32, A.blk128, B.blk128, M, N, K))
-    return void(c->why = "cuBLASLt has no algorithm, so no bits to match: cuBLASLt's refusal stands");
+  // Not fp4_gemm_fp8_supported: it caches untimed plans (heuristic #0) that the real call would then
+  // find, so cuBLASLt would lose its own tuning. Its one documented refusal is a partial last K block.
+  if (K % 128) return void(c->why = "K is not a multiple of 128: cuBLASLt, as without tuning");
   const size_t bytes = (size_t)M * N * (out_fp32 ? 4 : 2);
   // the copies sit at out's offset from a 256-byte boundary: cuBLASLt keys its plan (and algorithm) on
   // the pointers' alignment, so the bits compared are those the real call gets
@@ -99,7 +100,8 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  // cuBLASLt's result from out as it is, the bits every candidate must have
+  // cuBLASLt's result from out as it is, the bits every candidate must have (its first call on this
+  // shape and alignment also chooses its algorithm, timed on these operands)
   if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta);
   int ncfg;
