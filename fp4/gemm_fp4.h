@@ -95,8 +95,9 @@ void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, 
 void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                         float beta, Fp4WgmmaCfg cfg);
 Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
-// Every configuration the kernel has (*n of them), for tuning, tests and benchmarks.
-const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n);
+// Every configuration the kernel has (*n of them), for tests and benchmarks; the first *tuned (if not
+// NULL) have run on hardware and are the ones fp4_gemm_fp8_on may choose.
+const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
 // or ours, per shape. FP8_KERNEL_TUNED times both on the shape's first call (its own operands, scratch

@@ -104,8 +104,8 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   // shape and alignment also chooses its algorithm, timed on these operands)
   if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta);
-  int ncfg;
-  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+  int all, ncfg;  // only the configurations that have run on hardware: a run must not be the first
+  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&all, &ncfg);
   int eligible[16], any = 0;
   if (ncfg > 16) die("fp4_gemm_fp8_on: %d configurations of our kernel (at most 16)", ncfg);
   for (int i = 0; i < ncfg; i++) {

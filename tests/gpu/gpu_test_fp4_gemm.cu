@@ -191,7 +191,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
     float *got_own = (float *)xmalloc(n * 4);
     int ncfg;
-    const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+    const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
     for (int ci = 0; ci < ncfg; ci++) {  // every configuration: width, cluster, pipelined
       const Fp4WgmmaCfg c = cfgs[ci];
       auto own = [&] { fp4_gemm_wgmma_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, c); };
@@ -556,7 +556,7 @@ static void bench_own(void) {
   } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
             {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
   int ncfg;
-  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg);
+  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
   char cname[16][12];
   printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
   for (int i = 0; i < ncfg && i < 16; i++) {
