@@ -236,10 +236,9 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // the B tile and multicasts it to all, so the B tile leaves L2 once per cluster (L2 bandwidth, not the
 // tensor cores, bounds 128 x 256 tiles without it). A stage is then free only when the consumers of
 // every CTA of the cluster have read it: the empty barriers count their arrivals across the cluster.
-// PIPE (BN 128, CM 1 only): two block accumulators in turn, so a warpgroup issues K block kb + 1's
-// MMAs before it waits for kb's and promotes them; the tensor cores then never wait on its promotion
-// (64 x 256 would need 256 registers for this; with the cluster's bookkeeping ptxas runs out of
-// registers and serializes the MMAs, its warning C7512).
+// PIPE (BN 128 only): two block accumulators in turn, so a warpgroup issues K block kb + 1's MMAs
+// before it waits for kb's and promotes them; the tensor cores then never wait on its promotion
+// (64 x 256 would need 256 registers for this).
 template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -265,7 +264,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
 
   if (wg == 0) {  // producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    // registers: 40 producer / 232 consumer, except pipelined in a cluster, whose consumers need 240
+    // (at 232 ptxas serializes their MMAs, C7512); its producer then makes do with 24
+    if constexpr (PIPE && CM > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
       int stage = 0;
       uint32_t phase = 0;
@@ -294,7 +296,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    if constexpr (PIPE && CM > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, warp = tid / 32, lane = tid % 32;  // consumer warpgroup 0/1: rows cw*64..
     const int rl = cw * 64 + warp * 16 + lane / 4;            // this thread's rows rl and rl + 8 of the tile
     const int cl = (lane % 4) * 2;                            // and columns cl + 8j + {0, 1} of each half
@@ -506,9 +509,9 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
   if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) ||
-      (c.pipelined && (c.bn != 128 || c.cluster != 1)))
-    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d (128 or 256; 1 or 2; pipelined: 128 wide, no cluster)",
-        c.bn, c.cluster, c.pipelined);
+      (c.pipelined && c.bn != 128))
+    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d (128 or 256; 1 or 2; pipelined: 128 wide only)", c.bn,
+        c.cluster, c.pipelined);
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
   Params p = {
@@ -519,7 +522,8 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
     if (c.cluster == 2) launch_cfg<256, 2, false>(out_fp32, mode, ma, mb, p);
     else launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
   } else if (c.pipelined) {
-    launch_cfg<128, 1, true>(out_fp32, mode, ma, mb, p);
+    if (c.cluster == 2) launch_cfg<128, 2, true>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<128, 1, true>(out_fp32, mode, ma, mb, p);
   } else {
     if (c.cluster == 2) launch_cfg<128, 2, false>(out_fp32, mode, ma, mb, p);
     else launch_cfg<128, 1, false>(out_fp32, mode, ma, mb, p);
@@ -539,7 +543,7 @@ extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
 
 // Every configuration; the first TUNED of them have run on an H200 (tests and the 8B step) and are
 // the ones the engine's tuner may pick: a configuration joins them once it has.
-static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0}, {256, 1, 0}, {128, 2, 0}, {256, 2, 0}, {128, 1, 1}};
+static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0}, {256, 1, 0}, {128, 2, 0}, {256, 2, 0}, {128, 1, 1}, {128, 2, 1}};
 static const int TUNED = 4;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
