@@ -85,9 +85,10 @@ int fp4_gemm_wgmma_available(void);
 const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
 // A launch configuration: tile width bn (128 or 256; the tile is 128 x bn), CTAs per cluster (1 or 2:
 // the B tile multicast to two tile rows), pipelined (bn 128 only: two block accumulators, the next K
-// block's MMAs in flight during a promotion).
+// block's MMAs in flight during a promotion), epi_smem (cluster 1 only: the epilogue staged through
+// shared memory for whole-row stores).
 typedef struct {
-  int bn, cluster, pipelined;
+  int bn, cluster, pipelined, epi_smem;
 } Fp4WgmmaCfg;
 // Dies naming the reason when unsupported. The _cfg form fixes the configuration (tuning, tests); the
 // plain one takes fp4_gemm_wgmma_default_cfg(M, N).
@@ -98,6 +99,8 @@ Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
 // Every configuration the kernel has (*n of them), for tests and benchmarks; the first *tuned (if not
 // NULL) have run on hardware and are the ones fp4_gemm_fp8_on may choose.
 const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned);
+// "256x1", "128x1p" (pipelined), "128x1e" (epilogue through shared memory): into buf, returned.
+const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
 // or ours, per shape. FP8_KERNEL_TUNED times both on the shape's first call (its own operands, scratch

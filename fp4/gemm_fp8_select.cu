@@ -167,7 +167,8 @@ extern "C" void fp4_gemm_fp8_choices_report(FILE *f) {
     char own[24] = "-", ratio[16] = "-", chosen[160];
     if (c->ms_own > 0)
       snprintf(own, sizeof own, "%.3f", c->ms_own), snprintf(ratio, sizeof ratio, "%.2fx", c->ms_lt / c->ms_own);
-    if (c->own) snprintf(chosen, sizeof chosen, "own %dx%d%s", c->cfg.bn, c->cfg.cluster, c->cfg.pipelined ? "p" : "");
+    char cn[16];
+    if (c->own) snprintf(chosen, sizeof chosen, "own %s", fp4_gemm_wgmma_cfg_name(c->cfg, cn, sizeof cn));
     else snprintf(chosen, sizeof chosen, "cuBLASLt%s%s", c->why ? ": " : "", c->why ? c->why : "");
     fprintf(f, "%6d %6d %6d %-9s %4s | %9.3f %9s %7s | %s (%ld calls)\n", k[3], k[4], k[5],
             k[1]   ? "BLKxVEC"

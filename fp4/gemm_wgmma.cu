@@ -37,13 +37,17 @@ constexpr int SMEM_LIMIT = 227 * 1024;
 
 // Per tile width BN (128 or 256): a stage holds the A tile, the B tile and the K block's VEC128 scales
 // (A's 128 rows, B's BN columns); the tiles come first (1024-aligned for the 128-byte swizzle), then
-// the scales, then the barriers.
-template <int BN>
+// the scales, then the barriers, then (EPI) each consumer warp's staging buffer for the epilogue: 16
+// rows x 64 fp32 columns, rows padded to 68 floats (16-byte aligned, fewer bank conflicts).
+constexpr int EPI_LD = 68, EPI_WARP_FLOATS = 16 * EPI_LD, EPI_BYTES = 8 * EPI_WARP_FLOATS * 4;
+template <int BN, bool EPI>
 struct Shape {
   static constexpr int B_BYTES = BN * BK, TILE_BYTES = A_BYTES + B_BYTES;
   static constexpr int SCALE_BYTES = (BM + BN) * 4;
-  static constexpr int STAGES = (SMEM_LIMIT - 1024 - 256) / (TILE_BYTES + SCALE_BYTES);
-  static constexpr int SMEM_BYTES = STAGES * (TILE_BYTES + SCALE_BYTES) + 2 * STAGES * 8 + 1024;
+  static constexpr int EPI_SMEM = EPI ? EPI_BYTES : 0;
+  static constexpr int STAGES = (SMEM_LIMIT - 1024 - 256 - EPI_SMEM) / (TILE_BYTES + SCALE_BYTES);
+  static constexpr int BAR_BYTES = (2 * STAGES * 8 + 15) / 16 * 16;
+  static constexpr int SMEM_BYTES = STAGES * (TILE_BYTES + SCALE_BYTES) + BAR_BYTES + EPI_SMEM + 1024;
 };
 
 struct Params {
@@ -239,17 +243,21 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // PIPE (BN 128 only): two block accumulators in turn, so a warpgroup issues K block kb + 1's MMAs
 // before it waits for kb's and promotes them; the tensor cores then never wait on its promotion
 // (64 x 256 would need 256 registers for this).
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE>
+// EPI: the epilogue goes through shared memory, a warp's 16 rows at a time, so that the stores to out
+// are whole 256-byte row pieces (fp32; 128 bytes BF16) instead of 16-byte pieces of 8 rows; the
+// arithmetic is the same, so are the bits.
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
 #ifdef WGMMA_KERNEL_BODY
-  using S = Shape<BN>;
+  using S = Shape<BN, EPI>;
   constexpr int STAGES = S::STAGES, NH = BN / 128, BNC = BN / CM;  // BNC: the B rows this CTA loads
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // 128B swizzle: 1024-aligned
   float *scales = (float *)(smem + STAGES * S::TILE_BYTES);                      // per stage: A's BM, B's BN
   uint64_t *full = (uint64_t *)(smem + STAGES * (S::TILE_BYTES + S::SCALE_BYTES)), *empty = full + STAGES;
+  float *epi = (float *)(smem + STAGES * (S::TILE_BYTES + S::SCALE_BYTES) + S::BAR_BYTES);  // (EPI)
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const uint32_t rank = CM > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
@@ -370,34 +378,84 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
       }
-      // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
+      if constexpr (EPI) {
+        // alpha * acc into this warp's buffer, 64 columns at a time; then row pieces of 4 columns,
+        // (+ beta * out) and stored; N % 8 == 0, so a piece is wholly in or out
+        float *ep = epi + (cw * 4 + warp) * EPI_WARP_FLOATS;
+        const int r_w = tm * BM + cw * 64 + warp * 16;
 #pragma unroll
-      for (int h = 0; h < NH; h++) {
+        for (int h = 0; h < NH; h++) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-          const int c = tn * BN + h * 128 + cl + 8 * j;
-          if (c >= p.N) continue;
+          for (int cc = 0; cc < 2; cc++) {
+            __syncwarp();  // the previous chunk has been read
 #pragma unroll
-          for (int i = 0; i < 2; i++) {
-            const int r = tm * BM + rl + 8 * i;
-            if (r >= p.M) continue;
-            const float *a = acc + 64 * h + 4 * j + 2 * i;
-            float v0 = p.alpha * a[0], v1 = p.alpha * a[1];
-            const size_t o = (size_t)r * p.N + c;
-            if (OUT_FP32) {
-              float2 *dst = (float2 *)((float *)p.out + o);
-              if (p.beta != 0.0f) {
-                float2 old = *dst;
-                v0 += p.beta * old.x, v1 += p.beta * old.y;
+            for (int jj = 0; jj < 8; jj++) {
+              const float *a = acc + 64 * h + 4 * (cc * 8 + jj);
+              const int col = cl + 8 * jj;
+              *(float2 *)(ep + (lane / 4) * EPI_LD + col) = make_float2(p.alpha * a[0], p.alpha * a[1]);
+              *(float2 *)(ep + (lane / 4 + 8) * EPI_LD + col) = make_float2(p.alpha * a[2], p.alpha * a[3]);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 8; it++) {
+              const int q = it * 32 + lane, row = q >> 4, c4 = (q & 15) * 4;
+              const int r = r_w + row, c = tn * BN + h * 128 + cc * 64 + c4;
+              if (r >= p.M || c >= p.N) continue;
+              float4 v = *(const float4 *)(ep + row * EPI_LD + c4);
+              const size_t o = (size_t)r * p.N + c;
+              if (OUT_FP32) {
+                float4 *dst = (float4 *)((float *)p.out + o);
+                if (p.beta != 0.0f) {
+                  const float4 old = *dst;
+                  v.x += p.beta * old.x, v.y += p.beta * old.y, v.z += p.beta * old.z, v.w += p.beta * old.w;
+                }
+                *dst = v;
+              } else {
+                uint2 *dst = (uint2 *)((__nv_bfloat16 *)p.out + o);
+                if (p.beta != 0.0f) {
+                  const uint2 u = *dst;
+                  const float2 o0 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x),
+                               o1 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+                  v.x += p.beta * o0.x, v.y += p.beta * o0.y, v.z += p.beta * o1.x, v.w += p.beta * o1.y;
+                }
+                const __nv_bfloat162 b0 = __floats2bfloat162_rn(v.x, v.y), b1 = __floats2bfloat162_rn(v.z, v.w);
+                uint2 u;
+                u.x = *(const uint32_t *)&b0, u.y = *(const uint32_t *)&b1;
+                *dst = u;
               }
-              *dst = make_float2(v0, v1);
-            } else {
-              __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
-              if (p.beta != 0.0f) {
-                float2 old = __bfloat1622float2(*dst);
-                v0 += p.beta * old.x, v1 += p.beta * old.y;
+            }
+          }
+        }
+      } else {
+        // epilogue: alpha * acc (+ beta * out); N % 8 == 0, so a column pair is wholly in or out
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+#pragma unroll
+          for (int j = 0; j < 16; j++) {
+            const int c = tn * BN + h * 128 + cl + 8 * j;
+            if (c >= p.N) continue;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+              const int r = tm * BM + rl + 8 * i;
+              if (r >= p.M) continue;
+              const float *a = acc + 64 * h + 4 * j + 2 * i;
+              float v0 = p.alpha * a[0], v1 = p.alpha * a[1];
+              const size_t o = (size_t)r * p.N + c;
+              if (OUT_FP32) {
+                float2 *dst = (float2 *)((float *)p.out + o);
+                if (p.beta != 0.0f) {
+                  float2 old = *dst;
+                  v0 += p.beta * old.x, v1 += p.beta * old.y;
+                }
+                *dst = make_float2(v0, v1);
+              } else {
+                __nv_bfloat162 *dst = (__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o);
+                if (p.beta != 0.0f) {
+                  float2 old = __bfloat1622float2(*dst);
+                  v0 += p.beta * old.x, v1 += p.beta * old.y;
+                }
+                *dst = __floats2bfloat162_rn(v0, v1);
               }
-              *dst = __floats2bfloat162_rn(v0, v1);
             }
           }
         }
@@ -442,38 +500,39 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
 // Launches on a persistent grid: one CTA per SM, in clusters of CM that the GPU can hold at once
 // (cudaOccupancyMaxActiveClusters: a GPC's SM count need not be a multiple of CM), at most one per
 // super tile.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI>
 void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE>;
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE, EPI>;
+  using S = Shape<BN, EPI>;
   static int max_clusters = 0;  // per instantiation
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = CM, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = Shape<BN>::SMEM_BYTES, cfg.stream = cuda_stream();
+  cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = S::SMEM_BYTES, cfg.stream = cuda_stream();
   cfg.attrs = attr, cfg.numAttrs = 1;
   if (!max_clusters) {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BN>::SMEM_BYTES));
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
     cfg.gridDim = dim3(cuda_sm_count() / CM * CM);
     CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, k, &cfg));
     if (max_clusters < 1)
-      die("fp4_gemm_wgmma: no cluster of %d CTAs with %d bytes of shared memory fits", CM, Shape<BN>::SMEM_BYTES);
+      die("fp4_gemm_wgmma: no cluster of %d CTAs with %d bytes of shared memory fits", CM, S::SMEM_BYTES);
   }
   const int super_tiles = (p.tiles_m + CM - 1) / CM * p.tiles_n;
   cfg.gridDim = dim3(CM * (super_tiles < max_clusters ? super_tiles : max_clusters));
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ma, mb, p));
 }
 
-template <int BN, int CM, bool PIPE>
+template <int BN, int CM, bool PIPE, bool EPI = false>
 void launch_cfg(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (out_fp32) {
-    if (mode == 1) launch<true, false, true, BN, CM, PIPE>(ma, mb, p);
-    else if (mode == 2) launch<false, true, true, BN, CM, PIPE>(ma, mb, p);
-    else launch<false, false, true, BN, CM, PIPE>(ma, mb, p);
+    if (mode == 1) launch<true, false, true, BN, CM, PIPE, EPI>(ma, mb, p);
+    else if (mode == 2) launch<false, true, true, BN, CM, PIPE, EPI>(ma, mb, p);
+    else launch<false, false, true, BN, CM, PIPE, EPI>(ma, mb, p);
   } else {
-    if (mode == 1) launch<true, false, false, BN, CM, PIPE>(ma, mb, p);
-    else if (mode == 2) launch<false, true, false, BN, CM, PIPE>(ma, mb, p);
-    else launch<false, false, false, BN, CM, PIPE>(ma, mb, p);
+    if (mode == 1) launch<true, false, false, BN, CM, PIPE, EPI>(ma, mb, p);
+    else if (mode == 2) launch<false, true, false, BN, CM, PIPE, EPI>(ma, mb, p);
+    else launch<false, false, false, BN, CM, PIPE, EPI>(ma, mb, p);
   }
 }
 
@@ -508,17 +567,22 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   const char *why = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
-  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) ||
-      (c.pipelined && c.bn != 128))
-    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d (128 or 256; 1 or 2; pipelined: 128 wide only)", c.bn,
-        c.cluster, c.pipelined);
+  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) || (c.epi_smem & ~1) ||
+      (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1))
+    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d, epi_smem %d (128 or 256; 1 or 2; pipelined: 128 "
+        "wide only; epi_smem: no cluster)",
+        c.bn, c.cluster, c.pipelined, c.epi_smem);
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
   Params p = {
       out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + c.bn - 1) / c.bn,
       alpha, beta};
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  if (c.bn == 256) {
+  if (c.epi_smem) {
+    if (c.bn == 256) launch_cfg<256, 1, false, true>(out_fp32, mode, ma, mb, p);
+    else if (c.pipelined) launch_cfg<128, 1, true, true>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<128, 1, false, true>(out_fp32, mode, ma, mb, p);
+  } else if (c.bn == 256) {
     if (c.cluster == 2) launch_cfg<256, 2, false>(out_fp32, mode, ma, mb, p);
     else launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
   } else if (c.pipelined) {
@@ -536,14 +600,20 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
 // pipelined variant is not measured yet; the tuned path (fp4_gemm_fp8_on) times every configuration.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
   const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
-  Fp4WgmmaCfg c = {256, 1, 0};
+  Fp4WgmmaCfg c = {256, 1, 0, 0};
   if (t256 < cuda_sm_count()) c.bn = 128;
   return c;
 }
 
+extern "C" const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg c, char *buf, int n) {
+  snprintf(buf, n, "%dx%d%s%s", c.bn, c.cluster, c.pipelined ? "p" : "", c.epi_smem ? "e" : "");
+  return buf;
+}
+
 // Every configuration; the first TUNED of them have run on an H200 (tests and the 8B step) and are
 // the ones the engine's tuner may pick: a configuration joins them once it has.
-static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0}, {256, 1, 0}, {128, 2, 0}, {256, 2, 0}, {128, 1, 1}, {128, 2, 1}};
+static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0}, {256, 1, 0, 0}, {128, 2, 0, 0}, {256, 2, 0, 0}, {128, 1, 1, 0},
+                                        {128, 2, 1, 0}, {128, 1, 0, 1}, {256, 1, 0, 1}, {128, 1, 1, 1}};
 static const int TUNED = 4;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);

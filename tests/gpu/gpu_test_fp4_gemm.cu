@@ -195,8 +195,8 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     for (int ci = 0; ci < ncfg; ci++) {  // every configuration: width, cluster, pipelined
       const Fp4WgmmaCfg c = cfgs[ci];
       auto own = [&] { fp4_gemm_wgmma_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, c); };
-      char path[16];
-      snprintf(path, sizeof path, "own%dx%d%s", c.bn, c.cluster, c.pipelined ? "p" : "");
+      char path[24], cn[16];
+      snprintf(path, sizeof path, "own%s", fp4_gemm_wgmma_cfg_name(c, cn, sizeof cn));
       run(got_own, own);
       vs_fp64(path, got_own, tol_fp8);
       run(got, own);
@@ -560,7 +560,7 @@ static void bench_own(void) {
   char cname[16][12];
   printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
   for (int i = 0; i < ncfg && i < 16; i++) {
-    snprintf(cname[i], sizeof cname[i], "%dx%d%s", cfgs[i].bn, cfgs[i].cluster, cfgs[i].pipelined ? "p" : "");
+    fp4_gemm_wgmma_cfg_name(cfgs[i], cname[i], sizeof cname[i]);
     printf(" %7s", cname[i]);
   }
   printf(" %6s %7s %6s | %s\n", "best", "default", "", "rel diff");
@@ -612,7 +612,8 @@ static void bench_own(void) {
                       : "wgrad",
              M, N, K, fl / ms[0] / 1e9);
       for (int w = 1; w < nw - 1; w++) printf(" %7.0f", fl / ms[w] / 1e9);
-      printf(" %5.2fx %3dx%d%s %5.2fx | %.1e\n", ms[0] / best, def.bn, def.cluster, def.pipelined ? "p" : "",
+      char dn[16];
+      printf(" %5.2fx %7s %5.2fx | %.1e\n", ms[0] / best, fp4_gemm_wgmma_cfg_name(def, dn, sizeof dn),
              ms[0] / ms[nw - 1], d);
       CHECK(d < (f32 ? TOL_FP8 : TOL_BF16), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
       free(g1), free(g2);
