@@ -78,7 +78,7 @@ fi
 if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu_test_fp4_gemm --profile)
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
   if [ -n "$NCU" ]; then
-    timeout 300 "$NCU" --clock-control none --kernel-name regex:wgmma_gemm --launch-skip 3 --launch-count 3 \
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:wgmma_gemm --launch-skip 4 --launch-count 4 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
     grep -E "wgmma_gemm_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall" \

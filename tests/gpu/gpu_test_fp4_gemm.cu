@@ -627,7 +627,7 @@ static void bench_own(void) {
 }
 
 // --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration
-// (128x1, 256x1, 128x1 pipelined) and
+// (128x1, 256x1, 128x1p pipelined, 256x1e staged epilogue) and
 // one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
 // kernel name) to profile the kernels themselves.
 static int profile_own(void) {
@@ -635,9 +635,9 @@ static int profile_own(void) {
   const Fp8Operand A = fp4_bench_operand(M, K, 0, 7), B = fp4_bench_operand(N, K, 1, 8);
   void *o;
   CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
-  const Fp4WgmmaCfg cfgs[3] = {{128, 1, 0}, {256, 1, 0}, {128, 1, 1}};
+  const Fp4WgmmaCfg cfgs[4] = {{128, 1, 0, 0}, {256, 1, 0, 0}, {128, 1, 1, 0}, {256, 1, 0, 1}};
   for (int i = 0; i < 2; i++)
-    for (int c = 0; c < 3; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
+    for (int c = 0; c < 4; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
   for (int i = 0; i < 2; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaFree(o));
