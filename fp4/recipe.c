@@ -43,7 +43,8 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   PICK(gemm, "precision.fp4_gemm", s->fp4_gemm, RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
   if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && !nv ? GEMM_FP8_EMBED : GEMM_REFERENCE;
   else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
-  r->fp8_kernel = gemm == 4 ? FP8_KERNEL_OWN : gemm == 5 ? FP8_KERNEL_CUBLASLT : FP8_KERNEL_TUNED;
+  // auto keeps cuBLASLt until the tuned path (fp8) has run on hardware: a default is not where code first runs
+  r->fp8_kernel = gemm == 4 ? FP8_KERNEL_OWN : gemm == 2 ? FP8_KERNEL_TUNED : FP8_KERNEL_CUBLASLT;
   if (r->fp8_kernel == FP8_KERNEL_OWN && cc && cc != 90)
     return snprintf(err, errlen, "precision.fp4_gemm: fp8_own is a Hopper (sm_90) kernel; this GPU is sm_%d", cc), -1;
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
@@ -74,11 +75,8 @@ int recipe_check(const Recipe *r, char *err, int errlen) {
            -1;
   if (r->fp8_kernel != FP8_KERNEL_TUNED && r->fp8_kernel != FP8_KERNEL_CUBLASLT && r->fp8_kernel != FP8_KERNEL_OWN)
     return snprintf(err, errlen, "precision.fp4_gemm: FP8 kernel %d is not an Fp8Kernel", (int)r->fp8_kernel), -1;
-  if (r->fp8_kernel != FP8_KERNEL_TUNED && r->gemm != GEMM_FP8_EMBED)
-    return snprintf(err, errlen,
-                    "precision.fp4_gemm: fp8_own and fp8_cublaslt run the FP8 embedding (Recipe.gemm "
-                    "GEMM_FP8_EMBED)"),
-           -1;
+  if (r->fp8_kernel == FP8_KERNEL_OWN && r->gemm != GEMM_FP8_EMBED)  // the others mean nothing elsewhere
+    return snprintf(err, errlen, "precision.fp4_gemm: fp8_own runs the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)"), -1;
   if (r->bf16_first < 0 || r->bf16_last < 0)
     return snprintf(err, errlen, "precision.bf16_first_blocks/bf16_last_blocks must be >= 0"), -1;
   return 0;

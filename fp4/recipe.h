@@ -51,10 +51,11 @@ typedef struct {
 //   mxfp4: SR for Dgrad only, H32, 2D weights, round-up scales (the paper's recipe)
 //   nvfp4: SR for Dgrad and Wgrad, H16, 2D 16x16 weights (TE's recipe)
 // fp4_gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90,
-// the reference elsewhere. "fp8" is the FP8 embedding with its kernel tuned per shape (FP8_KERNEL_TUNED:
-// ours only where it is faster and has cuBLASLt's bits); "fp8_cublaslt" and "fp8_own" force one (ours:
-// sm_90 only) (cc = major*10 + minor; 0 when there is no GPU). wgrad_2d: auto (dy on the FP8 path) |
-// off | dy | x; other back ends ignore it. Then recipe_check. Returns 0, or -1 with err naming the key.
+// the reference elsewhere, the FP8 embedding on cuBLASLt. "fp8" is the FP8 embedding with its kernel
+// tuned per shape (FP8_KERNEL_TUNED: ours only where it is faster and has cuBLASLt's bits; opt-in until
+// it has run on hardware); "fp8_cublaslt" and "fp8_own" force one (ours: sm_90 only) (cc = major*10 + minor; 0 when
+// there is no GPU). wgrad_2d: auto (dy on the FP8 path) | off | dy | x; other back ends ignore it. Then recipe_check.
+// Returns 0, or -1 with err naming the key.
 int recipe_resolve(Recipe *r, const RecipeSpec *spec, int cc, char *err, int errlen);
 
 // The combinations no back end runs, however r was made (recipe_resolve, or a test by hand): 0, or

@@ -112,7 +112,7 @@ static const Key KEYS[] = {
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
           "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the faster of "
           "cuBLASLt and our wgmma kernel where their bits agree), fp8_cublaslt or fp8_own (one of the two), fp4 "
-          "(Blackwell native)"),
+          "(Blackwell native); auto: fp4 on Blackwell, fp8_cublaslt on Hopper"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),

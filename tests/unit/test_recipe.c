@@ -36,9 +36,9 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
 
-  TEST_SECTION("the FP8 embedding's kernel: tuned per shape by default, or cuBLASLt or ours forced");
+  TEST_SECTION("the FP8 embedding's kernel: cuBLASLt by default, tuned per shape (fp8), or ours forced");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
-  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_TUNED, "auto on Hopper: gemm %d kernel %d", r.gemm,
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT, "auto on Hopper: gemm %d kernel %d", r.gemm,
         r.fp8_kernel);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", 0, 0, 90, err) && r.fp8_kernel == FP8_KERNEL_TUNED,
         "fp8: tuned (%d)", r.fp8_kernel);
