@@ -9,11 +9,6 @@
 
 static LtContext g_ctx;
 
-// Timing effort when a plan is chosen: one warm-up call per candidate, then TUNE_ROUNDS interleaved
-// passes of about TUNE_TARGET_MS each; a candidate keeps its best pass.
-static const int TUNE_ROUNDS = 2;
-static const double TUNE_TARGET_MS = 2.0;
-
 const LtContext *lt_context(void) {
   if (g_ctx.handle) return &g_ctx;
   const char *e = getenv("GEMM_AUTOTUNE");
@@ -64,8 +59,8 @@ static int lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasL
   return valid;
 }
 
-// Mean milliseconds per call over `reps` back-to-back calls, or -1 if the algorithm refuses to run.
-static double time_calls(LtLaunch launch, void *ctx, const cublasLtMatmulAlgo_t *algo, int reps) {
+// Mean milliseconds per call of candidate i over `reps` back-to-back calls, or -1 if it refuses to run.
+static double time_calls(TuneRun run, void *ctx, int i, int reps) {
   static cudaEvent_t ev[2];
   if (!ev[0]) {
     CUDA_CHECK(cudaEventCreate(&ev[0]));
@@ -73,7 +68,7 @@ static double time_calls(LtLaunch launch, void *ctx, const cublasLtMatmulAlgo_t 
   }
   CUDA_CHECK(cudaEventRecord(ev[0], cuda_stream()));
   for (int r = 0; r < reps; r++)
-    if (launch(ctx, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    if (run(ctx, i)) return -1;
   CUDA_CHECK(cudaEventRecord(ev[1], cuda_stream()));
   CUDA_CHECK(cudaEventSynchronize(ev[1]));
   CUDA_CHECK_LAUNCH();
@@ -82,28 +77,40 @@ static double time_calls(LtLaunch launch, void *ctx, const cublasLtMatmulAlgo_t 
   return ms / reps;
 }
 
-// Times candidates 0..n-1 (n <= 16): a warm-up call each sizes the passes to ~target_ms, then
-// `rounds` interleaved passes keep each candidate's best per-call time in ms[i] (-1: it refused to
-// run). Returns the fastest's index, or -1 if none ran. Syncs: call outside the hot path.
-static int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
-                           double target_ms, double *ms) {
+int tune_pick_fastest(TuneRun run, void *ctx, int n, int rounds, double target_ms, double *ms) {
   int reps[16];
   if (n > 16) n = 16;
   for (int i = 0; i < n; i++) {  // warm-up call; its time (first-call costs included) sizes the passes
-    ms[i] = time_calls(launch, ctx, &res[i].algo, 1);
+    ms[i] = time_calls(run, ctx, i, 1);
     double r = ms[i] > 0 ? target_ms / ms[i] : 1;
     reps[i] = r < 1 ? 1 : r > 200 ? 200 : (int)r;
   }
   for (int round = 0; round < rounds; round++)
     for (int i = 0; i < n; i++) {
       if (ms[i] < 0) continue;
-      double t = time_calls(launch, ctx, &res[i].algo, reps[i]);
+      double t = time_calls(run, ctx, i, reps[i]);
       if (t > 0 && (round == 0 || t < ms[i])) ms[i] = t;  // round 0 replaces the warm-up's time
     }
   int best = -1;
   for (int i = 0; i < n; i++)
     if (ms[i] > 0 && (best < 0 || ms[i] < ms[best])) best = i;
   return best;
+}
+
+// cuBLASLt's candidates as tune_pick_fastest's: candidate i is heuristic result i.
+typedef struct {
+  LtLaunch launch;
+  void *ctx;
+  const cublasLtMatmulHeuristicResult_t *res;
+} AlgoRun;
+static int algo_run(void *ctx, int i) {
+  const AlgoRun *a = (const AlgoRun *)ctx;
+  return a->launch(a->ctx, &a->res[i].algo) != CUBLAS_STATUS_SUCCESS;
+}
+static int lt_pick_fastest(LtLaunch launch, void *ctx, const cublasLtMatmulHeuristicResult_t *res, int n, int rounds,
+                           double target_ms, double *ms) {
+  AlgoRun a = {launch, ctx, res};
+  return tune_pick_fastest(algo_run, &a, n, rounds, target_ms, ms);
 }
 
 // ---- the plan cache -----------------------------------------------------------------------------
@@ -190,7 +197,7 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
     *out = copy;
   }
   double ms[16];
-  int best = lt_pick_fastest(launch, ctx, res, n, TUNE_ROUNDS, TUNE_TARGET_MS, ms);
+  int best = lt_pick_fastest(launch, ctx, res, n, LT_TUNE_ROUNDS, LT_TUNE_TARGET_MS, ms);
   if (accumulate) {
     CUDA_CHECK(cudaFree(*out));
     *out = real;

@@ -22,6 +22,19 @@ void lt_context_release(void);
 // Runs one call of the GEMM being tuned with `algo` on cuda_stream().
 typedef cublasStatus_t (*LtLaunch)(void *ctx, const cublasLtMatmulAlgo_t *algo);
 
+// ---- timing candidates --------------------------------------------------------------------------
+// The timing effort when a choice is made at a first call: one warm-up call per candidate, then
+// LT_TUNE_ROUNDS interleaved passes of about LT_TUNE_TARGET_MS each; a candidate keeps its best pass.
+#define LT_TUNE_ROUNDS 2
+#define LT_TUNE_TARGET_MS 2.0
+// Runs candidate i once on cuda_stream(): 0, or nonzero if it refuses to run.
+typedef int (*TuneRun)(void *ctx, int i);
+// Times candidates 0..n-1 (n <= 16): a warm-up call each sizes the passes to ~target_ms, then `rounds`
+// interleaved passes keep each candidate's best per-call time in ms[i] (-1: it refused to run).
+// Returns the fastest's index, or -1 if none ran. Syncs: call outside the hot path. cuBLASLt's
+// algorithms are timed with it, and fp4_gemm_fp8_on's kernels (fp4/gemm_fp8_select.cu).
+int tune_pick_fastest(TuneRun run, void *ctx, int n, int rounds, double target_ms, double *ms);
+
 // ---- the plan cache -----------------------------------------------------------------------------
 // A plan: one GEMM kind's descriptors at one key and the algorithm kept. The key is ints (compared
 // whole): key[0] the kind, then the kind's own fields (shape, layouts, types, beta != 0, alignment).

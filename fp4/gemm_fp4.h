@@ -82,7 +82,7 @@ void fp4_bench_operand_free(Fp8Operand o);
 // for sm_90a only).
 int fp4_gemm_wgmma_available(void);
 // NULL if the kernel takes this GEMM, else why not (shape, scale pair, alignment, device).
-const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
+const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, int M, int N, int K);
 // A launch configuration: tile width bn (128 or 256; the tile is 128 x bn), CTAs per cluster (1 or 2:
 // the B tile multicast to two tile rows), pipelined (bn 128 only: two block accumulators, the next K
 // block's MMAs in flight during a promotion), epi_smem (cluster 1 only: the epilogue staged through

@@ -22,8 +22,6 @@
 namespace {
 
 constexpr int MAX_CHOICES = 512;  // distinct GEMM shapes of a run: a dozen per model
-constexpr int TIME_ROUNDS = 2;    // interleaved passes per candidate; a candidate keeps its best
-constexpr double TIME_TARGET_MS = 2.0;
 
 struct Cache {
   Fp8Choice c[MAX_CHOICES];
@@ -41,8 +39,8 @@ __global__ void count_diff_kernel(const uint32_t *a, const uint32_t *b, size_t n
 // Words of two device buffers that differ (bytes a multiple of 4; syncs).
 unsigned long long count_diff(const void *a, const void *b, size_t bytes, unsigned long long *d_diff) {
   CUDA_CHECK(cudaMemsetAsync(d_diff, 0, sizeof *d_diff, cuda_stream()));
-  count_diff_kernel<<<cuda_sm_count() * 4, 256, 0, cuda_stream()>>>((const uint32_t *)a, (const uint32_t *)b, bytes / 4,
-                                                                    d_diff);
+  count_diff_kernel<<<cuda_grid(bytes / 4, 256), 256, 0, cuda_stream()>>>((const uint32_t *)a, (const uint32_t *)b,
+                                                                          bytes / 4, d_diff);
   CUDA_CHECK_LAUNCH();
   unsigned long long h = 0;
   CUDA_CHECK(cudaMemcpyAsync(&h, d_diff, sizeof h, cudaMemcpyDeviceToHost, cuda_stream()));
@@ -50,27 +48,20 @@ unsigned long long count_diff(const void *a, const void *b, size_t bytes, unsign
   return h;
 }
 
-// Milliseconds per call of f, best of TIME_ROUNDS passes of about TIME_TARGET_MS (one warm-up call,
-// which also sizes the passes).
-template <typename F>
-double time_ms(F f, cudaEvent_t e0, cudaEvent_t e1) {
-  float t;
-  CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-  f();
-  CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-  const int reps = t > 0 ? (int)(TIME_TARGET_MS / t) + 1 : 8;
-  double best = 1e30;
-  for (int r = 0; r < TIME_ROUNDS; r++) {
-    CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-    for (int i = 0; i < reps; i++) f();
-    CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (t / reps < best) best = t / reps;
-  }
-  return best;
+// The candidates timed at a shape's first call: 0 cuBLASLt into ref, i > 0 our configuration cfg[i]
+// into got (scratch copies: an accumulating one keeps adding, the time is the same).
+struct Timed {
+  void *ref, *got;
+  int out_fp32, M, N, K;
+  Fp8Operand A, B;
+  float alpha, beta;
+  Fp4WgmmaCfg cfg[16];
+};
+int run_timed(void *ctx, int i) {
+  const Timed *t = (const Timed *)ctx;
+  if (i == 0) fp4_gemm_fp8(t->ref, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta);
+  else fp4_gemm_wgmma_cfg(t->got, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta, t->cfg[i]);
+  return 0;
 }
 
 // Fills c (key fields set) by timing both kernels on this call's operands; out is only read.
@@ -78,7 +69,7 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
             float beta) {
   c->own = 0, c->ms_lt = c->ms_own = 0, c->why = NULL;
   if (!fp4_gemm_wgmma_available()) return void(c->why = "no sm_90 device for our kernel");
-  const char *no = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
+  const char *no = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
   if (no) return void(c->why = no);
   if (!lt_context()->autotune) return void(c->why = "GEMM_AUTOTUNE=0: no timing, cuBLASLt");
   // Not fp4_gemm_fp8_supported: it caches untimed plans (heuristic #0) that the real call would then
@@ -97,34 +88,27 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
     return void(c->why = "no device memory for the timing copies: cuBLASLt");
   }
   void *ref = ref_base + shift, *got = got_base + shift;
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
   // cuBLASLt's result from out as it is, the bits every candidate must have (its first call on this
   // shape and alignment also chooses its algorithm, timed on these operands)
   if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta);
   int all, ncfg;  // only the configurations that have run on hardware: a run must not be the first
   const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&all, &ncfg);
-  int eligible[16], any = 0;
-  if (ncfg > 16) die("fp4_gemm_fp8_on: %d configurations of our kernel (at most 16)", ncfg);
-  for (int i = 0; i < ncfg; i++) {
+  Timed t = {ref, got, out_fp32, M, N, K, A, B, alpha, beta, {}};
+  int n = 1;  // candidate 0 is cuBLASLt; then ours with its bits
+  for (int i = 0; i < ncfg && n < 16; i++) {
     if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(got, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
     fp4_gemm_wgmma_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, cfgs[i]);
-    eligible[i] = count_diff(ref, got, bytes, d_diff) == 0;
-    any |= eligible[i];
+    if (count_diff(ref, got, bytes, d_diff) == 0) t.cfg[n++] = cfgs[i];
   }
-  // timing: repeated calls into the scratch copies (an accumulating one keeps adding: the time is the same)
-  c->ms_lt = time_ms([&] { fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta); }, e0, e1);
-  for (int i = 0; i < ncfg; i++) {
-    if (!eligible[i]) continue;
-    const double ms = time_ms([&] { fp4_gemm_wgmma_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, cfgs[i]); }, e0, e1);
-    if (c->ms_own == 0 || ms < c->ms_own) c->ms_own = ms, c->cfg = cfgs[i];
+  if (n == 1) c->why = "no configuration of our kernel had cuBLASLt's bits: cuBLASLt";
+  else {
+    double ms[16];
+    const int best = tune_pick_fastest(run_timed, &t, n, LT_TUNE_ROUNDS, LT_TUNE_TARGET_MS, ms);
+    int own = 1;  // our fastest
+    for (int i = 2; i < n; i++) own = ms[i] < ms[own] ? i : own;
+    c->ms_lt = ms[0], c->ms_own = ms[own], c->cfg = t.cfg[own], c->own = best > 0;  // best > 0: best == own
   }
-  if (!any) c->why = "no configuration of our kernel had cuBLASLt's bits: cuBLASLt";
-  else c->own = c->ms_own < c->ms_lt;
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
   CUDA_FREE_ALL(ref_base, got_base, d_diff);
 }
 

@@ -551,8 +551,7 @@ extern "C" int fp4_gemm_wgmma_available(void) {
   return avail;
 }
 
-extern "C" const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K) {
-  (void)out_fp32;
+extern "C" const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, int M, int N, int K) {
   if (!fp4_gemm_wgmma_available()) return "needs an sm_90 GPU (Hopper) and this build's sm_90a code";
   if (A.blk128 && B.blk128) return "A and B both BLK128x128 is not a supported scale pair";
   if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 16) return "needs N % 8 == 0 and K % 16 == 0 (TMA row strides)";
@@ -564,7 +563,7 @@ extern "C" const char *fp4_gemm_wgmma_unsupported(int out_fp32, Fp8Operand A, Fp
 
 extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
                                    float alpha, float beta, Fp4WgmmaCfg c) {
-  const char *why = fp4_gemm_wgmma_unsupported(out_fp32, A, B, M, N, K);
+  const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
   if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) || (c.epi_smem & ~1) ||
@@ -595,9 +594,10 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
 }
 
 // 128 x 256 tiles alone: the fastest of 128x1, 256x1, 128x2 and 256x2 on every one of the 21 GEMMs of
-// an 8B block on the H200 (61329a4; clusters of two cost 30-35%: L2 is not what bounds these tiles),
+// an 8B block on the H200 (61329a4; clusters of two cost 14-49%: L2 is not what bounds these tiles),
 // unless that leaves SMs idle (fewer tiles than SMs), where 128-wide tiles fill them better. The
-// pipelined variant is not measured yet; the tuned path (fp4_gemm_fp8_on) times every configuration.
+// pipelined and staged-epilogue variants are not measured yet; the tuned path (fp4_gemm_fp8_on)
+// times the configurations that have run on hardware.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
   const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
   Fp4WgmmaCfg c = {256, 1, 0, 0};

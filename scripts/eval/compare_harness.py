@@ -24,12 +24,15 @@ checkpoint, document by document.
 
 With --limit both take the first N documents of each task (of each MMLU subject: the harness limits
 each subtask of its group, and the engine's eval.limit does the same for MMLU); with --mmlu-subjects
-the harness runs only those subjects and the documents both scored are compared. Few-shot examples of HellaSwag, ARC and WinoGrande differ by design (the harness draws them
-from training splits the local files do not have; the engine from the same file), so with shots
-those tasks agree only in aggregate; MMLU's (the first k dev questions of the subject) are the
-harness's own.
+the harness runs only those subjects and the documents both scored are compared. Few-shot examples of
+HellaSwag, ARC and WinoGrande differ by design (the local files have no training split, so the
+harness samples them from the evaluated file with its own seeded sampler, the engine from the same
+file with its seed), so with shots those tasks agree only in aggregate: the table's s.e. column, the
+binomial standard error of the harness's figure, is the yardstick; MMLU's (the first k dev questions
+of the subject) are the harness's own.
 """
 import argparse
+import math
 import json
 import os
 import subprocess
@@ -192,12 +195,16 @@ def print_table(rows):
     """The comparison table, one line per (task, shots), then the totals over them (documents, same acc
     choice) and the largest margin of a document whose choice differs."""
     print(f"\n{'task':<14} {'shots':>5} {'docs':>6} {'same acc choice':>16} {'acc engine':>10} {'acc harness':>11} "
-          f"{'same norm choice':>17} {'norm engine':>11} {'norm harness':>12} {'max |dloglik|':>13}")
+          f"{'same norm choice':>17} {'norm engine':>11} {'norm harness':>12} {'max |dloglik|':>13} {'s.e.':>6}")
     for r in rows:
         norm = (f"{r['same_choice_norm']:>17} {r['acc_norm_engine']:>11.4f} {r['acc_norm_harness']:>12.4f}"
                 if "same_choice_norm" in r else f"{'-':>17} {'-':>11} {'-':>12}")
+        # the binomial standard error of the harness's figure (acc_norm where there is one): the yardstick
+        # for engine-vs-harness gaps when the few-shot examples differ by design
+        p = r.get("acc_norm_harness", r["acc_harness"])
+        se = math.sqrt(p * (1 - p) / r["docs"]) if r["docs"] else 0.0
         print(f"{r['task']:<14} {r['shots']:>5} {r['docs']:>6} {r['same_choice']:>16} {r['acc_engine']:>10.4f} "
-              f"{r['acc_harness']:>11.4f} {norm} {r['max_abs_dloglik']:>13.2e}")
+              f"{r['acc_harness']:>11.4f} {norm} {r['max_abs_dloglik']:>13.2e} {se:>6.3f}")
         for fl in r["flips"][:3]:
             print(f"    differs: doc {fl['doc']}: engine {fl['ours']}, harness {fl['harness']} "
                   f"(harness's top-two margin {fl['harness_margin']:.2e})")
