@@ -78,12 +78,13 @@ fi
 if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu_test_fp4_gemm --profile)
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
   if [ -n "$NCU" ]; then
-    timeout 300 "$NCU" --clock-control none --kernel-name regex:wgmma_gemm --launch-skip 4 --launch-count 4 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-      build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
-    grep -E "wgmma_gemm_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall" \
-      "$OUT/ncu_own.txt" | head -n 60
-    note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") kernels profiled (ncu_own.txt)"
+    # every kernel of the run (operand set-up, ours, cuBLASLt's): cuBLASLt's beside ours, same sections
+    timeout 400 "$NCU" --clock-control none --launch-count 60 --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
+      --section Occupancy build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
+    grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall|Registers Per|Executed Ipc A" \
+      "$OUT/ncu_own.txt" | grep -vE "fill|init|rng|quant|embed" | head -n 120
+    note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") own kernels profiled, $(grep -cE '^  [A-Za-z_].*\(' "$OUT/ncu_own.txt") in all (ncu_own.txt)"
   else note "ncu: not installed"; fi
 fi
 
