@@ -73,11 +73,13 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
-// Arrives on the barrier at the same shared-memory offset in cluster CTA `rank` (this one included).
+// Arrives on the barrier at the same shared-memory offset in cluster CTA `rank` (this one included),
+// at the default (release, CTA) semantics: what the arrival publishes is that this CTA's MMAs have
+// finished reading a stage (wgmma.wait_group), which the peer's TMA may then overwrite.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank) {
   asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, "
-      "[ra];\n}\n" ::"r"(smem_u32(bar)),
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(
+          smem_u32(bar)),
       "r"(rank)
       : "memory");
 }
@@ -104,7 +106,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
   for (uint32_t polls = 0;; polls++) {
     uint32_t done;
     asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
         "p;\n}\n"
         : "=r"(done)
         : "r"(smem_u32(bar)), "r"(parity)
@@ -123,7 +125,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 // never completes here still ends in a trap: the producer then waits for a stage nobody releases.
 __device__ __forceinline__ void mbar_wait_spin(uint64_t *bar, uint32_t parity) {
   asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n@!p bra "
+      "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra "
       "WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity)
       : "memory");
@@ -216,11 +218,9 @@ __device__ __forceinline__ void promote(float *a, const float *blk, float sa0, f
 template <int CM>
 __device__ __forceinline__ void release_stage(uint64_t *empty, int lane) {
   __syncwarp();
-  if (lane == 0) {
-    if (CM == 1) mbar_arrive(empty);
-    else
-      for (int r = 0; r < CM; r++) mbar_arrive_cluster(empty, r);
-  }
+  if (CM == 1) {
+    if (lane == 0) mbar_arrive(empty);
+  } else if (lane < CM) mbar_arrive_cluster(empty, lane);  // lane r arrives in CTA r, in parallel
 }
 
 // Output tile t in the grouped order: GROUP_M tile rows at a time, column by column inside a group.
@@ -320,12 +320,18 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
       if constexpr (PIPE) {
         static_assert(NH == 1, "the pipelined mainloop holds two 64 x 128 block accumulators");
-        float sab[2], sbb[2];
-        // issues K block kb's MMAs into blk2[i] (after its stage's barrier), with its BLK scales
+        float sa0b[2], sa1b[2], sbb[2];
+        // issues K block kb's MMAs into blk2[i] (after its stage's barrier), with its scales: the BLK
+        // ones from global memory, A's VEC ones from the stage (so that a B_BLK stage can be released
+        // as soon as its MMAs are done, before the promotion)
         auto issue = [&](int i, int kb) {
-          sab[i] = A_BLK && tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
+          const float sab = A_BLK && tm < p.tiles_m ? __ldg(p.sa + (size_t)tm * p.l4 + kb) : 1.0f;
           sbb[i] = B_BLK && tn * 128 < p.N ? __ldg(p.sb + (size_t)tn * p.l4 + kb) : 1.0f;
           mbar_wait_spin(&full[stage], phase);
+          if (B_BLK) {  // (else finish reads them: it releases the stage after the promotion anyway)
+            const float *sc = scales + stage * (BM + BN);
+            sa0b[i] = A_BLK ? sab : sc[rl], sa1b[i] = A_BLK ? sab : sc[rl + 8];
+          } else sa0b[i] = sab;
           const uint8_t *st = smem + stage * S::TILE_BYTES;
           const uint64_t da = smem_desc(st + cw * 64 * BK), db = smem_desc(st + A_BYTES);
           wgmma_fence();
@@ -334,11 +340,15 @@ __global__ void __launch_bounds__(THREADS, 1)
           wgmma_commit();
           if (++stage == STAGES) stage = 0, phase ^= 1;
         };
-        // promotes blk2[i] (its MMAs complete) and releases its stage, the oldest held
+        // promotes blk2[i] (its MMAs complete) and releases its stage, the oldest held: before the
+        // promotion unless it still has to read B's VEC scales from the stage
         auto finish = [&](int i) {
           const float *sc = scales + rstage * (BM + BN);
-          promote<B_BLK>(acc, blk2[i], A_BLK ? sab[i] : sc[rl], A_BLK ? sab[i] : sc[rl + 8], sbb[i], sc + BM + cl);
-          release_stage<CM>(&empty[rstage], lane);
+          if (B_BLK) release_stage<CM>(&empty[rstage], lane);
+          if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
+          else
+            promote<false>(acc, blk2[i], A_BLK ? sa0b[i] : sc[rl], A_BLK ? sa0b[i] : sc[rl + 8], sbb[i], sc + BM + cl);
+          if (!B_BLK) release_stage<CM>(&empty[rstage], lane);
           if (++rstage == STAGES) rstage = 0;
         };
         // straight-line steady state (buffer 0 in flight at the loop head), so ptxas can see which
@@ -567,9 +577,9 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
   if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) || (c.epi_smem & ~1) ||
-      (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1))
+      (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1 && !c.pipelined))
     die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d, epi_smem %d (128 or 256; 1 or 2; pipelined: 128 "
-        "wide only; epi_smem: no cluster)",
+        "wide only; epi_smem: no cluster unless pipelined)",
         c.bn, c.cluster, c.pipelined, c.epi_smem);
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
@@ -579,6 +589,7 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
   if (c.epi_smem) {
     if (c.bn == 256) launch_cfg<256, 1, false, true>(out_fp32, mode, ma, mb, p);
+    else if (c.pipelined && c.cluster == 2) launch_cfg<128, 2, true, true>(out_fp32, mode, ma, mb, p);
     else if (c.pipelined) launch_cfg<128, 1, true, true>(out_fp32, mode, ma, mb, p);
     else launch_cfg<128, 1, false, true>(out_fp32, mode, ma, mb, p);
   } else if (c.bn == 256) {
@@ -593,15 +604,12 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   }
 }
 
-// 128 x 256 tiles alone: the fastest of 128x1, 256x1, 128x2 and 256x2 on every one of the 21 GEMMs of
-// an 8B block on the H200 (61329a4; clusters of two cost 14-49%: L2 is not what bounds these tiles),
-// unless that leaves SMs idle (fewer tiles than SMs), where 128-wide tiles fill them better. The
-// pipelined and staged-epilogue variants are not measured yet; the tuned path (fp4_gemm_fp8_on)
-// times the configurations that have run on hardware.
+// The pipelined 128 x 128 tile with the staged epilogue: the fastest configuration on 16 of the 21
+// GEMMs of an 8B block on the H200 at 61c012c (703-955 TFLOP/s; 256x1e on the fp32 Wgrads), and the
+// one with the most tiles to spread over the SMs. The tuned path (fp4_gemm_fp8_on) times the rest.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
-  const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
-  Fp4WgmmaCfg c = {256, 1, 0, 0};
-  if (t256 < cuda_sm_count()) c.bn = 128;
+  (void)M, (void)N;
+  const Fp4WgmmaCfg c = {128, 1, 1, 1};
   return c;
 }
 
@@ -613,8 +621,8 @@ extern "C" const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg c, char *buf, int n) 
 // Every configuration; the first TUNED of them have run on an H200 (tests and the 8B step) and are
 // the ones the engine's tuner may pick: a configuration joins them once it has.
 static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0}, {256, 1, 0, 0}, {128, 2, 0, 0}, {256, 2, 0, 0}, {128, 1, 1, 0},
-                                        {128, 2, 1, 0}, {128, 1, 0, 1}, {256, 1, 0, 1}, {128, 1, 1, 1}};
-static const int TUNED = 4;
+                                        {128, 2, 1, 0}, {128, 1, 0, 1}, {256, 1, 0, 1}, {128, 1, 1, 1}, {128, 2, 1, 1}};
+static const int TUNED = 9;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
   if (tuned) *tuned = TUNED;

@@ -83,7 +83,12 @@ if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu
       --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
       --section Occupancy build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
     grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall|Registers Per|Executed Ipc A" \
-      "$OUT/ncu_own.txt" | grep -vE "fill|init|rng|quant|embed" | head -n 120
+      "$OUT/ncu_own.txt" | grep -vE "fill|init|rng|quant|embed" | head -n 100
+    # the stall reasons of ours and cuBLASLt's (the warp states per issued instruction)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:'wgmma_gemm|nvjet' --launch-skip 4 --launch-count 5 \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_stalls.txt" 2>&1
+    awk '/wgmma_gemm|nvjet/{print substr($0, 1, 90)} /stalled/ && $NF + 0 >= 0.1' "$OUT/ncu_stalls.txt" | head -n 80
     note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") own kernels profiled, $(grep -cE '^  [A-Za-z_].*\(' "$OUT/ncu_own.txt") in all (ncu_own.txt)"
   else note "ncu: not installed"; fi
 fi
