@@ -246,7 +246,10 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // EPI: the epilogue goes through shared memory, a warp's 16 rows at a time, so that the stores to out
 // are whole 256-byte row pieces (fp32; 128 bytes BF16) instead of 16-byte pieces of 8 rows; the
 // arithmetic is the same, so are the bits.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI>
+// ABL (fp4_gemm_wgmma_ablate only, pipelined): a part of the work left out, to see what bounds the
+// rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion in fused multiply-adds,
+// 5 no stores. Wrong results by design: never a configuration.
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, int ABL = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
@@ -334,10 +337,12 @@ __global__ void __launch_bounds__(THREADS, 1)
           } else sa0b[i] = sab;
           const uint8_t *st = smem + stage * S::TILE_BYTES;
           const uint64_t da = smem_desc(st + cw * 64 * BK), db = smem_desc(st + A_BYTES);
-          wgmma_fence();
+          if (ABL != 2 && ABL != 3) {
+            wgmma_fence();
 #pragma unroll
-          for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk2[i], da + 2 * k, db + 2 * k, k > 0);
-          wgmma_commit();
+            for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk2[i], da + 2 * k, db + 2 * k, k > 0);
+            wgmma_commit();
+          }
           if (++stage == STAGES) stage = 0, phase ^= 1;
         };
         // promotes blk2[i] (its MMAs complete) and releases its stage, the oldest held: before the
@@ -345,7 +350,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         auto finish = [&](int i) {
           const float *sc = scales + rstage * (BM + BN);
           if (B_BLK) release_stage<CM>(&empty[rstage], lane);
-          if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
+          if (ABL == 1 || ABL == 3) {
+          } else if (ABL == 4) {
+#pragma unroll
+            for (int j = 0; j < 64; j++) acc[j] = fmaf(blk2[i][j], (j & 2 ? sa1b[i] : sa0b[i]) * sbb[i], acc[j]);
+          } else if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
           else
             promote<false>(acc, blk2[i], A_BLK ? sa0b[i] : sc[rl], A_BLK ? sa0b[i] : sc[rl + 8], sbb[i], sc + BM + cl);
           if (!B_BLK) release_stage<CM>(&empty[rstage], lane);
@@ -388,7 +397,9 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
       }
-      if constexpr (EPI) {
+      if constexpr (ABL == 5) {
+        if (acc[0] == 12345.0f) *(float *)p.out = acc[1];  // keeps the accumulators alive
+      } else if constexpr (EPI) {
         // alpha * acc into this warp's buffer, 64 columns at a time; then row pieces of 4 columns,
         // (+ beta * out) and stored; N % 8 == 0, so a piece is wholly in or out
         float *ep = epi + (cw * 4 + warp) * EPI_WARP_FLOATS;
@@ -510,9 +521,9 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
 // Launches on a persistent grid: one CTA per SM, in clusters of CM that the GPU can hold at once
 // (cudaOccupancyMaxActiveClusters: a GPC's SM count need not be a multiple of CM), at most one per
 // super tile.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, int ABL = 0>
 void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE, EPI>;
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE, EPI, ABL>;
   using S = Shape<BN, EPI>;
   static int max_clusters = 0;  // per instantiation
   cudaLaunchConfig_t cfg = {};
@@ -627,6 +638,23 @@ extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
   if (tuned) *tuned = TUNED;
   return g_configs;
+}
+
+extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int cluster,
+                                      int ablate) {
+  const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
+  if (why || A.blk128 || !B.blk128 || (cluster != 1 && cluster != 2) || ablate < 0 || ablate > 5)
+    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, cluster 1 or 2, ablate 0-5 only (%s)", why ? why : "");
+  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, 128 / cluster);
+  const int kblocks = (K + BK - 1) / BK;
+  Params p = {out,  A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + 127) / 128,
+              1.0f, 0.0f};
+#define ABLATE(C, X) \
+  if (cluster == C && ablate == X) launch<false, true, false, 128, C, true, true, X>(ma, mb, p);
+  ABLATE(1, 0)
+  ABLATE(1, 1) ABLATE(1, 2) ABLATE(1, 3) ABLATE(1, 4) ABLATE(1, 5) ABLATE(2, 0) ABLATE(2, 1) ABLATE(2, 2) ABLATE(2, 3)
+      ABLATE(2, 4) ABLATE(2, 5)
+#undef ABLATE
 }
 
 extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,

@@ -2,9 +2,9 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [ablate] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness]
-# (default: all but benchown, ncuown, crash, probe, replicate and harness; benchown: the MXFP4 bench
+# (default: all but benchown, ncuown, ablate, crash, probe, replicate and harness; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -91,6 +91,12 @@ if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu
     awk '/wgmma_gemm|nvjet/{print substr($0, 1, 90)} /stalled/ && $NF + 0 >= 0.1' "$OUT/ncu_stalls.txt" | head -n 80
     note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") own kernels profiled, $(grep -cE '^  [A-Za-z_].*\(' "$OUT/ncu_own.txt") in all (ncu_own.txt)"
   else note "ncu: not installed"; fi
+fi
+
+if has ablate; then  # what bounds our pipelined GEMM: its rate with one part of the work left out at a time
+  timeout 200 build/gpu_tests/gpu_test_fp4_gemm --ablate >"$OUT/ablate.log" 2>&1
+  cat "$OUT/ablate.log"
+  note "ablate: $(tail -n 1 "$OUT/ablate.log")"
 fi
 
 if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there
