@@ -193,22 +193,32 @@ __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.s
 
 // The two-level promotion of one 64 x 128 block result: a += blk * (row scale * column scale), with
 // the column scale one per tile half (B BLK128x128: sbh) or per column (VEC128: sb, this thread's
-// columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's: the same bits.
-template <bool B_BLK>
+// columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's. FUSED: one
+// fused multiply-add per element instead of a multiply and an add (half the instructions; the
+// promotion is what bounds the kernel: docs/gemm_wgmma.md). The engine's scales are powers of two
+// (fp8_embed.h with scale_mul 1: 2^(E_t - 6)), so blk * s is exact and the fused form rounds once where
+// the unfused one rounded once too: the same bits (an underflow below 2^-126 aside). With other
+// scales the two can differ in the last bit; the tuner keeps our kernel only where its bits are
+// cuBLASLt's.
+template <bool B_BLK, bool FUSED = true>
 __device__ __forceinline__ void promote(float *a, const float *blk, float sa0, float sa1, float sbh, const float *sb) {
+  auto add = [](float &acc, float x, float s) {
+    if (FUSED) acc = fmaf(x, s, acc);
+    else acc += x * s;  // -fmad=false: a multiply, then an add
+  };
   if (B_BLK) {
     const float s0 = sa0 * sbh, s1 = sa1 * sbh;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
-      a[4 * j + 0] += blk[4 * j + 0] * s0, a[4 * j + 1] += blk[4 * j + 1] * s0;
-      a[4 * j + 2] += blk[4 * j + 2] * s1, a[4 * j + 3] += blk[4 * j + 3] * s1;
+      add(a[4 * j + 0], blk[4 * j + 0], s0), add(a[4 * j + 1], blk[4 * j + 1], s0);
+      add(a[4 * j + 2], blk[4 * j + 2], s1), add(a[4 * j + 3], blk[4 * j + 3], s1);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < 16; j++) {
       const float2 b = *(const float2 *)(sb + 8 * j);
-      a[4 * j + 0] += blk[4 * j + 0] * (sa0 * b.x), a[4 * j + 1] += blk[4 * j + 1] * (sa0 * b.y);
-      a[4 * j + 2] += blk[4 * j + 2] * (sa1 * b.x), a[4 * j + 3] += blk[4 * j + 3] * (sa1 * b.y);
+      add(a[4 * j + 0], blk[4 * j + 0], sa0 * b.x), add(a[4 * j + 1], blk[4 * j + 1], sa0 * b.y);
+      add(a[4 * j + 2], blk[4 * j + 2], sa1 * b.x), add(a[4 * j + 3], blk[4 * j + 3], sa1 * b.y);
     }
   }
 }
@@ -247,8 +257,9 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // are whole 256-byte row pieces (fp32; 128 bytes BF16) instead of 16-byte pieces of 8 rows; the
 // arithmetic is the same, so are the bits.
 // ABL (fp4_gemm_wgmma_ablate only, pipelined): a part of the work left out, to see what bounds the
-// rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion in fused multiply-adds,
-// 5 no stores. Wrong results by design: never a configuration.
+// rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion as a multiply and an
+// add (before 2026-12-02's fused one), 5 no stores (which also lets the compiler drop most of the
+// promotion: read it as an upper bound). Wrong results by design: never a configuration.
 template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, int ABL = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -352,8 +363,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (B_BLK) release_stage<CM>(&empty[rstage], lane);
           if (ABL == 1 || ABL == 3) {
           } else if (ABL == 4) {
-#pragma unroll
-            for (int j = 0; j < 64; j++) acc[j] = fmaf(blk2[i][j], (j & 2 ? sa1b[i] : sa0b[i]) * sbb[i], acc[j]);
+            promote<B_BLK, false>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
           } else if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
           else
             promote<false>(acc, blk2[i], A_BLK ? sa0b[i] : sc[rl], A_BLK ? sa0b[i] : sc[rl + 8], sbb[i], sc + BM + cl);
@@ -652,8 +662,9 @@ extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int
 #define ABLATE(C, X) \
   if (cluster == C && ablate == X) launch<false, true, false, 128, C, true, true, X>(ma, mb, p);
   ABLATE(1, 0)
-  ABLATE(1, 1) ABLATE(1, 2) ABLATE(1, 3) ABLATE(1, 4) ABLATE(1, 5) ABLATE(2, 0) ABLATE(2, 1) ABLATE(2, 2) ABLATE(2, 3)
-      ABLATE(2, 4) ABLATE(2, 5)
+  ABLATE(1, 1)
+  ABLATE(1, 2) ABLATE(1, 3) ABLATE(1, 4) ABLATE(1, 5) ABLATE(2, 0) ABLATE(2, 1) ABLATE(2, 2) ABLATE(2, 3) ABLATE(2, 4)
+      ABLATE(2, 5)
 #undef ABLATE
 }
 

@@ -659,8 +659,8 @@ static int profile_own(void) {
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
 static int ablate_own(void) {
-  static const char *what[6] = {"full kernel", "no promotion",      "no MMAs",
-                                "feed only",   "promotion as FFMA", "no stores"};
+  static const char *what[6] = {"full kernel", "no promotion",        "no MMAs",
+                                "feed only",   "promotion FMUL+FADD", "no stores"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
