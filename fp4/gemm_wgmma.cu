@@ -191,6 +191,14 @@ __device__ __forceinline__ void wgmma_m64n128k32(float *d, uint64_t da, uint64_t
 
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
+// Pins a block accumulator's 64 registers at this point of the program: the compiler sees the wgmma
+// asm as producing them at issue, so without this it may move their promotion before the wait that
+// makes them valid (ptxas then waits there, serializing the MMAs) or interleave it anywhere else.
+__device__ __forceinline__ void fence_regs(float *r) {
+#pragma unroll
+  for (int j = 0; j < 64; j++) asm volatile("" : "+f"(r[j])::"memory");
+}
+
 // The two-level promotion of one 64 x 128 block result: a += blk * (row scale * column scale), with
 // the column scale one per tile half (B BLK128x128: sbh) or per column (VEC128: sb, this thread's
 // columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's. FUSED: one
@@ -349,16 +357,19 @@ __global__ void __launch_bounds__(THREADS, 1)
           const uint8_t *st = smem + stage * S::TILE_BYTES;
           const uint64_t da = smem_desc(st + cw * 64 * BK), db = smem_desc(st + A_BYTES);
           if (ABL != 2 && ABL != 3) {
+            fence_regs(blk2[i]);
             wgmma_fence();
 #pragma unroll
             for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk2[i], da + 2 * k, db + 2 * k, k > 0);
             wgmma_commit();
+            fence_regs(blk2[i]);
           }
           if (++stage == STAGES) stage = 0, phase ^= 1;
         };
         // promotes blk2[i] (its MMAs complete) and releases its stage, the oldest held: before the
         // promotion unless it still has to read B's VEC scales from the stage
         auto finish = [&](int i) {
+          fence_regs(blk2[i]);  // after the wait that completed its MMAs
           const float *sc = scales + rstage * (BM + BN);
           if (B_BLK) release_stage<CM>(&empty[rstage], lane);
           if (ABL == 1 || ABL == 3) {
@@ -396,11 +407,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int h = 0; h < NH; h++) {
             const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+            fence_regs(blk);
             wgmma_fence();
 #pragma unroll
             for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
             wgmma_commit();
+            fence_regs(blk);
             wgmma_wait0();
+            fence_regs(blk);
             promote<B_BLK>(acc + 64 * h, blk, sa0, sa1, sbb[h], sc + BM + h * 128 + cl);
           }
           release_stage<CM>(&empty[stage], lane);
@@ -643,7 +657,7 @@ extern "C" const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg c, char *buf, int n) 
 // the ones the engine's tuner may pick: a configuration joins them once it has.
 static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0}, {256, 1, 0, 0}, {128, 2, 0, 0}, {256, 2, 0, 0}, {128, 1, 1, 0},
                                         {128, 2, 1, 0}, {128, 1, 0, 1}, {256, 1, 0, 1}, {128, 1, 1, 1}, {128, 2, 1, 1}};
-static const int TUNED = 9;
+static const int TUNED = 10;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
   if (tuned) *tuned = TUNED;
@@ -663,8 +677,8 @@ extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int
   if (cluster == C && ablate == X) launch<false, true, false, 128, C, true, true, X>(ma, mb, p);
   ABLATE(1, 0)
   ABLATE(1, 1)
-  ABLATE(1, 2) ABLATE(1, 3) ABLATE(1, 4) ABLATE(1, 5) ABLATE(2, 0) ABLATE(2, 1) ABLATE(2, 2) ABLATE(2, 3) ABLATE(2, 4)
-      ABLATE(2, 5)
+  ABLATE(1, 2)
+  ABLATE(1, 3) ABLATE(1, 4) ABLATE(1, 5) ABLATE(2, 0) ABLATE(2, 1) ABLATE(2, 2) ABLATE(2, 3) ABLATE(2, 4) ABLATE(2, 5)
 #undef ABLATE
 }
 
