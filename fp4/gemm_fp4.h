@@ -87,8 +87,10 @@ const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, int M, int N,
 // the B tile multicast to two tile rows), pipelined (bn 128 only: two block accumulators, the next K
 // block's MMAs in flight during a promotion), epi_smem (cluster 1 only: the epilogue staged through
 // shared memory for whole-row stores).
+// ordered (not pipelined; with epi_smem 256 wide only): the two consumer warpgroups issue their MMAs
+// in strict turn ("ping-pong"), so that one's promotion overlaps the other's MMAs.
 typedef struct {
-  int bn, cluster, pipelined, epi_smem;
+  int bn, cluster, pipelined, epi_smem, ordered;
 } Fp4WgmmaCfg;
 // Dies naming the reason when unsupported. The _cfg form fixes the configuration (tuning, tests); the
 // plain one takes fp4_gemm_wgmma_default_cfg(M, N).
@@ -99,7 +101,8 @@ Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
 // Every configuration the kernel has (*n of them), for tests and benchmarks; the first *tuned (if not
 // NULL) have run on hardware and are the ones fp4_gemm_fp8_on may choose.
 const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned);
-// "256x1", "128x1p" (pipelined), "128x1e" (epilogue through shared memory): into buf, returned.
+// "256x1", "128x1p" (pipelined), "128x1e" (epilogue through shared memory), "256x1o" (ordered): into
+// buf, returned.
 const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 // For profiling only, wrong results by design: the pipelined 128 x 128 kernel with staged epilogue
 // (VEC128 A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the

@@ -191,6 +191,11 @@ __device__ __forceinline__ void wgmma_m64n128k32(float *d, uint64_t da, uint64_t
 
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
+// Named barriers (ids 1 and 2; 0 is __syncthreads) between the two consumer warpgroups, 256 threads:
+// one warpgroup arrives, the other waits for it.
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+
 // Pins a block accumulator's 64 registers at this point of the program: the compiler sees the wgmma
 // asm as producing them at issue, so without this it may move their promotion before the wait that
 // makes them valid (ptxas then waits there, serializing the MMAs) or interleave it anywhere else.
@@ -264,11 +269,16 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // EPI: the epilogue goes through shared memory, a warp's 16 rows at a time, so that the stores to out
 // are whole 256-byte row pieces (fp32; 128 bytes BF16) instead of 16-byte pieces of 8 rows; the
 // arithmetic is the same, so are the bits.
+// ORD (not PIPE): the two consumer warpgroups issue their MMA batches (a K block's, or its half's for
+// BN 256) in strict turn, 0, 1, 0, 1, ..., passing a token through two named barriers, so that the
+// tensor cores run one warpgroup's batch while the other waits for its own and promotes it (CUTLASS's
+// "ping-pong" idea inside one tile). Without it both issue together, the tensor cores interleave the
+// two batches, both finish together and both promote while the tensor cores idle.
 // ABL (fp4_gemm_wgmma_ablate only, pipelined): a part of the work left out, to see what bounds the
 // rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion as a multiply and an
 // add (before 2026-12-02's fused one), 5 no stores (which also lets the compiler drop most of the
 // promotion: read it as an upper bound). Wrong results by design: never a configuration.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, int ABL = 0>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, bool ORD = false, int ABL = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const Params p) {
@@ -334,6 +344,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     int stage = 0, rstage = 0;  // the next stage to wait for, and (PIPE) the oldest one still held
     uint32_t phase = 0;
     float acc[NH * 64], blk[64], blk2[PIPE ? 2 : 1][64];
+    bool ord_started = false;  // (ORD) this warpgroup has issued a batch
     for (int t = cluster; t < tiles; t += clusters) {
       int sm, tn;
       tile_coords(t, super_m, p.tiles_n, sm, tn);
@@ -407,12 +418,17 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int h = 0; h < NH; h++) {
             const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
+            if (ORD) {  // warpgroup 0 waits for 1's previous batch (none before its first), 1 for 0's
+              if (cw == 1) named_sync(1);
+              else if (ord_started) named_sync(2);
+            }
             fence_regs(blk);
             wgmma_fence();
 #pragma unroll
             for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
             wgmma_commit();
             fence_regs(blk);
+            if (ORD) named_arrive(cw == 0 ? 1 : 2), ord_started = true;
             wgmma_wait0();
             fence_regs(blk);
             promote<B_BLK>(acc + 64 * h, blk, sa0, sa1, sbb[h], sc + BM + h * 128 + cl);
@@ -506,6 +522,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
       }
     }
+    // (ORD) warpgroup 1's last arrival on barrier 2 has no batch of 0 after it: 0 takes it here
+    if (ORD && cw == 0 && ord_started) named_sync(2);
   }
   // No CTA leaves while a peer may still arrive on its barriers (every thread: the aligned barrier)
   if (CM > 1) cluster_sync();
@@ -545,9 +563,9 @@ CUtensorMap tensor_map(const uint8_t *q, int rows, int K, int box_rows) {
 // Launches on a persistent grid: one CTA per SM, in clusters of CM that the GPU can hold at once
 // (cudaOccupancyMaxActiveClusters: a GPC's SM count need not be a multiple of CM), at most one per
 // super tile.
-template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, int ABL = 0>
+template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, bool ORD = false, int ABL = 0>
 void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE, EPI, ABL>;
+  auto k = wgmma_gemm_kernel<A_BLK, B_BLK, OUT_FP32, BN, CM, PIPE, EPI, ORD, ABL>;
   using S = Shape<BN, EPI>;
   static int max_clusters = 0;  // per instantiation
   cudaLaunchConfig_t cfg = {};
@@ -568,16 +586,16 @@ void launch(const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ma, mb, p));
 }
 
-template <int BN, int CM, bool PIPE, bool EPI = false>
+template <int BN, int CM, bool PIPE, bool EPI = false, bool ORD = false>
 void launch_cfg(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (out_fp32) {
-    if (mode == 1) launch<true, false, true, BN, CM, PIPE, EPI>(ma, mb, p);
-    else if (mode == 2) launch<false, true, true, BN, CM, PIPE, EPI>(ma, mb, p);
-    else launch<false, false, true, BN, CM, PIPE, EPI>(ma, mb, p);
+    if (mode == 1) launch<true, false, true, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
+    else if (mode == 2) launch<false, true, true, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
+    else launch<false, false, true, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
   } else {
-    if (mode == 1) launch<true, false, false, BN, CM, PIPE, EPI>(ma, mb, p);
-    else if (mode == 2) launch<false, true, false, BN, CM, PIPE, EPI>(ma, mb, p);
-    else launch<false, false, false, BN, CM, PIPE, EPI>(ma, mb, p);
+    if (mode == 1) launch<true, false, false, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
+    else if (mode == 2) launch<false, true, false, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
+    else launch<false, false, false, BN, CM, PIPE, EPI, ORD>(ma, mb, p);
   }
 }
 
@@ -612,17 +630,25 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
   if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) || (c.epi_smem & ~1) ||
-      (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1 && !c.pipelined))
-    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d, epi_smem %d (128 or 256; 1 or 2; pipelined: 128 "
-        "wide only; epi_smem: no cluster unless pipelined)",
-        c.bn, c.cluster, c.pipelined, c.epi_smem);
+      (c.ordered & ~1) || (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1 && !c.pipelined) ||
+      (c.ordered && (c.pipelined || (c.epi_smem && c.bn != 256))))
+    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d, epi_smem %d, ordered %d (128 or 256; 1 or 2; "
+        "pipelined: 128 wide only; epi_smem: no cluster unless pipelined; ordered: not pipelined, epi_smem 256 "
+        "wide only)",
+        c.bn, c.cluster, c.pipelined, c.epi_smem, c.ordered);
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
   Params p = {
       out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + c.bn - 1) / c.bn,
       alpha, beta};
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  if (c.epi_smem) {
+  if (c.ordered) {
+    if (c.epi_smem) launch_cfg<256, 1, false, true, true>(out_fp32, mode, ma, mb, p);
+    else if (c.bn == 256 && c.cluster == 2) launch_cfg<256, 2, false, false, true>(out_fp32, mode, ma, mb, p);
+    else if (c.bn == 256) launch_cfg<256, 1, false, false, true>(out_fp32, mode, ma, mb, p);
+    else if (c.cluster == 2) launch_cfg<128, 2, false, false, true>(out_fp32, mode, ma, mb, p);
+    else launch_cfg<128, 1, false, false, true>(out_fp32, mode, ma, mb, p);
+  } else if (c.epi_smem) {
     if (c.bn == 256) launch_cfg<256, 1, false, true>(out_fp32, mode, ma, mb, p);
     else if (c.pipelined && c.cluster == 2) launch_cfg<128, 2, true, true>(out_fp32, mode, ma, mb, p);
     else if (c.pipelined) launch_cfg<128, 1, true, true>(out_fp32, mode, ma, mb, p);
@@ -639,24 +665,29 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
   }
 }
 
-// The pipelined 128 x 128 tile with the staged epilogue: the fastest configuration on 16 of the 21
-// GEMMs of an 8B block on the H200 at 61c012c (703-955 TFLOP/s; 256x1e on the fp32 Wgrads), and the
-// one with the most tiles to spread over the SMs. The tuned path (fp4_gemm_fp8_on) times the rest.
+// 128 x 256 tiles with the staged epilogue: the fastest configuration on 11 of the 21 GEMMs of an 8B
+// block on the H200 at e46efba (851-1061 TFLOP/s, 0.79x cuBLASLt over the 21 in the best of all;
+// docs/gemm_wgmma.md), and within 12% of the fastest on the rest (256x1 on the seven with a 14336
+// dimension, 128x1pe on the K = 1024 dgrads), unless that leaves SMs idle (fewer tiles than SMs),
+// where the pipelined 128 x 128 tile spreads better. The tuned path (fp4_gemm_fp8_on) times them all.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
-  (void)M, (void)N;
-  const Fp4WgmmaCfg c = {128, 1, 1, 1};
+  const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
+  Fp4WgmmaCfg c = {256, 1, 0, 1};
+  if (t256 < cuda_sm_count()) c = (Fp4WgmmaCfg){128, 1, 1, 1};
   return c;
 }
 
 extern "C" const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg c, char *buf, int n) {
-  snprintf(buf, n, "%dx%d%s%s", c.bn, c.cluster, c.pipelined ? "p" : "", c.epi_smem ? "e" : "");
+  snprintf(buf, n, "%dx%d%s%s%s", c.bn, c.cluster, c.pipelined ? "p" : "", c.epi_smem ? "e" : "", c.ordered ? "o" : "");
   return buf;
 }
 
 // Every configuration; the first TUNED of them have run on an H200 (tests and the 8B step) and are
 // the ones the engine's tuner may pick: a configuration joins them once it has.
-static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0}, {256, 1, 0, 0}, {128, 2, 0, 0}, {256, 2, 0, 0}, {128, 1, 1, 0},
-                                        {128, 2, 1, 0}, {128, 1, 0, 1}, {256, 1, 0, 1}, {128, 1, 1, 1}, {128, 2, 1, 1}};
+static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0},    {256, 1, 0, 0},    {128, 2, 0, 0},    {256, 2, 0, 0},
+                                        {128, 1, 1, 0},    {128, 2, 1, 0},    {128, 1, 0, 1},    {256, 1, 0, 1},
+                                        {128, 1, 1, 1},    {128, 2, 1, 1},    {128, 1, 0, 0, 1}, {256, 1, 0, 0, 1},
+                                        {256, 2, 0, 0, 1}, {256, 1, 0, 1, 1}, {128, 2, 0, 0, 1}};
 static const int TUNED = 10;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
@@ -674,7 +705,7 @@ extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int
   Params p = {out,  A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + 127) / 128,
               1.0f, 0.0f};
 #define ABLATE(C, X) \
-  if (cluster == C && ablate == X) launch<false, true, false, 128, C, true, true, X>(ma, mb, p);
+  if (cluster == C && ablate == X) launch<false, true, false, 128, C, true, true, false, X>(ma, mb, p);
   ABLATE(1, 0)
   ABLATE(1, 1)
   ABLATE(1, 2)

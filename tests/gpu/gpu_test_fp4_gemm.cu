@@ -557,9 +557,9 @@ static void bench_own(void) {
             {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
   int ncfg;
   const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
-  char cname[16][12];
+  char cname[24][12];
   printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
-  for (int i = 0; i < ncfg && i < 16; i++) {
+  for (int i = 0; i < ncfg && i < 24; i++) {
     fp4_gemm_wgmma_cfg_name(cfgs[i], cname[i], sizeof cname[i]);
     printf(" %7s", cname[i]);
   }
@@ -590,7 +590,7 @@ static void bench_own(void) {
       CUDA_CHECK(cudaMalloc(&o2, on));
       const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
       const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
-      double ms[18];
+      double ms[26];
       const int nw = ncfg + 2;
       for (int w = 0; w < nw; w++) {  // cuBLASLt, every own configuration, the default last (its result in o2)
         auto call = [&] {
