@@ -667,8 +667,8 @@ extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Ope
 
 // 128 x 256 tiles with the staged epilogue: the fastest configuration on 11 of the 21 GEMMs of an 8B
 // block on the H200 at e46efba (851-1061 TFLOP/s, 0.79x cuBLASLt over the 21 in the best of all;
-// docs/gemm_wgmma.md), and within 12% of the fastest on the rest (256x1 on the seven with a 14336
-// dimension, 128x1pe on the K = 1024 dgrads), unless that leaves SMs idle (fewer tiles than SMs),
+// docs/gemm_wgmma.md), and within 12% of the fastest on the rest (256x1 or 256x2 on eight with a
+// 14336 dimension, 128x1pe on the K = 1024 dgrads), unless that leaves SMs idle (fewer tiles than SMs),
 // where the pipelined 128 x 128 tile spreads better. The tuned path (fp4_gemm_fp8_on) times them all.
 extern "C" Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N) {
   const long t256 = (long)((M + BM - 1) / BM) * ((N + 255) / 256);
