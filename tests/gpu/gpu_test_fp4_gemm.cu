@@ -658,49 +658,42 @@ static int profile_own(void) {
 // --ablate: what bounds the pipelined kernel (128x1pe, 128x2pe) on two 8B fprops: its rate with one
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
+typedef struct {
+  void *out;
+  Fp8Operand A, B;
+  int M, N, K, variant;  // variant -1: cuBLASLt; else cluster 1 + variant / 6, ablation variant % 6
+} AblateCall;
+enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
+static void ablate_calls(void *arg) {
+  const AblateCall *c = (const AblateCall *)arg;
+  for (int i = 0; i < ABLATE_REPS; i++) {
+    if (c->variant < 0) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
+    else fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, 1 + c->variant / 6, c->variant % 6);
+  }
+}
 static int ablate_own(void) {
   static const char *what[6] = {"full kernel", "no promotion",        "no MMAs",
                                 "feed only",   "promotion FMUL+FADD", "no stores"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 5 runs of 20 calls\n");
+  printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
   for (int s = 0; s < 2; s++) {
-    const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-    const Fp8Operand A = fp4_bench_operand(M, K, 0, 21 + s), B = fp4_bench_operand(N, K, 1, 31 + s);
-    void *o;
-    CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
-    for (int i = 0; i < 1000; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);  // clocks settle
-    for (int v = -1; v < 12; v++) {  // -1: cuBLASLt; then cluster 1, 2 x ablation 0-5
-      auto call = [&] {
-        if (v < 0) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
-        else fp4_gemm_wgmma_ablate(o, A, B, M, N, K, 1 + v / 6, v % 6);
-      };
-      for (int i = 0; i < 3; i++) call();
-      float t[5];
-      for (int r = 0; r < 5; r++) {
-        CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-        for (int i = 0; i < 20; i++) call();
-        CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&t[r], e0, e1));
-      }
-      for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++)
-          if (t[j] < t[i]) {
-            const float x = t[i];
-            t[i] = t[j], t[j] = x;
-          }
-      const double tf = 2.0 * M * N * K / (t[2] / 20 * 1e-3) / 1e12;
-      if (v < 0) printf("  %5d %5d %5d  cuBLASLt                 %6.0f\n", M, N, K, tf);
-      else printf("  %5d %5d %5d  128x%dpe %-17s %6.0f\n", M, N, K, 1 + v / 6, what[v % 6], tf);
+    AblateCall c = {NULL,
+                    fp4_bench_operand(shapes[s][0], shapes[s][2], 0, 21 + s),
+                    fp4_bench_operand(shapes[s][1], shapes[s][2], 1, 31 + s),
+                    shapes[s][0],
+                    shapes[s][1],
+                    shapes[s][2],
+                    -1};
+    CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
+    for (int i = 0; i < 50; i++) ablate_calls(&c);  // 1,000 GEMMs: the clocks settle first
+    for (c.variant = -1; c.variant < 12; c.variant++) {
+      const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
+      if (c.variant < 0) printf("  %5d %5d %5d  cuBLASLt                 %6.0f\n", c.M, c.N, c.K, tf);
+      else printf("  %5d %5d %5d  128x%dpe %-17s %6.0f\n", c.M, c.N, c.K, 1 + c.variant / 6, what[c.variant % 6], tf);
     }
-    CUDA_CHECK(cudaFree(o));
-    fp4_bench_operand_free(A), fp4_bench_operand_free(B);
+    CUDA_CHECK(cudaFree(c.out));
+    fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
   }
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
   printf("ablate: done\n");
   return 0;
 }
