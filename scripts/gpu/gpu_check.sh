@@ -2,9 +2,9 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [ablate] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness]
-# (default: all but benchown, ncuown, ablate, crash, probe, replicate and harness; benchown: the MXFP4 bench
+# (default: all but benchown, ncuown, ablate, owntrain, crash, probe, replicate and harness; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -97,6 +97,12 @@ if has ablate; then  # what bounds our pipelined GEMM: its rate with one part of
   timeout 200 build/gpu_tests/gpu_test_fp4_gemm --ablate >"$OUT/ablate.log" 2>&1
   cat "$OUT/ablate.log"
   note "ablate: $(tail -n 1 "$OUT/ablate.log")"
+fi
+
+if has owntrain; then  # training with our GEMM: bit-identical run to run and to cuBLASLt's (tiny, small)
+  timeout 300 bash scripts/gpu/own_gemm_train.sh >"$OUT/own_gemm_train.log" 2>&1
+  tail -n 12 "$OUT/own_gemm_train.log"
+  note "own GEMM training: $(tail -n 1 "$OUT/own_gemm_train.log")"
 fi
 
 if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there
