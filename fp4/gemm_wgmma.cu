@@ -624,44 +624,60 @@ extern "C" const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, in
   return NULL;
 }
 
+// The configurations this build has (each one instantiated for the three scale pairs and both
+// outputs); the first TUNED of them have run on an H200 and are the ones the engine's tuner may pick:
+// a configuration joins them once it has. Pruned at 2026-12-02 to those fastest of ours on some of
+// the 21 GEMMs of an 8B block (998cef3: 256x1eo on 9, 256x1 on 7, 256x1e on 4, 256x2 on 1) and the
+// pipelined 128 x 128 tile for the GEMMs with few 128 x 256 tiles; the others measured (128x1, 128x2,
+// 128x1p, 128x2p, 128x1e, 128x2pe, the ordered 128x1o, 128x2o, 256x1o, 256x2o) were never fastest
+// (docs/results/2026-12-02_gpu_test_fp4_gemm_998cef3.log), and cost build time.
+static const Fp4WgmmaCfg g_configs[] = {
+    {256, 1, 0, 0, 0}, {256, 2, 0, 0, 0}, {256, 1, 0, 1, 0}, {256, 1, 0, 1, 1}, {128, 1, 1, 1, 0}};
+static const int TUNED = 5;
+
+// 1 + the configuration's index in g_configs, or 0 if this build does not have it.
+static int cfg_index(Fp4WgmmaCfg c) {
+  for (int i = 0; i < (int)(sizeof g_configs / sizeof g_configs[0]); i++) {
+    const Fp4WgmmaCfg g = g_configs[i];
+    if (c.bn == g.bn && c.cluster == g.cluster && c.pipelined == g.pipelined && c.epi_smem == g.epi_smem &&
+        c.ordered == g.ordered)
+      return i + 1;
+  }
+  return 0;
+}
+
 extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
                                    float alpha, float beta, Fp4WgmmaCfg c) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
-  if ((c.bn != 128 && c.bn != 256) || (c.cluster != 1 && c.cluster != 2) || (c.pipelined & ~1) || (c.epi_smem & ~1) ||
-      (c.ordered & ~1) || (c.pipelined && c.bn != 128) || (c.epi_smem && c.cluster != 1 && !c.pipelined) ||
-      (c.ordered && (c.pipelined || (c.epi_smem && c.bn != 256))))
-    die("fp4_gemm_wgmma: tile width %d, cluster %d, pipelined %d, epi_smem %d, ordered %d (128 or 256; 1 or 2; "
-        "pipelined: 128 wide only; epi_smem: no cluster unless pipelined; ordered: not pipelined, epi_smem 256 "
-        "wide only)",
-        c.bn, c.cluster, c.pipelined, c.epi_smem, c.ordered);
+  if (!cfg_index(c)) {
+    char n[16];
+    die("fp4_gemm_wgmma: configuration %s is not one this build has (fp4_gemm_wgmma_configs)",
+        fp4_gemm_wgmma_cfg_name(c, n, sizeof n));
+  }
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const int kblocks = (K + BK - 1) / BK;
   Params p = {
       out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + c.bn - 1) / c.bn,
       alpha, beta};
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  if (c.ordered) {
-    if (c.epi_smem) launch_cfg<256, 1, false, true, true>(out_fp32, mode, ma, mb, p);
-    else if (c.bn == 256 && c.cluster == 2) launch_cfg<256, 2, false, false, true>(out_fp32, mode, ma, mb, p);
-    else if (c.bn == 256) launch_cfg<256, 1, false, false, true>(out_fp32, mode, ma, mb, p);
-    else if (c.cluster == 2) launch_cfg<128, 2, false, false, true>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<128, 1, false, false, true>(out_fp32, mode, ma, mb, p);
-  } else if (c.epi_smem) {
-    if (c.bn == 256) launch_cfg<256, 1, false, true>(out_fp32, mode, ma, mb, p);
-    else if (c.pipelined && c.cluster == 2) launch_cfg<128, 2, true, true>(out_fp32, mode, ma, mb, p);
-    else if (c.pipelined) launch_cfg<128, 1, true, true>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<128, 1, false, true>(out_fp32, mode, ma, mb, p);
-  } else if (c.bn == 256) {
-    if (c.cluster == 2) launch_cfg<256, 2, false>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
-  } else if (c.pipelined) {
-    if (c.cluster == 2) launch_cfg<128, 2, true>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<128, 1, true>(out_fp32, mode, ma, mb, p);
-  } else {
-    if (c.cluster == 2) launch_cfg<128, 2, false>(out_fp32, mode, ma, mb, p);
-    else launch_cfg<128, 1, false>(out_fp32, mode, ma, mb, p);
+  switch (cfg_index(c)) {
+    case 1:
+      launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
+      break;
+    case 2:
+      launch_cfg<256, 2, false>(out_fp32, mode, ma, mb, p);
+      break;
+    case 3:
+      launch_cfg<256, 1, false, true>(out_fp32, mode, ma, mb, p);
+      break;
+    case 4:
+      launch_cfg<256, 1, false, true, true>(out_fp32, mode, ma, mb, p);
+      break;
+    default:
+      launch_cfg<128, 1, true, true>(out_fp32, mode, ma, mb, p);
+      break;
   }
 }
 
@@ -682,14 +698,6 @@ extern "C" const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg c, char *buf, int n) 
   return buf;
 }
 
-// Every configuration; the first TUNED of them have run on an H200 (tests and the 8B table; the
-// ordered ones first at 998cef3) and are the ones the engine's tuner may pick: a configuration joins
-// them once it has.
-static const Fp4WgmmaCfg g_configs[] = {{128, 1, 0, 0},    {256, 1, 0, 0},    {128, 2, 0, 0},    {256, 2, 0, 0},
-                                        {128, 1, 1, 0},    {128, 2, 1, 0},    {128, 1, 0, 1},    {256, 1, 0, 1},
-                                        {128, 1, 1, 1},    {128, 2, 1, 1},    {128, 1, 0, 0, 1}, {256, 1, 0, 0, 1},
-                                        {256, 2, 0, 0, 1}, {256, 1, 0, 1, 1}, {128, 2, 0, 0, 1}};
-static const int TUNED = 15;
 extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   *n = (int)(sizeof g_configs / sizeof g_configs[0]);
   if (tuned) *tuned = TUNED;

@@ -636,7 +636,7 @@ static void bench_own(void) {
 }
 
 // --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration
-// (128x1pe, the default; 128x2p and 128x2pe, in clusters; 256x1e) and
+// (256x1eo, 256x1e, the default, 256x1 and 128x1pe) and
 // one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
 // kernel name) to profile the kernels themselves.
 static int profile_own(void) {
@@ -644,7 +644,7 @@ static int profile_own(void) {
   const Fp8Operand A = fp4_bench_operand(M, K, 0, 7), B = fp4_bench_operand(N, K, 1, 8);
   void *o;
   CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
-  const Fp4WgmmaCfg cfgs[4] = {{128, 1, 1, 1}, {128, 2, 1, 0}, {128, 2, 1, 1}, {256, 1, 0, 1}};
+  const Fp4WgmmaCfg cfgs[4] = {{256, 1, 0, 1, 1}, {256, 1, 0, 1, 0}, {256, 1, 0, 0, 0}, {128, 1, 1, 1, 0}};
   for (int i = 0; i < 2; i++)
     for (int c = 0; c < 4; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
   for (int i = 0; i < 2; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
