@@ -107,7 +107,8 @@ const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 // For profiling only, wrong results by design: the pipelined 128 x 128 kernel with staged epilogue
 // (VEC128 A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the
 // rest: ablate 0 nothing (the real kernel), 1 the promotion, 2 the MMAs, 3 both (the operand feed
-// alone), 4 the promotion as a multiply and an add (the unfused form), 5 the stores.
+// alone), 4 the promotion as a multiply and an add (the unfused form), 5 the stores, 6 the promotion
+// replaced by as many fused multiply-adds on the result accumulators alone (no block sums read).
 void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int cluster, int ablate);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM

@@ -661,19 +661,24 @@ static int profile_own(void) {
 typedef struct {
   void *out;
   Fp8Operand A, B;
-  int M, N, K, variant;  // variant -1: cuBLASLt; else cluster 1 + variant / 6, ablation variant % 6
+  int M, N, K, variant;  // variant -1: cuBLASLt; else cluster 1 + variant / 7, ablation variant % 7
 } AblateCall;
 enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
 static void ablate_calls(void *arg) {
   const AblateCall *c = (const AblateCall *)arg;
   for (int i = 0; i < ABLATE_REPS; i++) {
     if (c->variant < 0) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
-    else fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, 1 + c->variant / 6, c->variant % 6);
+    else fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, 1 + c->variant / 7, c->variant % 7);
   }
 }
 static int ablate_own(void) {
-  static const char *what[6] = {"full kernel", "no promotion",        "no MMAs",
-                                "feed only",   "promotion FMUL+FADD", "no stores"};
+  static const char *what[7] = {"full kernel",
+                                "no promotion",
+                                "no MMAs",
+                                "feed only",
+                                "promotion FMUL+FADD",
+                                "no stores",
+                                "FFMAs off the block sums"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
   printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
   for (int s = 0; s < 2; s++) {
@@ -686,10 +691,10 @@ static int ablate_own(void) {
                     -1};
     CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
     for (int i = 0; i < 50; i++) ablate_calls(&c);  // 1,000 GEMMs: the clocks settle first
-    for (c.variant = -1; c.variant < 12; c.variant++) {
+    for (c.variant = -1; c.variant < 14; c.variant++) {
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
-      if (c.variant < 0) printf("  %5d %5d %5d  cuBLASLt                 %6.0f\n", c.M, c.N, c.K, tf);
-      else printf("  %5d %5d %5d  128x%dpe %-17s %6.0f\n", c.M, c.N, c.K, 1 + c.variant / 6, what[c.variant % 6], tf);
+      if (c.variant < 0) printf("  %5d %5d %5d  cuBLASLt                        %6.0f\n", c.M, c.N, c.K, tf);
+      else printf("  %5d %5d %5d  128x%dpe %-24s %6.0f\n", c.M, c.N, c.K, 1 + c.variant / 7, what[c.variant % 7], tf);
     }
     CUDA_CHECK(cudaFree(c.out));
     fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
