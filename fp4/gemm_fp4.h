@@ -85,10 +85,10 @@ int fp4_gemm_wgmma_available(void);
 const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, int M, int N, int K);
 // A launch configuration: tile width bn (128 or 256; the tile is 128 x bn), CTAs per cluster (1 or 2:
 // the B tile multicast to two tile rows), pipelined (bn 128 only: two block accumulators, the next K
-// block's MMAs in flight during a promotion), epi_smem (cluster 1 only: the epilogue staged through
-// shared memory for whole-row stores).
-// ordered (not pipelined; with epi_smem 256 wide only): the two consumer warpgroups issue their MMAs
-// in strict turn ("ping-pong"), so that one's promotion overlaps the other's MMAs.
+// block's MMAs in flight during a promotion), epi_smem (the epilogue staged through shared memory for
+// whole-row stores), ordered (the two consumer warpgroups issue their MMAs in strict turn, "ping-pong",
+// so that one's promotion overlaps the other's MMAs). A build has the combinations that
+// fp4_gemm_wgmma_configs lists, no others.
 typedef struct {
   int bn, cluster, pipelined, epi_smem, ordered;
 } Fp4WgmmaCfg;
@@ -107,8 +107,8 @@ const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 // For profiling only, wrong results by design: the pipelined 128 x 128 kernel with staged epilogue
 // (VEC128 A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the
 // rest: ablate 0 nothing (the real kernel), 1 the promotion, 2 the MMAs, 3 both (the operand feed
-// alone), 4 the promotion as a multiply and an add (the unfused form), 5 the stores, 6 the promotion
-// replaced by as many fused multiply-adds on the result accumulators alone (no block sums read).
+// alone), 4 the promotion as a multiply and an add (the unfused form), 5 the promotion replaced by
+// as many fused multiply-adds on the result accumulators alone (no block sums read).
 void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int cluster, int ablate);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM

@@ -276,8 +276,7 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // two batches, both finish together and both promote while the tensor cores idle.
 // ABL (fp4_gemm_wgmma_ablate only, pipelined): a part of the work left out, to see what bounds the
 // rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion as a multiply and an
-// add (before 2026-12-02's fused one), 5 no stores (which also lets the compiler drop most of the
-// promotion: read it as an upper bound), 6 fused multiply-adds like the promotion's on the result
+// add (before 2026-12-02's fused one), 5 fused multiply-adds like the promotion's on the result
 // accumulators alone, never reading the registers the tensor cores write (is it the register file's
 // bandwidth the two share, or waiting on those registers?). Wrong results by design: never a configuration.
 template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, bool ORD = false, int ABL = 0>
@@ -388,7 +387,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (ABL == 1 || ABL == 3) {
           } else if (ABL == 4) {
             promote<B_BLK, false>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
-          } else if (ABL == 6) {  // the promotion's instructions and register traffic, without blk2
+          } else if (ABL == 5) {  // the promotion's instructions and register traffic, without blk2
 #pragma unroll
             for (int j = 0; j < 64; j++) acc[j] = fmaf(acc[j], sa0b[i], sbb[i]);
           } else if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
@@ -442,9 +441,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
       }
-      if constexpr (ABL == 5) {
-        if (acc[0] == 12345.0f) *(float *)p.out = acc[1];  // keeps the accumulators alive
-      } else if constexpr (EPI) {
+      if constexpr (EPI) {
         // alpha * acc into this warp's buffer, 64 columns at a time; then row pieces of 4 columns,
         // (+ beta * out) and stored; N % 8 == 0, so a piece is wholly in or out
         float *ep = epi + (cw * 4 + warp) * EPI_WARP_FLOATS;
@@ -651,23 +648,29 @@ static int cfg_index(Fp4WgmmaCfg c) {
   return 0;
 }
 
+// The kernel's parameters for a 128 x bn tile.
+static Params params_for(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int bn, float alpha, float beta) {
+  const int kblocks = (K + BK - 1) / BK;
+  Params p = {out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + bn - 1) / bn,
+              alpha, beta};
+  return p;
+}
+
 extern "C" void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
                                    float alpha, float beta, Fp4WgmmaCfg c) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
   if (why) die("fp4_gemm_wgmma: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if ((uintptr_t)out % 16) die("fp4_gemm_wgmma: out must be 16-byte aligned");
-  if (!cfg_index(c)) {
+  const int ci = cfg_index(c);
+  if (!ci) {
     char n[16];
     die("fp4_gemm_wgmma: configuration %s is not one this build has (fp4_gemm_wgmma_configs)",
         fp4_gemm_wgmma_cfg_name(c, n, sizeof n));
   }
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
-  const int kblocks = (K + BK - 1) / BK;
-  Params p = {
-      out,   A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + c.bn - 1) / c.bn,
-      alpha, beta};
+  const Params p = params_for(out, A, B, M, N, K, c.bn, alpha, beta);
   const int mode = (A.blk128 ? 1 : 0) | (B.blk128 ? 2 : 0);
-  switch (cfg_index(c)) {
+  switch (ci) {
     case 1:
       launch_cfg<256, 1, false>(out_fp32, mode, ma, mb, p);
       break;
@@ -709,43 +712,20 @@ extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   return g_configs;
 }
 
-// The pipelined 128 x 128 kernel with staged epilogue, VEC x BLK into BF16, with one ablation.
-template <int C>
+// The pipelined 128 x 128 kernel with staged epilogue, VEC x BLK into BF16, with ablation X == ablate.
+template <int C, int X = 0>
 void launch_ablate(int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  switch (ablate) {
-    case 0:
-      launch<false, true, false, 128, C, true, true, false, 0>(ma, mb, p);
-      break;
-    case 1:
-      launch<false, true, false, 128, C, true, true, false, 1>(ma, mb, p);
-      break;
-    case 2:
-      launch<false, true, false, 128, C, true, true, false, 2>(ma, mb, p);
-      break;
-    case 3:
-      launch<false, true, false, 128, C, true, true, false, 3>(ma, mb, p);
-      break;
-    case 4:
-      launch<false, true, false, 128, C, true, true, false, 4>(ma, mb, p);
-      break;
-    case 5:
-      launch<false, true, false, 128, C, true, true, false, 5>(ma, mb, p);
-      break;
-    default:
-      launch<false, true, false, 128, C, true, true, false, 6>(ma, mb, p);
-      break;
-  }
+  if (ablate == X) launch<false, true, false, 128, C, true, true, false, X>(ma, mb, p);
+  else if constexpr (X < 5) launch_ablate<C, X + 1>(ablate, ma, mb, p);
 }
 
 extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int cluster,
                                       int ablate) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
-  if (why || A.blk128 || !B.blk128 || (cluster != 1 && cluster != 2) || ablate < 0 || ablate > 6)
-    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, cluster 1 or 2, ablate 0-6 only (%s)", why ? why : "");
+  if (why || A.blk128 || !B.blk128 || (cluster != 1 && cluster != 2) || ablate < 0 || ablate > 5)
+    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, cluster 1 or 2, ablate 0-5 only (%s)", why ? why : "");
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, 128 / cluster);
-  const int kblocks = (K + BK - 1) / BK;
-  Params p = {out,  A.scale, B.scale, M, N, K, kblocks, (kblocks + 3) / 4 * 4, (M + BM - 1) / BM, (N + 127) / 128,
-              1.0f, 0.0f};
+  const Params p = params_for(out, A, B, M, N, K, 128, 1.0f, 0.0f);
   if (cluster == 2) launch_ablate<2>(ablate, ma, mb, p);
   else launch_ablate<1>(ablate, ma, mb, p);
 }
