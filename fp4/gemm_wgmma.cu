@@ -246,6 +246,22 @@ __device__ __forceinline__ void release_stage(uint64_t *empty, int lane) {
   } else if (lane < CM) mbar_arrive_cluster(empty, lane);  // lane r arrives in CTA r, in parallel
 }
 
+// The promotion of one 64 x 128 block result (promote_real), or in an ablation (ABL 1-4) what stands
+// in for it; alpha == 0 never happens in one, so the real promotion behind it only keeps the MMAs'
+// results read.
+template <int ABL, typename F>
+__device__ __forceinline__ void ablate_or_promote(float *acc, float s0, float s1, float alpha, F promote_real) {
+  if (ABL == 0 || ABL == 2) {
+    promote_real();
+  } else if (ABL == 1 || ABL == 4) {
+    if (ABL == 4) {  // the promotion's instructions and register traffic on acc alone
+#pragma unroll
+      for (int j = 0; j < 64; j++) acc[j] = fmaf(acc[j], s0, s1);
+    }
+    if (alpha == 0.0f) promote_real();
+  }
+}
+
 // Output tile t in the grouped order: GROUP_M tile rows at a time, column by column inside a group.
 constexpr int GROUP_M = 8;
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int &tm, int &tn) {
@@ -274,11 +290,13 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // tensor cores run one warpgroup's batch while the other waits for its own and promotes it (CUTLASS's
 // "ping-pong" idea inside one tile). Without it both issue together, the tensor cores interleave the
 // two batches, both finish together and both promote while the tensor cores idle.
-// ABL (fp4_gemm_wgmma_ablate only, pipelined): a part of the work left out, to see what bounds the
-// rest: 1 no promotion, 2 no MMAs, 3 neither (the feed alone), 4 the promotion as a multiply and an
-// add (before 2026-12-02's fused one), 5 fused multiply-adds like the promotion's on the result
-// accumulators alone, never reading the registers the tensor cores write (is it the register file's
-// bandwidth the two share, or waiting on those registers?). Wrong results by design: never a configuration.
+// ABL (fp4_gemm_wgmma_ablate only): a part of the work left out, to see what bounds the rest: 1 no
+// promotion, 2 no MMAs, 3 neither (the feed alone), 4 fused multiply-adds like the promotion's on
+// the result accumulators alone, never reading the block sums the tensor cores write (is it the
+// instructions, or waiting on the MMAs' registers?). Where the block sums are not promoted (1, 4)
+// the real promotion stays behind a condition that is false at run time (alpha == 0): ptxas deletes
+// a wgmma whose results nobody reads (it did so in the ablations before 2026-12-02's second run,
+// whose "no promotion" was therefore "no MMAs" too). Wrong results by design: never a configuration.
 template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, bool ORD = false, int ABL = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -384,15 +402,13 @@ __global__ void __launch_bounds__(THREADS, 1)
           fence_regs(blk2[i]);  // after the wait that completed its MMAs
           const float *sc = scales + rstage * (BM + BN);
           if (B_BLK) release_stage<CM>(&empty[rstage], lane);
-          if (ABL == 1 || ABL == 3) {
-          } else if (ABL == 4) {
-            promote<B_BLK, false>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
-          } else if (ABL == 5) {  // the promotion's instructions and register traffic, without blk2
-#pragma unroll
-            for (int j = 0; j < 64; j++) acc[j] = fmaf(acc[j], sa0b[i], sbb[i]);
-          } else if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
-          else
-            promote<false>(acc, blk2[i], A_BLK ? sa0b[i] : sc[rl], A_BLK ? sa0b[i] : sc[rl + 8], sbb[i], sc + BM + cl);
+          auto promote_real = [&] {
+            if (B_BLK) promote<true>(acc, blk2[i], sa0b[i], sa1b[i], sbb[i], sc + BM + cl);
+            else
+              promote<false>(acc, blk2[i], A_BLK ? sa0b[i] : sc[rl], A_BLK ? sa0b[i] : sc[rl + 8], sbb[i],
+                             sc + BM + cl);
+          };
+          ablate_or_promote<ABL>(acc, sa0b[i], sbb[i], p.alpha, promote_real);
           if (!B_BLK) release_stage<CM>(&empty[rstage], lane);
           if (++rstage == STAGES) rstage = 0;
         };
@@ -426,16 +442,20 @@ __global__ void __launch_bounds__(THREADS, 1)
               if (cw == 1) named_sync(1);
               else if (ord_started) named_sync(2);
             }
-            fence_regs(blk);
-            wgmma_fence();
+            if (ABL != 2 && ABL != 3) {
+              fence_regs(blk);
+              wgmma_fence();
 #pragma unroll
-            for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
-            wgmma_commit();
-            fence_regs(blk);
+              for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(blk, da + 2 * k, db + 2 * k, k > 0);  // +32 bytes
+              wgmma_commit();
+              fence_regs(blk);
+            }
             if (ORD) named_arrive(cw == 0 ? 1 : 2), ord_started = true;
             wgmma_wait0();
             fence_regs(blk);
-            promote<B_BLK>(acc + 64 * h, blk, sa0, sa1, sbb[h], sc + BM + h * 128 + cl);
+            ablate_or_promote<ABL>(acc + 64 * h, sa0, sbb[h], p.alpha, [&] {
+              promote<B_BLK>(acc + 64 * h, blk, sa0, sa1, sbb[h], sc + BM + h * 128 + cl);
+            });
           }
           release_stage<CM>(&empty[stage], lane);
           if (++stage == STAGES) stage = 0, phase ^= 1;
@@ -712,22 +732,29 @@ extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   return g_configs;
 }
 
-// The pipelined 128 x 128 kernel with staged epilogue, VEC x BLK into BF16, with ablation X == ablate.
-template <int C, int X = 0>
-void launch_ablate(int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
-  if (ablate == X) launch<false, true, false, 128, C, true, true, false, X>(ma, mb, p);
-  else if constexpr (X < 5) launch_ablate<C, X + 1>(ablate, ma, mb, p);
+// Configuration C (1 + its index in g_configs; see fp4_gemm_wgmma_ablate) with ablation X == ablate,
+// VEC x BLK into BF16.
+template <int X = 0>
+void launch_ablate(int ci, int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
+  if (ablate == X) {
+    if (ci == 3) launch<false, true, false, 256, 1, false, true, false, X>(ma, mb, p);
+    else if (ci == 6) launch<false, true, false, 128, 2, true, true, false, X>(ma, mb, p);
+    else launch<false, true, false, 128, 1, true, true, false, X>(ma, mb, p);
+  } else if constexpr (X < 4) launch_ablate<X + 1>(ci, ablate, ma, mb, p);
 }
 
-extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, int cluster,
+extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg c,
                                       int ablate) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
-  if (why || A.blk128 || !B.blk128 || (cluster != 1 && cluster != 2) || ablate < 0 || ablate > 5)
-    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, cluster 1 or 2, ablate 0-5 only (%s)", why ? why : "");
-  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, 128 / cluster);
-  const Params p = params_for(out, A, B, M, N, K, 128, 1.0f, 0.0f);
-  if (cluster == 2) launch_ablate<2>(ablate, ma, mb, p);
-  else launch_ablate<1>(ablate, ma, mb, p);
+  const Fp4WgmmaCfg pe2 = {128, 2, 1, 1, 0};
+  const int ci = cfg_index(c) == 3 || cfg_index(c) == 5 ? cfg_index(c)
+                 : (c.bn == pe2.bn && c.cluster == pe2.cluster && c.pipelined && c.epi_smem && !c.ordered) ? 6
+                                                                                                           : 0;
+  if (why || A.blk128 || !B.blk128 || !ci || ablate < 0 || ablate > 4)
+    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 128x1pe or 128x2pe, ablate 0-4 only (%s)", why ? why : "");
+  const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
+  const Params p = params_for(out, A, B, M, N, K, c.bn, 1.0f, 0.0f);
+  launch_ablate(ci, ablate, ma, mb, p);
 }
 
 extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,

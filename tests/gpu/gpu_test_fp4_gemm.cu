@@ -659,25 +659,29 @@ static int profile_own(void) {
   return 0;
 }
 
-// --ablate: what bounds the pipelined kernel (128x1pe, 128x2pe) on two 8B fprops: its rate with one
+// --ablate: what bounds our kernel (256x1e, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
+enum { ABLATE_CFGS = 3, ABLATE_VARIANTS = 5 };
+static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {{256, 1, 0, 1, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
 typedef struct {
   void *out;
   Fp8Operand A, B;
-  int M, N, K, variant;  // variant -1: cuBLASLt; else cluster 1 + variant / 6, ablation variant % 6
+  int M, N, K, variant;  // variant -1: cuBLASLt; else ablate_cfgs[variant / 5], ablation variant % 5
 } AblateCall;
 enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
 static void ablate_calls(void *arg) {
   const AblateCall *c = (const AblateCall *)arg;
   for (int i = 0; i < ABLATE_REPS; i++) {
     if (c->variant < 0) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
-    else fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, 1 + c->variant / 6, c->variant % 6);
+    else
+      fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, ablate_cfgs[c->variant / ABLATE_VARIANTS],
+                            c->variant % ABLATE_VARIANTS);
   }
 }
 static int ablate_own(void) {
-  static const char *what[6] = {"full kernel", "no promotion",        "no MMAs",
-                                "feed only",   "promotion FMUL+FADD", "FFMAs off the block sums"};
+  static const char *what[ABLATE_VARIANTS] = {"full kernel", "no promotion", "no MMAs", "feed only",
+                                              "FFMAs off the block sums"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
   printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
   warm_clocks();
@@ -690,10 +694,12 @@ static int ablate_own(void) {
                     shapes[s][2],
                     -1};
     CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
-    for (c.variant = -1; c.variant < 12; c.variant++) {
+    for (c.variant = -1; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
-      if (c.variant < 0) printf("  %5d %5d %5d  cuBLASLt                        %6.0f\n", c.M, c.N, c.K, tf);
-      else printf("  %5d %5d %5d  128x%dpe %-24s %6.0f\n", c.M, c.N, c.K, 1 + c.variant / 6, what[c.variant % 6], tf);
+      char name[16] = "cuBLASLt";
+      if (c.variant >= 0) fp4_gemm_wgmma_cfg_name(ablate_cfgs[c.variant / ABLATE_VARIANTS], name, sizeof name);
+      printf("  %5d %5d %5d  %-8s %-24s %6.0f\n", c.M, c.N, c.K, name,
+             c.variant < 0 ? "" : what[c.variant % ABLATE_VARIANTS], tf);
     }
     CUDA_CHECK(cudaFree(c.out));
     fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
