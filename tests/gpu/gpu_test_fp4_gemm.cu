@@ -662,12 +662,12 @@ static int profile_own(void) {
 // --ablate: what bounds our kernel (256x1e, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
-enum { ABLATE_CFGS = 3, ABLATE_VARIANTS = 5 };
+enum { ABLATE_CFGS = 3, ABLATE_VARIANTS = 7 };
 static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {{256, 1, 0, 1, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
 typedef struct {
   void *out;
   Fp8Operand A, B;
-  int M, N, K, variant;  // variant -1: cuBLASLt; else ablate_cfgs[variant / 5], ablation variant % 5
+  int M, N, K, variant;  // variant -1: cuBLASLt; else ablate_cfgs[variant / 7], ablation variant % 7
 } AblateCall;
 enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
 static void ablate_calls(void *arg) {
@@ -680,8 +680,9 @@ static void ablate_calls(void *arg) {
   }
 }
 static int ablate_own(void) {
-  static const char *what[ABLATE_VARIANTS] = {"full kernel", "no promotion", "no MMAs", "feed only",
-                                              "FFMAs off the block sums"};
+  static const char *what[ABLATE_VARIANTS] = {
+      "full kernel",         "no promotion",          "no MMAs", "feed only", "FFMAs off the block sums",
+      "per-tensor mainloop", "per-tensor, m64n256k32"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
   printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
   warm_clocks();
@@ -695,6 +696,7 @@ static int ablate_own(void) {
                     -1};
     CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
     for (c.variant = -1; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
+      if (c.variant % ABLATE_VARIANTS == 6 && c.variant >= ABLATE_VARIANTS) continue;  // m64n256: 256x1e only
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
       char name[16] = "cuBLASLt";
       if (c.variant >= 0) fp4_gemm_wgmma_cfg_name(ablate_cfgs[c.variant / ABLATE_VARIANTS], name, sizeof name);
