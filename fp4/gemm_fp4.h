@@ -104,12 +104,12 @@ const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned);
 // "256x1", "128x1p" (pipelined), "128x1e" (epilogue through shared memory), "256x1o" (ordered): into
 // buf, returned.
 const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
-// For profiling only, wrong results by design: configuration cfg (256x1e, 128x1pe or 128x2pe; VEC128
+// For profiling only, wrong results by design: configuration cfg (256x1e, 256x2, 128x1pe or 128x2pe; VEC128
 // A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the rest: ablate
 // 0 nothing (the real kernel), 1 the promotion, 2 the MMAs, 3 both (the operand feed alone), 4 the
 // promotion replaced by as many fused multiply-adds on the result accumulators alone (no block sums
 // read), 5 no block sums at all (a per-tensor GEMM's mainloop: the MMAs accumulate over all of K),
-// 6 the same with one m64n256k32 per 32 of K (256x1e only).
+// 6 the same with one m64n256k32 per 32 of K (BN 256 only).
 void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg cfg, int ablate);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM

@@ -805,6 +805,7 @@ template <int X = 0>
 void launch_ablate(int ci, int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (ablate == X) {
     if (ci == 3) launch<false, true, false, 256, 1, false, true, false, X>(ma, mb, p);
+    else if (ci == 2) launch<false, true, false, 256, 2, false, false, false, X>(ma, mb, p);
     else if (ci == 6) launch<false, true, false, 128, 2, true, true, false, X>(ma, mb, p);
     else launch<false, true, false, 128, 1, true, true, false, X>(ma, mb, p);
   } else if constexpr (X < 6) launch_ablate<X + 1>(ci, ablate, ma, mb, p);
@@ -814,11 +815,12 @@ extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int
                                       int ablate) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
   const Fp4WgmmaCfg pe2 = {128, 2, 1, 1, 0};
-  const int ci = cfg_index(c) == 3 || cfg_index(c) == 5 ? cfg_index(c)
+  const int ci = cfg_index(c) == 2 || cfg_index(c) == 3 || cfg_index(c) == 5 ? cfg_index(c)
                  : (c.bn == pe2.bn && c.cluster == pe2.cluster && c.pipelined && c.epi_smem && !c.ordered) ? 6
                                                                                                            : 0;
   if (why || A.blk128 || !B.blk128 || !ci || ablate < 0 || ablate > 6)
-    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 128x1pe or 128x2pe, ablate 0-6 only (%s)", why ? why : "");
+    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 256x2, 128x1pe or 128x2pe, ablate 0-6 only (%s)",
+        why ? why : "");
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const Params p = params_for(out, A, B, M, N, K, c.bn, 1.0f, 0.0f);
   launch_ablate(ci, ablate, ma, mb, p);

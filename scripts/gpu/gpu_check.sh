@@ -94,7 +94,11 @@ if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu
 fi
 
 if has ablate; then  # what bounds our pipelined GEMM: its rate with one part of the work left out at a time
-  timeout 200 build/gpu_tests/gpu_test_fp4_gemm --ablate >"$OUT/ablate.log" 2>&1
+  # the SM clock and the power drawn, every 100 ms, beside the ablation's time-stamped lines
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit --format=csv,noheader -lms 100 \
+    >"$OUT/ablate_clocks.txt" 2>&1 & smi=$!
+  timeout 260 build/gpu_tests/gpu_test_fp4_gemm --ablate >"$OUT/ablate.log" 2>&1
+  kill $smi 2>/dev/null
   cat "$OUT/ablate.log"
   note "ablate: $(tail -n 1 "$OUT/ablate.log")"
 fi

@@ -40,6 +40,9 @@ for preset in tiny small; do
       if (!f && $4 != $12) f = $2
       if (!g && $8 != $16) g = $2 }
     END { printf "%.3g %s %s\n", w + 0, f ? f : "none", g ? g : "none" }')
+  echo "$preset: step, loss with cuBLASLt, with ours; gradient norm with cuBLASLt, with ours:"
+  paste -d' ' "$tmp/$preset.fp8_cublaslt.txt" "$tmp/$preset.fp8_own.txt" | tr -d ',' |
+    awk '{ printf "  %3d %12s %12s %12s %12s\n", $2, $4, $12, $8, $16 }'
   echo "$preset: own vs cuBLASLt: worst relative loss difference $worst, first step whose loss differs $first, whose gradient norm differs $firstg"
   check "$preset: our kernel's losses within 1% of cuBLASLt's at every step (worst $worst)" \
     '[ -s "$tmp/$preset.fp8_own.txt" ] && awk -v w="$worst" "BEGIN { exit !(w < 0.01) }"'

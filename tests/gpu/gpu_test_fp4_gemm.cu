@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/common.h"
 #include "fp4/fp8_embed.h"
@@ -555,18 +556,21 @@ static void warm_clocks(void) {
   fp4_bench_operand_free(A), fp4_bench_operand_free(B);
 }
 
-// The 21 training GEMMs of a Llama-3 8B block at T = 8192 tokens (fprop, dgrad, wgrad of q, k, v, o,
-// gate, up, down) in the engine's scale modes (B in 128x128 tiles for fprop and dgrad; dY^T, the A
-// of the wgrad, in tiles as Recipe.wgrad_2d's default): our GEMM beside cuBLASLt's best
-// block-scaled algorithm on the same operands, and the two results against each other.
-static void bench_own(void) {
-  TEST_SECTION("own wgmma FP8 GEMM vs cuBLASLt block-scaled, Llama-3 8B block, T = 8192 (TFLOP/s)");
+// The 21 training GEMMs of a block at T = 8192 tokens (fprop, dgrad, wgrad of q, k, v, o, gate, up,
+// down) of the Llama-3 8B shapes (dim 4096, KV 1024, FFN 14336) or the small preset's (1024, 256,
+// 2816), in the engine's scale modes (B in 128x128 tiles for fprop and dgrad; dY^T, the A of the
+// wgrad, in tiles as Recipe.wgrad_2d's default): our GEMM beside cuBLASLt's best block-scaled
+// algorithm on the same operands, and the two results against each other.
+static void bench_own(const char *model, int dim, int kv, int ffn) {
+  char title[96];
+  snprintf(title, sizeof title, "own wgmma FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)", model);
+  TEST_SECTION(title);
   const int T = 8192;
   struct {
     const char *name;
     int out, in;
-  } sh[] = {{"q", 4096, 4096},     {"k", 1024, 4096},   {"v", 1024, 4096},    {"o", 4096, 4096},
-            {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
+  } sh[] = {{"q", dim, dim},    {"k", kv, dim},   {"v", kv, dim},    {"o", dim, dim},
+            {"gate", ffn, dim}, {"up", ffn, dim}, {"down", dim, ffn}};
   int ncfg;
   const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
   char cname[16][12];
@@ -659,11 +663,12 @@ static int profile_own(void) {
   return 0;
 }
 
-// --ablate: what bounds our kernel (256x1e, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
+// --ablate: what bounds our kernel (256x1e, 256x2, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
-enum { ABLATE_CFGS = 3, ABLATE_VARIANTS = 7 };
-static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {{256, 1, 0, 1, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
+enum { ABLATE_CFGS = 4, ABLATE_VARIANTS = 7 };
+static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {
+    {256, 1, 0, 1, 0}, {256, 2, 0, 0, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
 typedef struct {
   void *out;
   Fp8Operand A, B;
@@ -696,12 +701,16 @@ static int ablate_own(void) {
                     -1};
     CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
     for (c.variant = -1; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
-      if (c.variant % ABLATE_VARIANTS == 6 && c.variant >= ABLATE_VARIANTS) continue;  // m64n256: 256x1e only
+      if (c.variant % ABLATE_VARIANTS == 6 && c.variant >= 2 * ABLATE_VARIANTS) continue;  // m64n256: BN 256 only
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
       char name[16] = "cuBLASLt";
       if (c.variant >= 0) fp4_gemm_wgmma_cfg_name(ablate_cfgs[c.variant / ABLATE_VARIANTS], name, sizeof name);
-      printf("  %5d %5d %5d  %-8s %-24s %6.0f\n", c.M, c.N, c.K, name,
-             c.variant < 0 ? "" : what[c.variant % ABLATE_VARIANTS], tf);
+      // the time of day ends each line, to read the GPU's clock and power at it off a sampler's log
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      printf("  %5d %5d %5d  %-8s %-24s %6.0f  %02d:%02d:%02d.%03d\n", c.M, c.N, c.K, name,
+             c.variant < 0 ? "" : what[c.variant % ABLATE_VARIANTS], tf, (int)(ts.tv_sec / 3600 % 24),
+             (int)(ts.tv_sec / 60 % 60), (int)(ts.tv_sec % 60), (int)(ts.tv_nsec / 1000000));
     }
     CUDA_CHECK(cudaFree(c.out));
     fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
@@ -730,7 +739,8 @@ int main(int argc, char **argv) {
   test_nvfp4_reference(&rng);
   if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) {
     bench();
-    if (fp4_gemm_wgmma_available()) bench_own();
+    if (fp4_gemm_wgmma_available())
+      bench_own("Llama-3 8B", 4096, 1024, 14336), bench_own("small preset", 1024, 256, 2816);
   }
   fp4_gemm_shutdown();
   TEST_END();
