@@ -39,7 +39,7 @@ int tune_pick_fastest(TuneRun run, void *ctx, int n, int rounds, double target_m
 // A plan: one GEMM kind's descriptors at one key and the algorithm kept. The key is ints (compared
 // whole): key[0] the kind, then the kind's own fields (shape, layouts, types, beta != 0, alignment).
 enum { LT_KEY_INTS = 12 };
-typedef enum { LT_BF16 = 1, LT_FP8 = 2, LT_FP4_NATIVE = 3, LT_BF16_DEV_ALPHA = 4 } LtKind;
+typedef enum { LT_BF16 = 1, LT_FP8 = 2, LT_FP4_NATIVE = 3, LT_BF16_DEV_ALPHA = 4, LT_FP8_TENSOR = 5 } LtKind;
 typedef struct {
   int key[LT_KEY_INTS];  // zero-padded
   cublasLtMatmulDesc_t desc;

@@ -211,6 +211,33 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     free(got_own);
   }
 
+  // The accumulating BF16 form (a Dgrad with dx_accumulate): which epilogue arithmetic gives cuBLASLt's
+  // bits? Our kernel's fp32 accumulators (alpha 1, beta 0: the two-level sums, cuBLASLt's too), then on
+  // the host: (0) ours, alpha * acc rounded, then + beta * out; (1) one fused multiply-add, fma(alpha,
+  // acc, beta * out); (2) the exact sum rounded once (double); (3) alpha * acc rounded to BF16 first.
+  // Reported, not asserted: what the epilogue should do to share cuBLASLt's bits is the finding.
+  if (ok && !out_fp32 && beta != 0.0f && fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
+    float *acc = (float *)xmalloc(n * 4);
+    void *d_acc;
+    CUDA_CHECK(cudaMalloc(&d_acc, n * 4));
+    int ncfg;
+    fp4_gemm_wgmma_cfg(d_acc, 1, fp8_of(A), fp8_of(B), M, N, K, 1.0f, 0.0f, fp4_gemm_wgmma_configs(&ncfg, NULL)[0]);
+    download_floats(acc, d_acc, n, 1);
+    CUDA_CHECK(cudaFree(d_acc));
+    size_t match[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+      const float a = acc[i], o = prev[i];
+      float t0 = ALPHA * a;
+      t0 = t0 + beta * o;
+      const float f[4] = {t0, fmaf(ALPHA, a, beta * o), (float)((double)ALPHA * a + (double)beta * o),
+                          __bfloat162float(__float2bfloat16(ALPHA * a)) + beta * o};
+      for (int j = 0; j < 4; j++) match[j] += __bfloat162float(__float2bfloat16(f[j])) == got_fp8[i];
+    }
+    printf("bf16 beta epilogue vs cuBLASLt: ours %zu, fma %zu, exact %zu, bf16 first %zu of %zu  ", match[0], match[1],
+           match[2], match[3], n);
+    free(acc);
+  }
+
   // The tuned choice (fp4/gemm_fp8_select.cu): whichever kernel it keeps, the first call (which times
   // both on scratch copies) and the next give cuBLASLt's bits, an accumulating out added to once.
   if (ok) {
@@ -304,6 +331,7 @@ static void test_layer(int T, int in, int out, int kind, Rng *rng) {
   run_use("fprop Y=X.W^T", &X, &Wq, 0, 0.0f, rng);
   run_use("dgrad dX=dY.W", &DY, &Wt, 1, 0.0f, rng);
   run_use("dgrad dX=dY.W", &DY, &Wt, 0, 0.0f, rng);
+  run_use("dgrad dX+=dY.W", &DY, &Wt, 0, 1.0f, rng);  // dx_accumulate: q, k, v share dx
   run_use("wgrad dW+=dY^T.X", &DYt, &Xt, 1, 1.0f, rng);
   run_use("wgrad dW=dY^T.X", &DYt, &Xt, 1, 0.0f, rng);
   run_use("wgrad dW+=dY^T.X 2D dY", &DYt2, &Xt, 1, 1.0f, rng);
@@ -672,13 +700,17 @@ static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {
 typedef struct {
   void *out;
   Fp8Operand A, B;
-  int M, N, K, variant;  // variant -1: cuBLASLt; else ablate_cfgs[variant / 7], ablation variant % 7
+  int M, N, K, variant;  // variant -1: cuBLASLt; -3, -2: cuBLASLt per-tensor (fast accumulation, not);
+                         // else ablate_cfgs[variant / 7], ablation variant % 7
+  const float *one;      // a device 1.0f: the per-tensor scales
 } AblateCall;
 enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
 static void ablate_calls(void *arg) {
   const AblateCall *c = (const AblateCall *)arg;
   for (int i = 0; i < ABLATE_REPS; i++) {
-    if (c->variant < 0) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
+    if (c->variant == -1) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
+    else if (c->variant < 0)
+      fp4_gemm_fp8_tensorwise(c->out, c->A.e4m3, c->B.e4m3, c->one, c->one, c->M, c->N, c->K, c->variant == -3);
     else
       fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, ablate_cfgs[c->variant / ABLATE_VARIANTS],
                             c->variant % ABLATE_VARIANTS);
@@ -698,21 +730,28 @@ static int ablate_own(void) {
                     shapes[s][0],
                     shapes[s][1],
                     shapes[s][2],
-                    -1};
+                    -1,
+                    NULL};
     CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
-    for (c.variant = -1; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
+    float *one;
+    const float h_one = 1.0f;
+    CUDA_CHECK(cudaMalloc(&one, sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
+    c.one = one;
+    for (c.variant = -3; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
       if (c.variant % ABLATE_VARIANTS == 6 && c.variant >= 2 * ABLATE_VARIANTS) continue;  // m64n256: BN 256 only
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
       char name[16] = "cuBLASLt";
+      const char *lt_what = c.variant == -3 ? "per-tensor, fast accum" : c.variant == -2 ? "per-tensor" : "";
       if (c.variant >= 0) fp4_gemm_wgmma_cfg_name(ablate_cfgs[c.variant / ABLATE_VARIANTS], name, sizeof name);
       // the time of day ends each line, to read the GPU's clock and power at it off a sampler's log
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       printf("  %5d %5d %5d  %-8s %-24s %6.0f  %02d:%02d:%02d.%03d\n", c.M, c.N, c.K, name,
-             c.variant < 0 ? "" : what[c.variant % ABLATE_VARIANTS], tf, (int)(ts.tv_sec / 3600 % 24),
+             c.variant < 0 ? lt_what : what[c.variant % ABLATE_VARIANTS], tf, (int)(ts.tv_sec / 3600 % 24),
              (int)(ts.tv_sec / 60 % 60), (int)(ts.tv_sec % 60), (int)(ts.tv_nsec / 1000000));
     }
-    CUDA_CHECK(cudaFree(c.out));
+    CUDA_FREE_ALL(c.out, one);
     fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
   }
   printf("ablate: done\n");
