@@ -23,7 +23,11 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
 steps=${*:-build tests hf bench benchfp4 fp4train peer}
 declare -a summary
-note() { summary+=("$1"); echo "== $1"; }
+# each step's logs also go to $DEST as it ends, so that a call cut off by its time limit keeps them
+note() {
+  summary+=("$1"); echo "== $1"
+  cp -f "$OUT"/*.log "$OUT"/*.txt "$DEST"/ 2>/dev/null || true
+}
 has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"

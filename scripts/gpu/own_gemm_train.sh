@@ -4,10 +4,10 @@
 # train OWN_STEPS (40) MXFP4 steps with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8_own again.
 # Asserts, per preset: every run completes and logs every step; the two fp8_own runs log the same
 # loss, lr and gradient norm at every step, bit for bit (no atomics in our reduction order); and
-# our run's loss stays within 1% of cuBLASLt's at every step (every GEMM of every step, Fprop, Dgrad
-# and Wgrad, in the shapes each preset has: partial tiles and partial K blocks in tiny). Not bit
-# for bit: the accumulating BF16 dgrads (beta = 1) have not matched cuBLASLt's last bit in the
-# engine's tuner (docs/gemm_wgmma.md); the script reports the first step where the two differ.
+# our run logs cuBLASLt's run, bit for bit (every GEMM of every step, Fprop, Dgrad and Wgrad, in the
+# shapes each preset has: partial tiles and partial K blocks in tiny; since the accumulating BF16
+# epilogue rounds as cuBLASLt's does, docs/gemm_wgmma.md). Prints both runs side by side and the
+# first step where they differ, if any.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -44,7 +44,7 @@ for preset in tiny small; do
   paste -d' ' "$tmp/$preset.fp8_cublaslt.txt" "$tmp/$preset.fp8_own.txt" | tr -d ',' |
     awk '{ printf "  %3d %12s %12s %12s %12s\n", $2, $4, $12, $8, $16 }'
   echo "$preset: own vs cuBLASLt: worst relative loss difference $worst, first step whose loss differs $first, whose gradient norm differs $firstg"
-  check "$preset: our kernel's losses within 1% of cuBLASLt's at every step (worst $worst)" \
-    '[ -s "$tmp/$preset.fp8_own.txt" ] && awk -v w="$worst" "BEGIN { exit !(w < 0.01) }"'
+  check "$preset: our kernel's run logs cuBLASLt's losses and gradient norms bit for bit (worst loss difference $worst)" \
+    '[ -s "$tmp/$preset.fp8_own.txt" ] && cmp -s "$tmp/$preset.fp8_cublaslt.txt" "$tmp/$preset.fp8_own.txt"'
 done
 echo "$pass passed, $fail failed"
