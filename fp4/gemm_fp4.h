@@ -114,8 +114,7 @@ const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 // A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the rest: ablate
 // 0 nothing (the real kernel), 1 the promotion, 2 the MMAs, 3 both (the operand feed alone), 4 the
 // promotion replaced by as many fused multiply-adds on the result accumulators alone (no block sums
-// read), 5 no block sums at all (a per-tensor GEMM's mainloop: the MMAs accumulate over all of K),
-// 6 the same with one m64n256k32 per 32 of K (BN 256 only).
+// read), 5 no block sums at all (a per-tensor GEMM's mainloop: the MMAs accumulate over all of K).
 void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg cfg, int ablate);
 
 // ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM

@@ -192,36 +192,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(float *d, uint64_t da, uint64_t
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// d[128] (+)= A[64 rows, 32 of K] . B[256 rows, 32 of K]^T (ablations 6 only: 128 accumulators leave no
-// room for a block accumulator beside the result's).
-__device__ __forceinline__ void wgmma_m64n256k32(float *d, uint64_t da, uint64_t db) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
-      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
-      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
-      "%57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "
-      "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, "
-      "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, "
-      "%119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
-        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
-        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
-        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db));
-}
-
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 // Named barriers (ids 1 and 2; 0 is __syncthreads) between the two consumer warpgroups, 256 threads:
@@ -336,8 +306,7 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 // the real promotion stays behind a condition that is false at run time (alpha == 0): ptxas deletes
 // a wgmma whose results nobody reads (it did so in the ablations before 2026-12-02's second run,
 // whose "no promotion" was therefore "no MMAs" too). 5: the mainloop of a per-tensor-scaled GEMM
-// instead (the MMAs accumulate into acc over all of K), 6 the same with one m64n256k32 (BN 256). Wrong
-// results by design: never a configuration.
+// instead (the MMAs accumulate into acc over all of K). Wrong results by design: never a configuration.
 template <bool A_BLK, bool B_BLK, bool OUT_FP32, int BN, int CM, bool PIPE, bool EPI, bool ORD = false, int ABL = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -411,10 +380,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int tm = sm * CM + rank;
 #pragma unroll
       for (int i = 0; i < NH * 64; i++) acc[i] = 0.0f;
-      if constexpr (ABL == 5 || ABL == 6) {
+      if constexpr (ABL == 5) {
         // the mainloop of a per-tensor-scaled GEMM (no block sums: the MMAs accumulate into acc over all
         // of K, a stage released once the next K block's MMAs are issued): what our feed and MMA issue
-        // reach without the two-level scheme; 6 with one m64n256k32 per 32 of K (A read once)
+        // reach without the two-level scheme (one m64n256k32 per 32 of K instead, A read once, measured
+        // no faster at 3126cc1 and was dropped)
         int prev = -1;
         for (int kb = 0; kb < p.kblocks; kb++) {
           mbar_wait_spin(&full[stage], phase);
@@ -423,16 +393,11 @@ __global__ void __launch_bounds__(THREADS, 1)
           fence_regs(acc);
           if (NH == 2) fence_regs(acc + 64);
           wgmma_fence();
-          if (ABL == 6 && NH == 2) {
 #pragma unroll
-            for (int k = 0; k < BK / 32; k++) wgmma_m64n256k32(acc, da + 2 * k, smem_desc(st + A_BYTES) + 2 * k);
-          } else {
+          for (int h = 0; h < NH; h++) {
+            const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
 #pragma unroll
-            for (int h = 0; h < NH; h++) {
-              const uint64_t db = smem_desc(st + A_BYTES + h * 128 * BK);
-#pragma unroll
-              for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(acc + 64 * h, da + 2 * k, db + 2 * k, 1);
-            }
+            for (int k = 0; k < BK / 32; k++) wgmma_m64n128k32(acc + 64 * h, da + 2 * k, db + 2 * k, 1);
           }
           wgmma_commit();
           fence_regs(acc);
@@ -856,7 +821,7 @@ void launch_ablate(int ci, int ablate, const CUtensorMap &ma, const CUtensorMap 
     else if (ci == 2) launch<false, true, false, 256, 2, false, false, false, X>(ma, mb, p);
     else if (ci == 6) launch<false, true, false, 128, 2, true, true, false, X>(ma, mb, p);
     else launch<false, true, false, 128, 1, true, true, false, X>(ma, mb, p);
-  } else if constexpr (X < 6) launch_ablate<X + 1>(ci, ablate, ma, mb, p);
+  } else if constexpr (X < 5) launch_ablate<X + 1>(ci, ablate, ma, mb, p);
 }
 
 extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg c,
@@ -866,8 +831,8 @@ extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int
   const int ci = cfg_index(c) == 2 || cfg_index(c) == 3 || cfg_index(c) == 5 ? cfg_index(c)
                  : (c.bn == pe2.bn && c.cluster == pe2.cluster && c.pipelined && c.epi_smem && !c.ordered) ? 6
                                                                                                            : 0;
-  if (why || A.blk128 || !B.blk128 || !ci || ablate < 0 || ablate > 6)
-    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 256x2, 128x1pe or 128x2pe, ablate 0-6 only (%s)",
+  if (why || A.blk128 || !B.blk128 || !ci || ablate < 0 || ablate > 5)
+    die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 256x2, 128x1pe or 128x2pe, ablate 0-5 only (%s)",
         why ? why : "");
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const Params p = params_for(out, A, B, M, N, K, c.bn, 1.0f, 0.0f);

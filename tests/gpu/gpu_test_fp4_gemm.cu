@@ -695,14 +695,14 @@ static int profile_own(void) {
 // --ablate: what bounds our kernel (256x1e, 256x2, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
 // part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
 // cuBLASLt's. A part whose removal barely changes the rate is not the bound.
-enum { ABLATE_CFGS = 4, ABLATE_VARIANTS = 7 };
+enum { ABLATE_CFGS = 4, ABLATE_VARIANTS = 6 };
 static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {
     {256, 1, 0, 1, 0}, {256, 2, 0, 0, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
 typedef struct {
   void *out;
   Fp8Operand A, B;
   int M, N, K, variant;  // variant -1: cuBLASLt; -3, -2: cuBLASLt per-tensor (fast accumulation, not);
-                         // else ablate_cfgs[variant / 7], ablation variant % 7
+                         // else ablate_cfgs[variant / 6], ablation variant % 6
   const float *one;      // a device 1.0f: the per-tensor scales
 } AblateCall;
 enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
@@ -719,8 +719,7 @@ static void ablate_calls(void *arg) {
 }
 static int ablate_own(void) {
   static const char *what[ABLATE_VARIANTS] = {
-      "full kernel",         "no promotion",          "no MMAs", "feed only", "FFMAs off the block sums",
-      "per-tensor mainloop", "per-tensor, m64n256k32"};
+      "full kernel", "no promotion", "no MMAs", "feed only", "FFMAs off the block sums", "per-tensor mainloop"};
   const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
   printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
   warm_clocks();
@@ -740,7 +739,6 @@ static int ablate_own(void) {
     CUDA_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
     c.one = one;
     for (c.variant = -3; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
-      if (c.variant % ABLATE_VARIANTS == 6 && c.variant >= 2 * ABLATE_VARIANTS) continue;  // m64n256: BN 256 only
       const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
       char name[16] = "cuBLASLt";
       const char *lt_what = c.variant == -3 ? "per-tensor, fast accum" : c.variant == -2 ? "per-tensor" : "";
