@@ -34,9 +34,10 @@ static const double BENCH_TARGET_MS = 10.0;
 // device-side alpha (NVFP4 tensor scales), so it needs no host sync; gemm_bf16 takes host scalars.
 typedef struct {
   int kind, out_fp32;  // kind: LT_FP8, LT_FP4_NATIVE, LT_BF16_DEV_ALPHA or LT_FP8_TENSOR
-  int a_blk, b_blk;    // FP8: our A / our B in BLK128x128 (else VEC128); LT_FP8_TENSOR: a_blk is FAST_ACCUM; else 0
+  int a_blk, b_blk;    // FP8: our A / our B in BLK128x128 (else VEC128); other kinds: 0
   int M, N, K;
   int accumulate, align;
+  int fast_accum;  // LT_FP8_TENSOR: cuBLASLt's FAST_ACCUM; other kinds: 0
 } PlanKey;
 
 // The pointers of one call. alpha/beta are host floats (FP8) or device floats (native).
@@ -98,7 +99,7 @@ static void plan_build(LtPlan *p, const PlanKey *k) {
     t = CUDA_R_8F_E4M3;
   } else if (k->kind == LT_FP8_TENSOR) {
     mode_a = mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-    const int8_t fast = (int8_t)k->a_blk;
+    const int8_t fast = (int8_t)k->fast_accum;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
     t = CUDA_R_8F_E4M3;
   } else {
@@ -158,6 +159,19 @@ static LtPlan *plan_get(const PlanKey *key, const Call *c) {
   return p;
 }
 
+// One call on a key's plan: built and tuned at the key's first use, dies naming the GEMM when
+// cuBLASLt offers no algorithm for it (hint: what to check first, or "").
+static void plan_run(const char *who, const char *hint, const PlanKey *key, const Call *c) {
+  LtPlan *p = plan_get(key, c);
+  if (p->n_candidates == 0) {
+    char d[200];
+    describe(d, sizeof d, key);
+    die("%s: cuBLASLt offers no algorithm for %s%s", who, d, hint);
+  }
+  p->calls++;
+  CUBLAS_CHECK(launch(p, &p->algo, c));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Argument checks.
 static void check_shape(const char *who, int out_fp32, int M, int N, int K, int k_mult) {
@@ -204,16 +218,10 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
   lt_alignment("fp4_gemm_fp8", ptrs + 3, names + 3, 2);  // cuBLASLt needs 16-byte aligned scale tensors
   PlanKey key = fp8_key(out_fp32, A.blk128, B.blk128, M, N, K, beta != 0.0f, align);
   Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta};
-  LtPlan *p = plan_get(&key, &c);
-  if (p->n_candidates == 0) {
-    char d[200];
-    describe(d, sizeof d, &key);
-    die("fp4_gemm_fp8: cuBLASLt offers no algorithm for %s (ask fp4_gemm_fp8_supported first; a K that is not "
-        "a multiple of 128 or a BLK128x128 A may be unsupported)",
-        d);
-  }
-  p->calls++;
-  CUBLAS_CHECK(launch(p, &p->algo, &c));
+  plan_run("fp4_gemm_fp8",
+           " (ask fp4_gemm_fp8_supported first; a K that is not a multiple of 128 or a BLK128x128 A may be "
+           "unsupported)",
+           &key, &c);
 }
 
 void fp4_gemm_fp8_tensorwise(void *out, const uint8_t *a, const uint8_t *b, const float *scale_a, const float *scale_b,
@@ -223,13 +231,11 @@ void fp4_gemm_fp8_tensorwise(void *out, const uint8_t *a, const uint8_t *b, cons
   const char *names[5] = {"out", "a", "b", "scale_a", "scale_b"};
   int align = lt_alignment("fp4_gemm_fp8_tensorwise", ptrs, names, 3);
   lt_alignment("fp4_gemm_fp8_tensorwise", ptrs + 3, names + 3, 2);
-  PlanKey key = plan_key(LT_FP8_TENSOR, 0, fast_accum != 0, 0, M, N, K, 0, align);
+  PlanKey key = plan_key(LT_FP8_TENSOR, 0, 0, 0, M, N, K, 0, align);
+  key.fast_accum = fast_accum != 0;
   const float alpha = 1.0f, beta = 0.0f;
   Call c = {out, a, b, scale_a, scale_b, &alpha, &beta};
-  LtPlan *p = plan_get(&key, &c);
-  if (p->n_candidates == 0) die("fp4_gemm_fp8_tensorwise: cuBLASLt offers no algorithm for M=%d N=%d K=%d", M, N, K);
-  p->calls++;
-  CUBLAS_CHECK(launch(p, &p->algo, &c));
+  plan_run("fp4_gemm_fp8_tensorwise", "", &key, &c);
 }
 
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K) {
@@ -503,14 +509,7 @@ void fp4_gemm_native(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Op
   CUDA_CHECK_LAUNCH();
   PlanKey key = plan_key(LT_FP4_NATIVE, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, A.codes, B.codes, sa, sb, ab, ab + 1};
-  LtPlan *p = plan_get(&key, &c);
-  if (p->n_candidates == 0) {
-    char d[200];
-    describe(d, sizeof d, &key);
-    die("fp4_gemm_native: cuBLASLt offers no algorithm for %s", d);
-  }
-  p->calls++;
-  CUBLAS_CHECK(launch(p, &p->algo, &c));
+  plan_run("fp4_gemm_native", "", &key, &c);
 }
 
 // out = alpha * (*alpha_dev) * a . b^T + beta * out with BF16 a [M,K], b [N,K]: gemm_bf16's TN case,
@@ -527,14 +526,7 @@ static void gemm_bf16_dev_alpha(void *out, int out_fp32, const void *a, const vo
   CUDA_CHECK_LAUNCH();
   PlanKey key = plan_key(LT_BF16_DEV_ALPHA, out_fp32, 0, 0, M, N, K, beta != 0.0f, align);
   Call c = {out, a, b, NULL, NULL, ab, ab + 1};
-  LtPlan *p = plan_get(&key, &c);
-  if (p->n_candidates == 0) {
-    char d[200];
-    describe(d, sizeof d, &key);
-    die("fp4_gemm_reference_packed: cuBLASLt offers no algorithm for %s", d);
-  }
-  p->calls++;
-  CUBLAS_CHECK(launch(p, &p->algo, &c));
+  plan_run("fp4_gemm_reference_packed", "", &key, &c);
 }
 
 // ---------------------------------------------------------------------------------------------

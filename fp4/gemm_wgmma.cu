@@ -209,19 +209,15 @@ __device__ __forceinline__ void fence_regs(float *r) {
 
 // The two-level promotion of one 64 x 128 block result: a += blk * (row scale * column scale), with
 // the column scale one per tile half (B BLK128x128: sbh) or per column (VEC128: sb, this thread's
-// columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's. FUSED: one
-// fused multiply-add per element instead of a multiply and an add (half the instructions; the
-// promotion is what bounds the kernel: docs/gemm_wgmma.md). The engine's scales are powers of two
-// (fp8_embed.h with scale_mul 1: 2^(E_t - 6)), so blk * s is exact and the fused form rounds once where
-// the unfused one rounded once too: the same bits (an underflow below 2^-126 aside). With other
-// scales the two can differ in the last bit; the tuner keeps our kernel only where its bits are
-// cuBLASLt's.
-template <bool B_BLK, bool FUSED = true>
+// columns cl + 8j + {0, 1} in shared memory). The order of the products is cuBLASLt's. One fused
+// multiply-add per element (since 85eaa80; a multiply and an add before: twice the instructions).
+// The engine's scales are powers of two (fp8_embed.h with scale_mul 1: 2^(E_t - 6)), so blk * s is
+// exact and the fused form rounds once where the unfused one rounded once too: the same bits (an
+// underflow below 2^-126 aside). With other scales the two can differ in the last bit; the tuner
+// keeps our kernel only where its bits are cuBLASLt's.
+template <bool B_BLK>
 __device__ __forceinline__ void promote(float *a, const float *blk, float sa0, float sa1, float sbh, const float *sb) {
-  auto add = [](float &acc, float x, float s) {
-    if (FUSED) acc = fmaf(x, s, acc);
-    else acc += x * s;  // -fmad=false: a multiply, then an add
-  };
+  auto add = [](float &acc, float x, float s) { acc = fmaf(x, s, acc); };
   if (B_BLK) {
     const float s0 = sa0 * sbh, s1 = sa1 * sbh;
 #pragma unroll
@@ -737,14 +733,15 @@ static const Fp4WgmmaCfg g_configs[] = {
     {256, 1, 0, 0, 0}, {256, 2, 0, 0, 0}, {256, 1, 0, 1, 0}, {256, 1, 0, 1, 1}, {128, 1, 1, 1, 0}};
 static const int TUNED = 5;
 
+static int cfg_eq(Fp4WgmmaCfg a, Fp4WgmmaCfg b) {
+  return a.bn == b.bn && a.cluster == b.cluster && a.pipelined == b.pipelined && a.epi_smem == b.epi_smem &&
+         a.ordered == b.ordered;
+}
+
 // 1 + the configuration's index in g_configs, or 0 if this build does not have it.
 static int cfg_index(Fp4WgmmaCfg c) {
-  for (int i = 0; i < (int)(sizeof g_configs / sizeof g_configs[0]); i++) {
-    const Fp4WgmmaCfg g = g_configs[i];
-    if (c.bn == g.bn && c.cluster == g.cluster && c.pipelined == g.pipelined && c.epi_smem == g.epi_smem &&
-        c.ordered == g.ordered)
-      return i + 1;
-  }
+  for (int i = 0; i < (int)(sizeof g_configs / sizeof g_configs[0]); i++)
+    if (cfg_eq(c, g_configs[i])) return i + 1;
   return 0;
 }
 
@@ -812,31 +809,32 @@ extern "C" const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned) {
   return g_configs;
 }
 
-// Configuration C (1 + its index in g_configs; see fp4_gemm_wgmma_ablate) with ablation X == ablate,
-// VEC x BLK into BF16.
+// The configurations fp4_gemm_wgmma_ablate takes: 256x1e, 256x2, 128x1pe and 128x2pe.
+static const Fp4WgmmaCfg g_ablate_cfgs[] = {{256, 1, 0, 1, 0}, {256, 2, 0, 0, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
+
+// g_ablate_cfgs[ai] with ablation X == ablate, VEC x BLK into BF16.
 template <int X = 0>
-void launch_ablate(int ci, int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
+void launch_ablate(int ai, int ablate, const CUtensorMap &ma, const CUtensorMap &mb, const Params &p) {
   if (ablate == X) {
-    if (ci == 3) launch<false, true, false, 256, 1, false, true, false, X>(ma, mb, p);
-    else if (ci == 2) launch<false, true, false, 256, 2, false, false, false, X>(ma, mb, p);
-    else if (ci == 6) launch<false, true, false, 128, 2, true, true, false, X>(ma, mb, p);
-    else launch<false, true, false, 128, 1, true, true, false, X>(ma, mb, p);
-  } else if constexpr (X < 5) launch_ablate<X + 1>(ci, ablate, ma, mb, p);
+    if (ai == 0) launch<false, true, false, 256, 1, false, true, false, X>(ma, mb, p);
+    else if (ai == 1) launch<false, true, false, 256, 2, false, false, false, X>(ma, mb, p);
+    else if (ai == 2) launch<false, true, false, 128, 1, true, true, false, X>(ma, mb, p);
+    else launch<false, true, false, 128, 2, true, true, false, X>(ma, mb, p);
+  } else if constexpr (X < 5) launch_ablate<X + 1>(ai, ablate, ma, mb, p);
 }
 
 extern "C" void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg c,
                                       int ablate) {
   const char *why = fp4_gemm_wgmma_unsupported(A, B, M, N, K);
-  const Fp4WgmmaCfg pe2 = {128, 2, 1, 1, 0};
-  const int ci = cfg_index(c) == 2 || cfg_index(c) == 3 || cfg_index(c) == 5 ? cfg_index(c)
-                 : (c.bn == pe2.bn && c.cluster == pe2.cluster && c.pipelined && c.epi_smem && !c.ordered) ? 6
-                                                                                                           : 0;
-  if (why || A.blk128 || !B.blk128 || !ci || ablate < 0 || ablate > 5)
+  const int na = (int)(sizeof g_ablate_cfgs / sizeof g_ablate_cfgs[0]);
+  int ai = 0;
+  while (ai < na && !cfg_eq(c, g_ablate_cfgs[ai])) ai++;
+  if (why || A.blk128 || !B.blk128 || ai == na || ablate < 0 || ablate > 5)
     die("fp4_gemm_wgmma_ablate: VEC x BLK into BF16, 256x1e, 256x2, 128x1pe or 128x2pe, ablate 0-5 only (%s)",
         why ? why : "");
   const CUtensorMap ma = tensor_map(A.e4m3, M, K, BM), mb = tensor_map(B.e4m3, N, K, c.bn / c.cluster);
   const Params p = params_for(out, A, B, M, N, K, c.bn, 1.0f, 0.0f);
-  launch_ablate(ci, ablate, ma, mb, p);
+  launch_ablate(ai, ablate, ma, mb, p);
 }
 
 extern "C" void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,

@@ -216,7 +216,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   // the host: (0) alpha * acc rounded in fp32, then + beta * out (the fp32 out's form; ours before
   // 2026-12-02); (1) one fused multiply-add, fma(alpha, acc, beta * out); (2) the exact sum rounded
   // once (double); (3) alpha * acc rounded to BF16 first (ours since: all of cuBLASLt's bits at 3126cc1).
-  // Reported: the finding behind the epilogue's arithmetic (the bits themselves are checked above).
+  // All four reported (the finding behind our epilogue's arithmetic); (3) asserted: it is cuBLASLt's.
   if (ok && !out_fp32 && beta != 0.0f && fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
     float *acc = (float *)xmalloc(n * 4);
     void *d_acc;
@@ -236,6 +236,9 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     }
     printf("bf16 beta epilogue vs cuBLASLt: fp32 first %zu, fma %zu, exact %zu, bf16 first %zu of %zu  ", match[0],
            match[1], match[2], match[3], n);
+    CHECK(match[3] == n,
+          "%s: cuBLASLt's accumulating BF16 epilogue is not alpha * acc rounded to BF16 first (%zu of %zu)", name,
+          match[3], n);
     free(acc);
   }
 
@@ -661,7 +664,7 @@ static void bench_own(const char *model, int dim, int kv, int ffn) {
       char dn[16];
       printf(" %5.2fx %7s %5.2fx | %.1e\n", ms[0] / best, fp4_gemm_wgmma_cfg_name(def, dn, sizeof dn),
              ms[0] / ms[nw - 1], d);
-      CHECK(d < (f32 ? TOL_FP8 : TOL_BF16), "%s %d: own vs cuBLASLt rel %.3e", sh[s].name, u, d);
+      CHECK(memcmp(g1, g2, n * 4) == 0, "%s %d: own differs from cuBLASLt's bits (rel %.3e)", sh[s].name, u, d);
       free(g1), free(g2);
       CUDA_FREE_ALL(o1, o2);
       fp4_bench_operand_free(A), fp4_bench_operand_free(B);
