@@ -41,14 +41,14 @@ CFLAGS  += -I$(DEPS_ROOT)/usr/include
 LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
 endif
 
-LIB_C   := $(wildcard common/*.c fp4/*.c model/*.c model/cpu/*.c dist/*.c run/*.c data/*.c)
+LIB_C   := $(wildcard common/*.c fp4/*.c model/*.c model/cpu/*.c parallel/*.c run/*.c data/*.c)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c)) \
            $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
 # model/cuda/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
-CU_SRC  := $(wildcard common/*.cu fp4/*.cu model/cuda/*.cu dist/*.cu)
+CU_SRC  := $(wildcard common/*.cu fp4/*.cu model/cuda/*.cu parallel/*.cu)
 CPP_SRC := $(wildcard model/cuda/*.cpp)
 GPU_TESTS :=
 ifeq ($(CUDA_BUILD),1)

@@ -1,6 +1,6 @@
 // train.c: the command line, the training loop, logging and evaluation; main() reads top to bottom
 // (parse_cli, open_run, print_run, train, close_run). It computes nothing itself:
-// the model (model/llama.c), optimizer (dist/zero.c, model/cpu/adamw.c), data (data/loader.c) and
+// the model (model/llama.c), optimizer (parallel/zero.c, model/cpu/adamw.c), data (data/loader.c) and
 // checkpoints (run/resume.c over the container in run/checkpoint.c) do the work.
 //
 //   ./train CONFIG.yaml [--set key=value ...] [--resume] [--max-steps N] [--print-config]
@@ -26,12 +26,12 @@
 #include "data/loader.h"     // loader_open, loader_next: [B, T] micro-batches
 #include "data/prepare.h"    // tokenize_main (./train tokenize)
 #include "data/tokenizer.h"  // the Llama-3 tokenizer, for the tasks
-#include "dist/comm.h"       // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
-#include "dist/zero.h"       // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
 #include "fp4/recipe.h"      // recipe_resolve, recipe_describe
 #include "model/adamw.h"     // the AdamW hyperparameters
 #include "model/llama.h"     // llama_create_ex, llama_init, llama_forward_backward
 #include "model/ops.h"       // backend_open and the operations table
+#include "parallel/comm.h"   // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
+#include "parallel/zero.h"   // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
 #include "run/bench.h"       // bench_main (--bench)
 #include "run/checkpoint.h"  // ckpt_probe_dir
 #include "run/config.h"      // TrainConfig: config_load, config_set, config_validate
@@ -67,7 +67,7 @@ static void usage(FILE *f) {
 }
 
 // Clips by the global gradient norm and applies AdamW (norms not decayed), ZeRO-1 style over the
-// ranks (dist/zero.h). Returns -1 without touching the weights when the gradient is not finite.
+// ranks (parallel/zero.h). Returns -1 without touching the weights when the gradient is not finite.
 static int optimizer_step(Run *r, float lr, float *norm_out) {
   const TrainConfig *c = &r->cfg;
   ZeroHyper h = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
@@ -433,7 +433,7 @@ static void print_sizes(const TrainConfig *cfg) {
   printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
 }
 
-// Everything a run needs before its first step: the rank (dist/comm.h), the backend, the recipe,
+// Everything a run needs before its first step: the rank (parallel/comm.h), the backend, the recipe,
 // the model, ZeRO-1, the data, the downstream tasks, then the resume or checkpoint.init_from.
 static void open_run(Run *run, const Cli *cli) {
   TrainConfig *cfg = &run->cfg;

@@ -301,7 +301,7 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->ops = ops;
   m->recompute = recompute;
   layout_params(m);
-  // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (dist/zero.h).
+  // alloc_params: memory that ZeRO-1 can later give back outside the rank's shard (parallel/zero.h).
   m->params = ops->alloc_params ? ops->alloc_params(ops->ctx, m->n_params * sizeof(float))
                                 : ops->alloc(ops->ctx, m->n_params * sizeof(float));
   m->grads = ops->alloc(ops->ctx, m->n_params * sizeof(float));

@@ -83,7 +83,7 @@ void llama_backward(Llama *m, float dloss);
 float llama_forward_backward(Llama *m, const int *inputs, const int *targets, int ignore_index, float dloss);
 void llama_zero_grad(Llama *m);
 
-// Gradient-ready notifications, for communication that overlaps the backward (dist/zero.h): during
+// Gradient-ready notifications, for communication that overlaps the backward (parallel/zero.h): during
 // every llama_backward / llama_forward_backward, fn(ctx, offset, len) is called once for each range
 // [offset, offset + len) of llama_grads() (floats) as soon as the ops that produce its last
 // contribution of this backward have been issued: the head and final norm first, then each block's
@@ -94,7 +94,7 @@ typedef void (*LlamaGradHook)(void *ctx, size_t offset, size_t len);
 void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx);
 
 // Parameter-ready waits, for an all-gather of updated parameters that overlaps the next forward
-// (dist/zero.c): every forward calls fn(ctx, group) before it first reads group's parameters:
+// (parallel/zero.c): every forward calls fn(ctx, group) before it first reads group's parameters:
 // group 0 the embedding, 1 + l block l, n_layers + 1 the final norm and the head. On an
 // asynchronous backend fn orders the work queued next after the parameters' arrival (a GPU-side
 // wait). fn NULL turns it off. llama_param_group fills the ranges [off[i], off[i] + len[i]) of

@@ -79,7 +79,7 @@ typedef struct Ops {
   void (*bind_params)(void *ctx, float *params, size_t n);
   void (*params_changed)(void *ctx);
 
-  // ZeRO-1 master-weight sharding (dist/zero.c); all NULL where the backend computes with the fp32
+  // ZeRO-1 master-weight sharding (parallel/zero.c); all NULL where the backend computes with the fp32
   // values themselves (the CPU). alloc_params allocates the parameter buffer in a form whose memory
   // can later be given back piecewise. After shard_params(off, len, n) only the fp32 parameters in
   // the ranges [off[i], off[i] + len[i]) (floats of the bound buffer: the rank's shard and what the

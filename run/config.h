@@ -83,11 +83,11 @@ typedef struct {
   int data_parallel;           // expected world size (1 for single process)
   int deterministic;           // GPU: same bits in every process (the CPU backend always is)
   char recompute[CFG_NAME];    // activation recomputation: "none", "ffn", "full" (model/llama.h)
-  char rendezvous[CFG_PATH];   // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (dist/comm.h)
+  char rendezvous[CFG_PATH];   // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (parallel/comm.h)
   float timeout_s;             // a collective or rendezvous waiting longer than this stops the run
-  char grad_reduce[CFG_NAME];  // gradient reduction on the wire: "fp32" or "bf16" (dist/comm.h)
-  int shard_master;            // CUDA, world > 1: fp32 master weights sharded like the AdamW state (dist/zero.h)
-  int overlap_reduce;          // reduce gradients during the last micro-batch's backward (dist/zero.h)
+  char grad_reduce[CFG_NAME];  // gradient reduction on the wire: "fp32" or "bf16" (parallel/comm.h)
+  int shard_master;            // CUDA, world > 1: fp32 master weights sharded like the AdamW state (parallel/zero.h)
+  int overlap_reduce;          // reduce gradients during the last micro-batch's backward (parallel/zero.h)
   float bucket_mb;             // MB of fp32 gradients per overlapped reduction; 0: every range on its own
   int dgrad_transposed;        // CUDA: keep BF16 W^T copies for a faster dgrad GEMM (model/cuda/ops_cuda.h)
 } TrainConfig;

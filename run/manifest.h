@@ -1,4 +1,4 @@
-// run/manifest.h: sharded checkpoints of a data-parallel run (ZeRO-1, dist/zero.h).
+// run/manifest.h: sharded checkpoints of a data-parallel run (ZeRO-1, parallel/zero.h).
 // With world > 1 every rank saves its own checkpoint file (run/checkpoint.h) in
 // CKPT_DIR/rank_<r>/: rank 0's holds the full parameters, each holds the rank's shard of AdamW m
 // and v. Once all are durable, rank 0 writes CKPT_DIR/manifest_<step, 8 digits>.txt (temp file,

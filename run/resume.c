@@ -112,7 +112,7 @@ static CkptState ckpt_state(Run *r) {
 }
 
 // With one process: checkpoint.dir/ckpt_<step>.bin. With world > 1: a sharded checkpoint, one file
-// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (dist/zero.h). Only rank 0's
+// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (parallel/zero.h). Only rank 0's
 // file holds the parameters (all of them, gathered first when the masters are sharded).
 void save_checkpoint(Run *r) {
   if (!r->cfg.ckpt_dir[0]) return;

@@ -5,12 +5,12 @@
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "run/config.h"
 #include "model/llama.h"
 #include "run/mc_eval.h"
 #include "model/ops.h"
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 // What a checkpoint must agree on with the run that loads it. Fixed-size POD, saved as "meta".
 typedef struct {

@@ -152,7 +152,7 @@ static void params_check_download(CudaBackend *b, const void *src, size_t bytes)
   size_t off = (size_t)((const float *)src - b->params), n = (bytes + sizeof(float) - 1) / sizeof(float);
   if (!kept(b, off, n))
     die("cuda backend: download of parameters [%zu, %zu): this rank holds only its shard of the fp32 parameters "
-        "(parallel.shard_master); gather them first (dist/zero.h zero_full_params)",
+        "(parallel.shard_master); gather them first (parallel/zero.h zero_full_params)",
         off, off + n);
 }
 

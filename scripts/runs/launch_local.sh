@@ -2,7 +2,7 @@
 # scripts/runs/launch_local.sh N CONFIG [train args...]: N data-parallel ranks of ./train on this node.
 #
 # Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (its GPU), MASTER_ADDR=127.0.0.1 and a free
-# MASTER_PORT (dist/comm.h), and --set parallel.data_parallel=N unless the arguments set it.
+# MASTER_PORT (parallel/comm.h), and --set parallel.data_parallel=N unless the arguments set it.
 # Rank 0's output goes to the terminal; every rank's output also goes to LOG_DIR/rank_<r>.log
 # (LOG_DIR defaults to a temp dir; ALL_RANKS=1 shows every rank, each line prefixed "[r] ").
 # When one rank fails, the others are stopped and the script exits with that rank's status; with

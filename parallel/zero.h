@@ -1,4 +1,4 @@
-// dist/zero.h: ZeRO-1 data parallelism. The AdamW moments m and v exist only for the rank's shard
+// parallel/zero.h: ZeRO-1 data parallelism. The AdamW moments m and v exist only for the rank's shard
 // of the flat parameter buffer (comm_shard_range), and so, on the CUDA backend (parallel.shard_master,
 // the default), do the fp32 master weights: every rank computes with the whole BF16 copy of the
 // parameters (the GEMMs, the embedding and the FP4 quantizers read it), and the only fp32 values the
@@ -9,7 +9,7 @@
 //
 // One optimizer step:
 //   1. reduce the gradients: each rank gets the SUM over ranks of its shard (parallel.grad_reduce:
-//      fp32, or BF16 on the wire, dist/comm.h). With parallel.overlap_reduce, during the LAST
+//      fp32, or BF16 on the wire, parallel/comm.h). With parallel.overlap_reduce, during the LAST
 //      micro-batch's backward the model's gradient hook (llama_set_grad_hook) hands each range to
 //      the transport as soon as its last contribution is queued; ranges are coalesced into buckets
 //      of parallel.bucket_mb, and on NCCL each bucket's reduction runs on the transport's stream
@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/llama.h"
 
 #ifdef __cplusplus

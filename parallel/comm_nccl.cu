@@ -1,9 +1,9 @@
-// dist/comm_nccl.cu: the device-memory collectives of dist/comm.h over NCCL. The unique id goes
+// parallel/comm_nccl.cu: the device-memory collectives of parallel/comm.h over NCCL. The unique id goes
 // from rank 0 to the others over the TCP connection that comm_init already opened.
 //
 // Streams: every NCCL call runs on a stream of its own (non-blocking, high priority), ordered after
 // the work queued so far on cuda_stream() by an event, so gradient reductions run while the
-// backward goes on (dist/zero.c). comm_nccl_wait makes cuda_stream() wait for it again.
+// backward goes on (parallel/zero.c). comm_nccl_wait makes cuda_stream() wait for it again.
 //
 // Shards follow comm_shard_range (contiguous, the last rank takes the n % world tail). A reduction
 // of a range is one ncclReduce per intersection with a shard, rooted at its owner, all in one
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "common/cuda_common.h"
 
 // ---- the NCCL ABI subset used (nccl.h, stable since NCCL 2.0) ----------------------------------
@@ -124,7 +124,7 @@ static void nccl_fail(CommNccl *n, const char *fmt, ...) {
   if (__atomic_exchange_n(&n->failed, 1, __ATOMIC_SEQ_CST))
     for (;;) pause();
   fflush(stdout);
-  fprintf(stderr, "error (dist/comm_nccl.cu): comm: rank %d: ", n->rank);
+  fprintf(stderr, "error (parallel/comm_nccl.cu): comm: rank %d: ", n->rank);
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -185,7 +185,7 @@ static void *watchdog_main(void *arg) {
 static void nvls_off(void) {
   const char *v = getenv("NCCL_NVLS_ENABLE");
   if (v && strcmp(v, "0"))
-    fprintf(stderr, "warning: NCCL_NVLS_ENABLE=%s ignored: NVLink multicast stays off (dist/comm_nccl.cu)\n", v);
+    fprintf(stderr, "warning: NCCL_NVLS_ENABLE=%s ignored: NVLink multicast stays off (parallel/comm_nccl.cu)\n", v);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
 }
 

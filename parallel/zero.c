@@ -1,11 +1,11 @@
-// dist/zero.c: the ZeRO-1 optimizer step (see dist/zero.h).
+// parallel/zero.c: the ZeRO-1 optimizer step (see parallel/zero.h).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "model/adamw.h"
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 // The forward's parameter-ready wait (llama_set_param_wait): the work queued next waits for the
 // stage of the BF16 all-gather that carries this group (zero_step).

@@ -1,4 +1,4 @@
-// dist/comm_tcp.c: rendezvous and the host-memory collectives over TCP (see dist/comm.h).
+// parallel/comm_tcp.c: rendezvous and the host-memory collectives over TCP (see parallel/comm.h).
 // A star: rank 0 holds one socket per peer and computes every reduction, adding contributions in
 // rank order, so the bits never depend on which peer was faster.
 #include <arpa/inet.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 struct Comm {
   int rank, world, local_rank;
@@ -535,7 +535,7 @@ static void gather_piece(void *ctx, size_t off, size_t len, int owner) {
 static void gather_ex(Comm *c, const void *src, void *dst, size_t n, size_t eb, const CommRange *r, int nr, int wait) {
   if (c->world == 1) {
     // Nothing to exchange; a copy would need to know where the buffers live (host or device).
-    if (src != dst) die("comm all-gather into another buffer with one rank: the caller copies (dist/zero.c)");
+    if (src != dst) die("comm all-gather into another buffer with one rank: the caller copies (parallel/zero.c)");
     return;
   }
 #ifdef HAVE_CUDA

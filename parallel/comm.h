@@ -1,10 +1,10 @@
-// dist/comm.h: the collectives that data parallelism needs, over one of two transports.
+// parallel/comm.h: the collectives that data parallelism needs, over one of two transports.
 //
-// - TCP (dist/comm_tcp.c): host memory, for the CPU backend. Every rank holds one socket to rank
+// - TCP (parallel/comm_tcp.c): host memory, for the CPU backend. Every rank holds one socket to rank
 //   0, which does every reduction itself, adding the ranks' values in rank order: the result does
 //   not depend on timing, so runs repeat bit for bit. Bandwidth is that of rank 0's link; it is
 //   meant for tests and small models, and as the bootstrap of NCCL.
-// - NCCL (dist/comm_nccl.cu, HAVE_CUDA): device memory, for the CUDA backend. The unique id
+// - NCCL (parallel/comm_nccl.cu, HAVE_CUDA): device memory, for the CUDA backend. The unique id
 //   travels over the TCP connection; the float collectives then run on a stream of their own,
 //   ordered after the work queued on cuda_stream() by events.
 //
@@ -18,7 +18,7 @@
 // Shards: a buffer of n floats is cut into world contiguous pieces; rank r owns
 // [r*q, (r+1)*q) with q = n / world, and the last rank also owns the n % world tail elements.
 //
-// Gradient reductions go range by range (comm_reduce_ranges), so that dist/zero.c can start them
+// Gradient reductions go range by range (comm_reduce_ranges), so that parallel/zero.c can start them
 // while the backward still runs. A range may span shard boundaries: each piece goes to its owner.
 // On the wire a gradient is fp32 or, with COMM_BF16, rounded to BF16 (round to nearest even) and
 // summed in BF16 arithmetic (each add rounds to BF16, as NCCL's BF16 sum does; the TCP transport
@@ -86,7 +86,7 @@ typedef struct {
 void comm_reduce_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr, CommDtype t);
 // The sum over ranks of the rows rows[0..nrows) (ascending) of a [V, row_len] table at buf + base
 // (buf holds n floats), each row into its owner's shard, queued like comm_reduce_ranges: the rows a
-// sparse gradient touched (the embedding's, dist/zero.c). NCCL packs each owner's rows into one
+// sparse gradient touched (the embedding's, parallel/zero.c). NCCL packs each owner's rows into one
 // contiguous buffer, reduces it with one call and unpacks it on the owner (a range per row would be
 // thousands of tiny reductions); TCP reduces them as ranges. The same sums, bit for bit.
 void comm_reduce_rows(Comm *c, float *buf, size_t n, size_t base, size_t row_len, const uint32_t *rows, int nrows,
@@ -101,12 +101,12 @@ void comm_all_gather(Comm *c, float *buf, size_t n);
 // The same from src (only the rank's own shard of it is read) into dst (all n values written).
 void comm_all_gather_to(Comm *c, const float *src, float *dst, size_t n);
 // The same on n BF16 values (2 bytes each, the shards of n elements as for floats): the parameters'
-// BF16 copies after a sharded-master optimizer step (dist/zero.c).
+// BF16 copies after a sharded-master optimizer step (parallel/zero.c).
 void comm_all_gather_bf16(Comm *c, void *buf, size_t n);
 // Only the ranges r[0..nr) of buf [n]: each piece goes from the rank whose shard holds it to all.
 void comm_all_gather_ranges(Comm *c, float *buf, size_t n, const CommRange *r, int nr);
 // Staged all-gather of BF16 values (2 bytes each, sharded as n floats would be), for the updated
-// parameters' BF16 copy (dist/zero.c): gathers the pieces of the ranges r (from their owners) as
+// parameters' BF16 copy (parallel/zero.c): gathers the pieces of the ranges r (from their owners) as
 // stage `stage` without waiting, queued on the transport's stream behind the work on cuda_stream()
 // so far; comm_stage_wait(c, stage) makes the work queued on cuda_stream() afterwards wait for that
 // stage (a GPU-side wait: the host goes on). Every rank makes the same calls. TCP (host memory):
@@ -136,7 +136,7 @@ static inline float comm_bf16_to_f32(uint16_t h) {
   return x.f;
 }
 
-// ---- internal: the NCCL transport (dist/comm_nccl.cu), bootstrapped through the TCP one ------
+// ---- internal: the NCCL transport (parallel/comm_nccl.cu), bootstrapped through the TCP one ------
 // The rank of a peer whose TCP connection has closed or failed (it exited or was killed), or -1.
 // Does not block and reads nothing; for the NCCL watchdog.
 int comm_tcp_dead_peer(const Comm *c);
