@@ -728,7 +728,7 @@ extern "C" const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, in
 // the 21 GEMMs of an 8B block (998cef3: 256x1eo on 9, 256x1 on 7, 256x1e on 4, 256x2 on 1) and the
 // pipelined 128 x 128 tile for the GEMMs with few 128 x 256 tiles; the others measured (128x1, 128x2,
 // 128x1p, 128x2p, 128x1e, 128x2pe, the ordered 128x1o, 128x2o, 256x1o, 256x2o) were never fastest
-// (docs/results/2026-12-02_gpu_test_fp4_gemm_998cef3.log), and cost build time.
+// (docs/results/2026-12-02/gpu_test_fp4_gemm_998cef3.log), and cost build time.
 static const Fp4WgmmaCfg g_configs[] = {
     {256, 1, 0, 0, 0}, {256, 2, 0, 0, 0}, {256, 1, 0, 1, 0}, {256, 1, 0, 1, 1}, {128, 1, 1, 1, 0}};
 static const int TUNED = 5;

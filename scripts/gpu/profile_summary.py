@@ -3,8 +3,8 @@
 step's kernels grouped (GEMMs by use, attention, FP4 quantizers, memory-bound glue, optimizer, head)
 and divided by the profiled depth. The head, embedding and optimizer rows are reported per step.
 
-    python3 scripts/gpu/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log
-    python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30_bf16_bench_b3d7a88.log
+    python3 scripts/gpu/profile_summary.py docs/results/2026-11-30/bf16_bench_b3d7a88.log
+    python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30/bf16_bench_b3d7a88.log
 
 --bound TOKS adds the best step this profile allows at 32 layers, and what reaching TOKS tok/s
 would take. The bound keeps only what no fusion removes: every GEMM at the faster of its measured

@@ -30,7 +30,7 @@ T
 out=$(python3 scripts/gpu/profile_summary.py "$tmp/p.log" 2>&1)
 check "profile_summary: per-layer GEMM forward without the head" 'echo "$out" | grep -Eq "GEMM forward +2.00$"'
 check "profile_summary: attention per layer, head per step" 'echo "$out" | grep -Eq "attention +0.50$" && echo "$out" | grep -Eq "output head +1.00$"'
-out=$(python3 scripts/gpu/profile_summary.py docs/results/2026-11-30_bf16_bench_b3d7a88.log 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py docs/results/2026-11-30/bf16_bench_b3d7a88.log 2>&1)
 check "profile_summary: docs/results_bf16.md's 14.8 ms of GEMMs (4.60 + 5.13 + 5.10)" 'echo "$out" | grep -Eq "GEMM forward +4.60$" && echo "$out" | grep -Eq "GEMM dgrad +5.13$"'
 # --bound: GEMMs at max(measured, ceiling) summed per layer, AdamW 30 B x 8.03e9 / 4.28 TB/s = 56.3 ms.
 out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p.log" 2>&1)
@@ -38,7 +38,7 @@ out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p.log" 2>&1)
 # step 32 * (2.0 + 3.6) + 1.0 + 56.3 = 236.5 ms
 check "profile_summary --bound: GEMMs per layer and the optimizer" 'echo "$out" | grep -q "GEMMs 2.00 ms/layer, head 1.0 ms, optimizer 56.3 ms"'
 check "profile_summary --bound: the every-step step time" 'echo "$out" | grep -Eq "optimizer every step +236.5 ms/step"'
-out=$(python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30_mxfp4_bench_38675d0.log 2>&1)
+out=$(python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30/mxfp4_bench_38675d0.log 2>&1)
 check "profile_summary --bound counts the FP8 GEMMs (docs/results_fp4.md: 16,403 tok/s)" 'echo "$out" | grep -Eq "optimizer every step +499.4 ms/step +16403 tok/s/GPU"'
 # scripts/gpu/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
 # 20-30 (none), 25-30 inside the previous one, 9,000,040-.. after a 9 ms host pause (left out):
