@@ -7,7 +7,8 @@
 // H32:  R32 = (1/sqrt 32) H32 D32 with D32 = diag(D, D) (the 16 signs on each half of 32), computed as
 //       signs -> 16-point FWHT on each half -> one butterfly (u+v, u-v) combining the halves -> scale.
 //       H is the Sylvester (natural-order) Hadamard matrix; R32 R32^T = I.
-// H16:  R16 = (1/4) H16 D: signs -> 16-point FWHT -> scale by 1/4 (exact).
+// H16:  R16 = (1/4) H16 D: signs -> 16-point FWHT -> scale by 1/4 (exact). Plain H16 (fp4_h16_plain):
+//       (1/4) H16 without the signs.
 // The butterflies are fixed-order fp32 adds and the scale one multiply by fl(1/sqrt(32)) (or 0.25),
 // so CPU and GPU agree bit for bit.
 //
@@ -43,6 +44,20 @@ static inline FP4_HD void fp4_h16(float *v) {
   fp4_fwht16(v);
   FP4_UNROLL
   for (int i = 0; i < 16; i++) v[i] = FP4_MUL(v[i], 0.25f);
+}
+
+// Plain H16: R16 = (1/4) H16, no sign flips (the paper's operand hybrid "plain H16" route).
+static inline FP4_HD void fp4_h16_plain(float *v) {
+  fp4_fwht16(v);
+  FP4_UNROLL
+  for (int i = 0; i < 16; i++) v[i] = FP4_MUL(v[i], 0.25f);
+}
+
+// The 16-point rotations by name, for producers that take either (fp4/nvfp4_cta.h).
+enum { FP4_ROT_NONE = 0, FP4_ROT_H16 = 1, FP4_ROT_H16_PLAIN = 2 };
+static inline FP4_HD void fp4_rotate16(float *v, int rot) {
+  if (rot == FP4_ROT_H16) fp4_h16(v);
+  else if (rot == FP4_ROT_H16_PLAIN) fp4_h16_plain(v);
 }
 
 static inline FP4_HD void fp4_h32(float *v) {
