@@ -174,8 +174,7 @@ static void compare_dump(Run *r, const char *dir) {
   printf("compare dump written to %s (loss %.6f, after %d AdamW steps %.6f)\n", dir, loss0, STEPS, losses[STEPS - 1]);
 }
 
-// Resolves the precision recipe for this backend and hands it to the linear layers. The CPU backend
-// has no quantized path: it computes every recipe in fp32 and says so.
+// The recipe's details as the checkpoint's "recipe" section keeps them.
 static RecipeMeta recipe_meta(const Recipe *r) {
   return (RecipeMeta){r->sr_dgrad,       r->sr_wgrad,   r->hadamard, r->weight_2d,
                       r->scale_round_up, r->bf16_first, r->bf16_last};
@@ -254,17 +253,17 @@ static void check_spike(LossWindow *w, float factor, int64_t step, double loss, 
   window_push(w, loss);
 }
 
+// Resolves the precision recipe for this backend and hands it to the linear layers.
 static Recipe apply_recipe(const TrainConfig *c, const Ops *ops, int n_layers) {
   Recipe r;
-  char err[256], desc[256];
+  char err[512], desc[1024];
   int cc = ops->device_cc ? ops->device_cc(ops->ctx) : 0;
   RecipeSpec spec = config_recipe_spec(c);
   if (recipe_resolve(&r, &spec, cc, err, sizeof err)) die("%s", err);
   recipe_describe(&r, desc, sizeof desc);
-  if (ops->set_recipe) ops->set_recipe(ops->ctx, &r, n_layers, c->seed);
-  if (!ops->set_recipe && r.format != FMT_BF16)
-    printf("recipe %s: the %s backend computes it in fp32\n", desc, ops->name);
-  else printf("recipe %s\n", desc);
+  if (!ops->set_recipe) die("the %s backend takes no precision recipe", ops->name);
+  ops->set_recipe(ops->ctx, &r, n_layers, c->seed);
+  printf("recipe %s\n", desc);
   return r;
 }
 
@@ -431,6 +430,12 @@ static void print_sizes(const TrainConfig *cfg) {
          cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)np, (long long)llama_num_embedding_params(c),
          llama_flops_per_token(c, cfg->seq_len) / 1e9, cfg->seq_len);
   printf("training state (fp32 params, grads, AdamW m and v): %.1f GB\n", np * 16.0 / 1e9);
+  Recipe r;
+  char err[512], contract[2048];
+  RecipeSpec spec = config_recipe_spec(cfg);
+  if (recipe_resolve(&r, &spec, 0, err, sizeof err)) die("%s", err);  // config_validate passed: cannot happen
+  recipe_contract(&r, c->n_layers, contract, sizeof contract);
+  printf("route %s: %s\n", cfg->recipe, contract);
 }
 
 // Everything a run needs before its first step: the rank (parallel/comm.h), the backend, the recipe,
@@ -464,6 +469,7 @@ static void open_run(Run *run, const Cli *cli) {
   run->model = llama_create_ex(mc, B, T, run->ops, llama_recompute_parse(cfg->recompute));
   llama_init(run->model, cfg->seed);
   run->recipe = recipe_meta(&recipe);
+  recipe_route_key(&recipe, run->route, sizeof run->route);
   run->saved_step = -1;
   size_t n = llama_param_count(run->model);
   ZeroOptions zopt = {.shard_master = cfg->shard_master,
@@ -504,7 +510,8 @@ static void print_run(const Run *run) {
   printf("model: %s, %lld parameters (%.2f GFLOP/token at seq %d)\n",
          cfg->model_preset[0] ? cfg->model_preset : "custom", (long long)llama_num_params(mc),
          llama_flops_per_token(mc, T) / 1e9, T);
-  if (on_host(run)) printf("backend cpu (%d threads), recipe %s (fp32 on the CPU)", omp_get_max_threads(), cfg->recipe);
+  if (on_host(run))
+    printf("backend cpu (%d threads), recipe %s (FP4 formats emulated in fp32)", omp_get_max_threads(), cfg->recipe);
   else printf("backend %s, recipe %s", run->ops->name, cfg->recipe);
   printf(", batch %d x %d x %d accum = %d seqs of %d tokens\n", B, world, accum, cfg->global_batch, T);
   if (world > 1)

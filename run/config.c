@@ -98,11 +98,14 @@ static const Key KEYS[] = {
     KSTR("data.val", val_data, "", "validation shards, same form; empty: no validation"),
     KSTR("data.tokenizer", tokenizer_path, "", "tiktoken-format tokenizer.model (needed by eval.tasks)"),
 
-    KENUM("precision.recipe", recipe, "bf16", RECIPE_FORMATS, "linear-layer recipe (the CPU backend computes in fp32)"),
+    KENUM("precision.recipe", recipe, "bf16", RECIPE_FORMATS,
+          "format of the linear layers: bf16, mxfp4 (the paper's), nvfp4 (one fp32 tensor scale per operand: TE's "
+          "and the paper's global NVFP4), nvfp4_cta (the paper's CTA-local NVFP4: fp32 outer factors per 256 rows)"),
     KENUM("precision.sr", sr, "auto", RECIPE_SR,
           "stochastic rounding of dY: for Dgrad only (mxfp4 default), or Dgrad and Wgrad (nvfp4 default)"),
     KENUM("precision.hadamard", hadamard, "auto", RECIPE_HADAMARD,
-          "Hadamard on both Wgrad operands along tokens (mxfp4: h32, nvfp4: h16)"),
+          "Hadamard on both Wgrad operands along tokens (mxfp4: h32, nvfp4: h16, nvfp4_cta: none); h16_plain: "
+          "without the fixed sign flips"),
     KENUM("precision.weight_2d", weight_2d, "auto", RECIPE_WEIGHT_2D,
           "2D weight scales (32x32 MXFP4, 16x16 NVFP4) so W and W^T share codes (default on)"),
     KENUM("precision.scale_rounding", scale_rounding, "auto", RECIPE_SCALE_ROUNDING,
@@ -116,6 +119,14 @@ static const Key KEYS[] = {
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),
+    KSTR("precision.blocks", blocks, "",
+         "formats per block, counted from 1: \"nvfp4_cta:1-27,mxfp4:28-32\" (the paper's depth hybrid); blocks "
+         "not named take precision.recipe"),
+    KENUM("precision.fprop", fprop, "auto", RECIPE_CONTRACTION,
+          "the Fprop GEMM's format in every FP4 block; auto: the block's"),
+    KENUM("precision.dgrad", dgrad, "auto", RECIPE_CONTRACTION,
+          "the Dgrad GEMM's format in every FP4 block (the paper's operand hybrid: nvfp4_cta with mxfp4 blocks)"),
+    KENUM("precision.wgrad", wgrad, "auto", RECIPE_CONTRACTION, "the Wgrad GEMM's format in every FP4 block"),
 
     KSTR("checkpoint.dir", ckpt_dir, "", "checkpoint directory; empty: no checkpoints"),
     KINT("checkpoint.interval", ckpt_interval, "0", 0, BIG, "steps between checkpoints; 0: only at the end"),
@@ -519,13 +530,15 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
          m->n_heads);
   {  // the recipe's own consistency rules (fp4/recipe.c), with the GPU unknown here (cc 0)
     Recipe r;
-    char msg[256];
+    char msg[512];
     RecipeSpec spec = config_recipe_spec(c);
     if (recipe_resolve(&r, &spec, 0, msg, sizeof msg)) {
       const char *colon = strchr(msg, ':');  // messages start with their key
       char key[64];
       snprintf(key, sizeof key, "%.*s", colon ? (int)(colon - msg) : 0, msg);
       FAIL(colon ? key : "precision.recipe", "%s", colon ? colon + 2 : msg);
+    } else if (recipe_check_layers(&r, m->n_layers, msg, sizeof msg)) {
+      FAIL("precision.blocks", "%s", strchr(msg, ':') + 2);
     }
   }
   if (c->bf16_first_blocks + c->bf16_last_blocks > m->n_layers)
@@ -833,6 +846,17 @@ void config_print_reference(FILE *f) {
 }
 
 RecipeSpec config_recipe_spec(const TrainConfig *c) {
-  return (RecipeSpec){c->recipe,   c->sr,       c->hadamard,          c->weight_2d,       c->scale_rounding,
-                      c->fp4_gemm, c->wgrad_2d, c->bf16_first_blocks, c->bf16_last_blocks};
+  return (RecipeSpec){c->recipe,
+                      c->sr,
+                      c->hadamard,
+                      c->weight_2d,
+                      c->scale_rounding,
+                      c->fp4_gemm,
+                      c->wgrad_2d,
+                      c->bf16_first_blocks,
+                      c->bf16_last_blocks,
+                      c->fprop,
+                      c->dgrad,
+                      c->wgrad,
+                      c->blocks};
 }

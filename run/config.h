@@ -39,16 +39,18 @@ typedef struct {
   char val_data[CFG_PATH];    // same form; empty disables validation
 
   // precision
-  char recipe[CFG_NAME];  // "bf16", "mxfp4" (the paper's), "nvfp4" (TE-style). The CPU backend computes in fp32.
+  char recipe[CFG_NAME];  // "bf16", "mxfp4" (the paper's), "nvfp4" (TE-style), "nvfp4_cta" (CTA-local)
   // Each element of a recipe on its own; "auto" takes the recipe's default (model/recipe.c).
   char sr[CFG_NAME];              // stochastic rounding of dY: auto|none|dgrad|dgrad_wgrad
-  char hadamard[CFG_NAME];        // Hadamard on the Wgrad operands: auto|none|h16|h32
+  char hadamard[CFG_NAME];        // Hadamard on the Wgrad operands: auto|none|h16|h32|h16_plain
   char weight_2d[CFG_NAME];       // 2D weight scale tiles: auto|on|off
   char wgrad_2d[CFG_NAME];        // FP8 path: Wgrad operand in 128x128 tiles: auto|off|dy|x
   char scale_rounding[CFG_NAME];  // MXFP4 block exponent: auto|up (paper, encode-centric)|down (OCP)
   char fp4_gemm[CFG_NAME];        // GEMM back end: auto|reference (dequantize + BF16)|fp8 (Hopper)|fp4 (Blackwell)
   int bf16_first_blocks;          // per-block override: the first N blocks stay in BF16
   int bf16_last_blocks;           // the last N blocks stay in BF16 (the paper's NVFP4 variant: 4)
+  char fprop[CFG_NAME], dgrad[CFG_NAME], wgrad[CFG_NAME];  // one contraction's format in every FP4 block, or auto
+  char blocks[CFG_PATH];                                   // per-block formats: "FORMAT:A-B,..." (1-based)
 
   // checkpoint
   char ckpt_dir[CFG_PATH];   // empty disables checkpointing

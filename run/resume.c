@@ -126,12 +126,13 @@ void save_checkpoint(Run *r) {
       r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
-  CkptSection secs[6] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
+  CkptSection secs[7] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
   if (r->rank == 0) *s++ = (CkptSection){"params", st.host[0], st.bytes[0]};
   *s++ = (CkptSection){"adam_m", st.host[1], st.bytes[1]};
   *s++ = (CkptSection){"adam_v", st.host[2], st.bytes[2]};
   *s++ = (CkptSection){"loader", &ls, sizeof ls};
   *s++ = (CkptSection){"recipe", &r->recipe, sizeof r->recipe};
+  *s++ = (CkptSection){"route", r->route, sizeof r->route};
   char dir[2048], err[1024];
   if (sharded) snprintf(dir, sizeof dir, "%s/rank_%d", r->cfg.ckpt_dir, r->rank);
   else snprintf(dir, sizeof dir, "%s", r->cfg.ckpt_dir);
@@ -226,6 +227,19 @@ int resume(Run *r) {
     if (recipe_mismatch(&old_recipe, &r->recipe, why, sizeof why))
       die("checkpoint %s does not match this run: %s", path, why);
   }
+  // The per-block and per-contraction formats ("route"; checkpoints older than it ran uniform routes).
+  char old_route[sizeof r->route] = "uniform";
+  has = ckpt_section_size(path, "route", &recipe_bytes, err, sizeof err);
+  if (has < 0) die("%s", err);
+  if (has == 0) {
+    CkptSection rs = {"route", old_route, sizeof old_route};
+    if (ckpt_load(path, &rs, 1, NULL, err, sizeof err)) die("%s", err);
+    old_route[sizeof old_route - 1] = 0;
+  }
+  if (strcmp(old_route, r->route))
+    die("checkpoint %s does not match this run: precision.blocks/fprop/dgrad/wgrad/hadamard: checkpoint has route "
+        "'%s', this run has '%s'",
+        path, old_route, r->route);
   CkptState st = ckpt_state(r);
   LoaderState ls;
   CkptSection secs[] = {{"params", st.host[0], st.bytes[0]}, {"loader", &ls, sizeof ls}};

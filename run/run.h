@@ -55,6 +55,7 @@ typedef struct {
   int n_tasks;
   RunMeta meta;
   RecipeMeta recipe;
+  char route[256];       // recipe_route_key: the spans and per-contraction formats, saved as the "route" section
   int64_t step;          // optimizer steps completed
   int64_t saved_step;    // step of the newest checkpoint of this run (-1: none yet)
   char last_ckpt[4200];  // its path (a manifest when sharded), for messages when something goes wrong

@@ -6,6 +6,7 @@
 
 #include "common/common.h"
 #include "model/adamw.h"
+#include "model/cpu/linear_fp4.h"
 #include "model/ops.h"
 
 static void *cpu_alloc(void *ctx, size_t bytes) { return xcalloc(1, bytes); }
@@ -17,13 +18,31 @@ static void cpu_acts_to_f32(void *ctx, float *dst, const void *src, size_t n) { 
 static void cpu_sync(void *ctx) {}
 static void cpu_bind_params(void *ctx, float *params, size_t n) {}
 static void cpu_params_changed(void *ctx) {}
-static void cpu_set_step(void *ctx, int64_t step, int micro) {}
-
-// The CPU backend's state (Ops.ctx): the table itself and the one setting its ops read.
+// The CPU backend's state (Ops.ctx): the table itself and the settings its ops read.
 typedef struct {
   Ops ops;
   int grad_overwrite;  // Ops.set_grad_overwrite
+  LinearFp4Cpu lin;    // the precision recipe of the linear layers (set_recipe, set_step)
 } CpuBackend;
+
+static void cpu_set_step(void *ctx, int64_t step, int micro) {
+  if (step < 0 || step > (int64_t)UINT32_MAX || micro < 0)
+    die("set_step(step=%lld, micro=%d): step must be in [0, 2^32) and micro >= 0 (the Philox counter words)",
+        (long long)step, micro);
+  LinearFp4Cpu *L = &((CpuBackend *)ctx)->lin;
+  L->step = (uint32_t)step, L->micro = (uint32_t)micro;
+}
+
+static void cpu_set_recipe(void *ctx, const Recipe *r, int n_layers, uint64_t seed) {
+  LinearFp4Cpu *L = &((CpuBackend *)ctx)->lin;
+  char err[512];
+  if (r && recipe_check(r, err, sizeof err)) die("cpu set_recipe: %s", err);
+  if (r && recipe_check_layers(r, n_layers, err, sizeof err)) die("cpu set_recipe: %s", err);
+  memset(&L->r, 0, sizeof L->r);
+  if (r) L->r = *r;
+  else L->r.format = FMT_BF16;
+  L->nlayers = n_layers, L->seed = seed;
+}
 
 // Ops.set_grad_overwrite: the references add into dw, so in overwrite mode the wrappers clear it
 // first (cheap next to the op on the CPU; the CUDA backend gets a real saving from it).
@@ -48,12 +67,12 @@ static void cpu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, co
 }
 static void cpu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in,
                            int out_dim) {
-  matmul_forward(out, x, w, N, in, out_dim);
+  linear_fp4_cpu_forward(&((CpuBackend *)ctx)->lin, id, out, x, w, N, in, out_dim);
 }
 static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
                            int N, int in, int out_dim, int dx_accumulate) {
   clear_if_overwriting(ctx, dw, (size_t)in * out_dim);
-  matmul_backward(dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
+  linear_fp4_cpu_backward(&((CpuBackend *)ctx)->lin, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
 static void cpu_rope_fwd(void *ctx, void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
   rope_forward(x, cos, sin, B, T, n_heads, hd);
@@ -110,6 +129,7 @@ static const Ops CPU_TABLE = {
     .bind_params = cpu_bind_params,
     .params_changed = cpu_params_changed,
     .set_step = cpu_set_step,
+    .set_recipe = cpu_set_recipe,
     .set_grad_overwrite = cpu_set_grad_overwrite,
     .grad_sumsq = cpu_grad_sumsq,
     .adamw = cpu_adamw,
@@ -134,5 +154,6 @@ const Ops *cpu_backend_open(void) {
   CpuBackend *b = (CpuBackend *)xcalloc(1, sizeof *b);
   b->ops = CPU_TABLE;
   b->ops.ctx = b;
+  b->lin.r.format = FMT_BF16;
   return &b->ops;
 }

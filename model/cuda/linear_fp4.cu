@@ -55,6 +55,10 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
   bf16.format = FMT_BF16;
   if (!r) r = &bf16;
   const LinearFormat *f = NULL;
+  if (n_layers > 0 && (!recipe_uniform(r, n_layers) || recipe_uses(r, n_layers, FMT_NVFP4_CTA) || r->hadamard_plain))
+    die("cuda_set_recipe: this route (precision.blocks, precision.fprop/dgrad/wgrad, recipe nvfp4_cta or hadamard "
+        "h16_plain) runs on the CPU backend only so far: the CUDA backend runs one MXFP4 or NVFP4 format in every FP4 "
+        "block and contraction; use parallel.backend: cpu");
   if (r->format != FMT_BF16) {
     if (n_layers <= 0) die("cuda_set_recipe: n_layers = %d must be positive", n_layers);
     char err[256];

@@ -78,7 +78,7 @@ case $BUDGET in
   short)   b_steps=640  b_points=4 b_limit=500 b_gpus=2 b_backend=cuda b_lastn=50 ;;
   smoke)   b_steps=4    b_points=2 b_limit=1  b_gpus=1 b_backend=cpu  b_lastn=2
            preset=(--set model.preset=tiny --set model.vocab_size=128256 --set model.dim=32 --set model.n_heads=2
-                   --set model.n_kv_heads=1 --set model.ffn_dim=64 --set batch.seq_len=32 --set batch.micro_batch=2
+                   --set model.n_kv_heads=2 --set model.ffn_dim=64 --set batch.seq_len=32 --set batch.micro_batch=2
                    --set batch.global_batch=2) ;;
   *) die "BUDGET=$BUDGET: expected default, short or smoke" ;;
 esac

@@ -45,7 +45,7 @@ assert list(ckpt_io.hash64_many(rows, np.arange(5) + 7)) == [ckpt_io.hash64(r.to
 check "header and every section checksum of an engine checkpoint verify" 'py "
 import ckpt_io, sys
 c = ckpt_io.Checkpoint(sys.argv[1])
-assert c.step == 2 and list(c.sections) == [\"meta\", \"params\", \"adam_m\", \"adam_v\", \"loader\", \"recipe\"]
+assert c.step == 2 and list(c.sections) == [\"meta\", \"params\", \"adam_m\", \"adam_v\", \"loader\", \"recipe\", \"route\"]
 for name in c.sections: c.section(name)
 " "$ck"'
 check "RunMeta parses to the run's config" 'py "

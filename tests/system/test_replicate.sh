@@ -2,9 +2,9 @@
 # scripts/runs/replicate.sh end to end on the CPU (BUDGET=smoke: a dim-32 model with the Llama-3
 # vocabulary, 4 steps, two runs at a time, one document per downstream task): the shards are made
 # from the repo's own docs by the script's tokenize step, and the outputs (table, CSV, JSONL logs,
-# PNG, log tarball) are checked for sane numbers. The CPU backend computes every recipe in fp32,
-# so the four runs must give identical losses: the check that they saw the same tokens in the same
-# order. Also: the plot script without matplotlib, and errors caught before any training.
+# PNG, log tarball) are checked for sane numbers. The CPU backend emulates every recipe's formats in
+# fp32, so the FP4 runs' losses differ from BF16's by a small excess (the same tokens, other
+# arithmetic). Also: the plot script without matplotlib, and errors caught before any training.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -47,8 +47,8 @@ if [ -n "$tasks" ]; then
   check "table.md: ranks here / in the paper for the loss, the four tasks and their mean" \
     'grep -q "^| recipe | train loss | mmlu | hellaswag | winogrande | arc_challenge | mean of four |" "$d/table.md" && [ "$(grep -c "^| [A-Z][^|]* | [0-9] / [0-9] |\( [0-9] / [0-9] |\)\{5\}$" "$d/table.md")" -eq 4 ] && grep -q "^| MXFP4 + H32 | [0-9] / 3 | [0-9] / 4 | [0-9] / 1 | [0-9] / 1 | [0-9] / 1 | [0-9] / 1 |$" "$d/table.md"'
 fi
-# recipe,status,steps,tokens,train_loss,train_excess_pct,val_loss,... ; the CPU computes every recipe
-# in fp32: same tokens, same order => the same losses, so every excess is exactly 0
+# recipe,status,steps,tokens,train_loss,train_excess_pct,val_loss,... ; the CPU emulates the formats:
+# every FP4 run's losses differ from BF16's (it was quantized) by a small excess (it saw the same tokens)
 sane=$(python3 - "$d/results.csv" "$tasks" <<'PY'
 import csv, math, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -64,14 +64,17 @@ for r in rows:
         for k in ("hellaswag_acc", "hellaswag_acc_norm", "arc_challenge_acc", "arc_challenge_acc_norm", "winogrande_acc"):
             if not 0 <= float(r[k]) <= 1: bad.append(f"{r['recipe']}: {k} {r[k]}")
         if r["hellaswag_n"] != "1" or r["winogrande_acc_norm"] != "": bad.append("n / winogrande acc_norm")
-losses = {(r["train_loss"], r["val_loss"]) for r in rows}
-if len(losses) != 1: bad.append(f"the recipes' losses differ on the CPU: {losses}")
 for r in rows[1:]:
-    if float(r["train_excess_pct"]) != 0 or float(r["val_excess_pct"]) != 0: bad.append("excess not 0")
+    # (the smoke model has 2 blocks, so "last 2 blocks BF16" is all BF16 and must equal it)
+    all_bf16 = "last 2 blocks BF16" in r["recipe"]
+    if (r["train_loss"] == rows[0]["train_loss"]) != all_bf16:
+        bad.append(f"{r['recipe']}: train loss {r['train_loss']} vs BF16's {rows[0]['train_loss']}")
+    for k in ("train_excess_pct", "val_excess_pct"):
+        if not abs(float(r[k])) < 2: bad.append(f"{r['recipe']}: {k} {r[k]}")
 print("; ".join(bad) or "ok")
 PY
 )
-check "results.csv: sane numbers, identical losses across recipes ($sane)" '[ "$sane" = ok ]'
+check "results.csv: sane numbers, FP4 losses within 2% of BF16's but not equal ($sane)" '[ "$sane" = ok ]'
 check "table.md: excess column, orderings and timings" 'grep -q "| +0.00% |" "$d/table.md" && grep -q "^- final train loss: " "$d/table.md" && grep -q "^| nvfp4_last | [0-9]* | [0-9]* | ok |" "$d/table.md"'
 check "logs.tar.gz: stdout logs, per-run CSVs and configs" 'tar -tzf "$d/logs.tar.gz" | grep -q "logs/bf16.log" && tar -tzf "$d/logs.tar.gz" | grep -q "logs/nvfp4_last.csv" && tar -tzf "$d/logs.tar.gz" | grep -q "logs/mxfp4_h32.config.yaml"'
 check "at most 8 files come back from \$OUT" '[ "$(ls "$d" | wc -l)" -le 8 ]'

@@ -8,13 +8,112 @@
 
 static int resolve(Recipe *r, const char *recipe, const char *sr, const char *had, const char *w2d, const char *sc,
                    const char *gemm, int first, int last, int cc, char *err) {
-  RecipeSpec spec = {recipe, sr, had, w2d, sc, gemm, "auto", first, last};
-  return recipe_resolve(r, &spec, cc, err, 256);
+  RecipeSpec spec = {.recipe = recipe,
+                     .sr = sr,
+                     .hadamard = had,
+                     .weight_2d = w2d,
+                     .scale_rounding = sc,
+                     .fp4_gemm = gemm,
+                     .wgrad_2d = "auto",
+                     .bf16_first = first,
+                     .bf16_last = last};
+  return recipe_resolve(r, &spec, cc, err, 512);
+}
+
+// A mixed route: recipe, the three contraction formats, the spans and the Hadamard (other keys auto).
+static int route(Recipe *r, const char *recipe, const char *fprop, const char *dgrad, const char *wgrad,
+                 const char *blocks, const char *had, const char *gemm, char *err) {
+  RecipeSpec spec = {.recipe = recipe,
+                     .sr = "auto",
+                     .hadamard = had,
+                     .weight_2d = "auto",
+                     .scale_rounding = "auto",
+                     .fp4_gemm = gemm,
+                     .wgrad_2d = "auto",
+                     .fprop = fprop,
+                     .dgrad = dgrad,
+                     .wgrad = wgrad,
+                     .blocks = blocks};
+  return recipe_resolve(r, &spec, 90, err, 512);
+}
+
+// The paper's routes that mix formats or use CTA-local NVFP4 (docs/formats.md §5-6).
+static void test_routes(void) {
+  Recipe r;
+  char err[512], line[2048];
+  TEST_SECTION("CTA-local NVFP4 and plain H16");
+  CHECK(!route(&r, "nvfp4_cta", NULL, NULL, NULL, NULL, "auto", "auto", err), "%s", err);
+  CHECK(r.format == FMT_NVFP4_CTA && r.sr_dgrad && !r.sr_wgrad && r.hadamard == 0 && r.weight_2d &&
+            r.gemm == GEMM_REFERENCE,
+        "nvfp4_cta: row SR for Dgrad only, no Hadamard, 2D16 weights, exact through BF16 on Hopper");
+  CHECK(!route(&r, "nvfp4_cta", NULL, NULL, NULL, NULL, "h16", "auto", err) && r.hadamard == 16 && !r.hadamard_plain,
+        "CTA-local + fixed-sign H16: %s", err);
+  CHECK(!route(&r, "mxfp4", NULL, NULL, NULL, NULL, "h16_plain", "auto", err) && r.hadamard == 16 && r.hadamard_plain,
+        "plain H16: %s", err);
+  CHECK(recipe_uniform(&r, 32) && !recipe_uses(&r, 32, FMT_NVFP4_CTA), "one format: uniform");
+
+  TEST_SECTION("the operand hybrid: MXFP4 Fprop and Wgrad, CTA-local Dgrad");
+  CHECK(!route(&r, "mxfp4", NULL, "nvfp4_cta", NULL, NULL, "h16_plain", "auto", err), "%s", err);
+  CHECK(recipe_format(&r, 3, 32, CONTR_FPROP) == FMT_MXFP4 && recipe_format(&r, 3, 32, CONTR_DGRAD) == FMT_NVFP4_CTA &&
+            recipe_format(&r, 3, 32, CONTR_WGRAD) == FMT_MXFP4,
+        "per contraction");
+  CHECK(r.gemm == GEMM_FP8_EMBED && !recipe_uniform(&r, 32) && recipe_uses(&r, 32, FMT_NVFP4_CTA),
+        "the MXFP4 contractions keep the FP8 path (gemm %d)", r.gemm);
+  recipe_contract(&r, 32, line, sizeof line);
+  CHECK(strstr(line, "blocks 1-32: Fprop mxfp4") &&
+            strstr(line, "| Dgrad nvfp4_cta (E4M3 per 16, fp32 outer factors") && strstr(line, "| Wgrad mxfp4") &&
+            strstr(line, "plain H16") && !strchr(line, '\n'),
+        "the contract line: %s", line);
+  recipe_route_key(&r, line, sizeof line);
+  CHECK(!strcmp(line, "fprop=auto dgrad=nvfp4_cta wgrad=auto blocks=- hadamard=h16_plain"), "route key: %s", line);
+  CHECK(!route(&r, "mxfp4", NULL, "nvfp4_cta", NULL, NULL, "h32", "auto", err), "the H32 hybrid (MXFP4 Wgrad): %s",
+        err);
+
+  TEST_SECTION("the 27/5 depth hybrid: CTA-local in blocks 1-27, MXFP4 in 28-32");
+  CHECK(!route(&r, "nvfp4_cta", NULL, NULL, NULL, "mxfp4:28-32", "none", "auto", err), "%s", err);
+  CHECK(recipe_block_format(&r, 26, 32) == FMT_NVFP4_CTA && recipe_block_format(&r, 27, 32) == FMT_MXFP4 &&
+            recipe_block_format(&r, 31, 32) == FMT_MXFP4,
+        "blocks counted from 1: block 28 is index 27");
+  CHECK(!route(&r, "bf16", NULL, NULL, NULL, "nvfp4_cta:1-27; mxfp4:28-32", "none", "auto", err) &&
+            recipe_block_format(&r, 0, 32) == FMT_NVFP4_CTA && recipe_block_format(&r, 31, 32) == FMT_MXFP4 &&
+            r.nspans == 2,
+        "two spans, ';' as the paper writes them: %s", err);
+  recipe_contract(&r, 32, line, sizeof line);
+  CHECK(strstr(line, "blocks 1-27: Fprop nvfp4_cta") && strstr(line, "; blocks 28-32: Fprop mxfp4"), "contract: %s",
+        line);
+  CHECK(!recipe_check_layers(&r, 32, err, sizeof err), "fits 32 blocks: %s", err);
+  CHECK(recipe_check_layers(&r, 16, err, sizeof err) && strstr(err, "precision.blocks") && strstr(err, "16 blocks"),
+        "a span past the model: %s", err);
+
+  TEST_SECTION("refused mixes name the key");
+  CHECK(route(&r, "nvfp4_cta", NULL, NULL, NULL, NULL, "h32", "auto", err) && strstr(err, "precision.hadamard"),
+        "h32 on a 16-block Wgrad: %s", err);
+  CHECK(route(&r, "mxfp4", NULL, NULL, "nvfp4_cta", NULL, "h32", "auto", err) && strstr(err, "precision.hadamard"),
+        "h32 with an nvfp4_cta Wgrad override: %s", err);
+  CHECK(route(&r, "nvfp4_cta", NULL, NULL, NULL, NULL, "none", "fp8", err) && strstr(err, "precision.fp4_gemm"),
+        "fp8 without an MXFP4 contraction: %s", err);
+  CHECK(route(&r, "bf16", NULL, "nvfp4_cta", NULL, NULL, "auto", "auto", err) && strstr(err, "precision.dgrad"),
+        "an override in an all-BF16 model: %s", err);
+  CHECK(route(&r, "mxfp4", NULL, NULL, NULL, "nvfp4:3-5,mxfp4:5-8", "auto", "auto", err) &&
+            strstr(err, "precision.blocks") && strstr(err, "overlap"),
+        "overlapping spans: %s", err);
+  const char *bad[] = {"mxfp4", "mxfp4:0-3", "mxfp4:5-3", "fp8:1-2", "mxfp4:1-x", "mxfp4:"};
+  for (int i = 0; i < 6; i++)
+    CHECK(route(&r, "mxfp4", NULL, NULL, NULL, bad[i], "auto", "auto", err) && strstr(err, "precision.blocks") &&
+              strstr(err, "FORMAT:FIRST-LAST"),
+          "'%s': %s", bad[i], err);
+  CHECK(route(&r, "mxfp4", "fp8", NULL, NULL, NULL, "auto", "auto", err) && strstr(err, "precision.fprop"),
+        "an unknown contraction format: %s", err);
+  Recipe h = {0};
+  h.format = FMT_NVFP4_CTA, h.hadamard = 32, h.hadamard_plain = 1, h.scale_round_up = 1;
+  CHECK(recipe_check(&h, err, sizeof err) && strstr(err, "precision.hadamard"), "plain H32 by hand: %s", err);
+  CHECK(!strcmp(recipe_format_name(FMT_NVFP4_CTA), "nvfp4_cta"), "the format's config name");
 }
 
 int main(void) {
   Recipe r;
-  char err[256];
+  char err[512];
+  test_routes();
   TEST_SECTION("defaults");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
   CHECK(r.format == FMT_MXFP4 && r.sr_dgrad && !r.sr_wgrad && r.hadamard == 32 && r.weight_2d && r.scale_round_up,
@@ -71,13 +170,19 @@ int main(void) {
         "auto on the FP8 path tiles dY^T (got %d)", r.wgrad_2d);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_OFF,
         "the reference back end has no embedding (got %d)", r.wgrad_2d);
-  CHECK(!recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0}, 90, err, 256) &&
+  CHECK(!recipe_resolve(
+            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0, NULL, NULL, NULL, NULL}, 90,
+            err, 256) &&
             r.wgrad_2d == WGRAD_2D_X,
         "x tiles x^T: %s", err);
-  CHECK(!recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0}, 90, err, 256) &&
+  CHECK(!recipe_resolve(
+            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0, NULL, NULL, NULL, NULL}, 90,
+            err, 256) &&
             r.wgrad_2d == WGRAD_2D_OFF,
         "off: both VEC128: %s", err);
-  CHECK(recipe_resolve(&r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0}, 90, err, 256) &&
+  CHECK(recipe_resolve(
+            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0, NULL, NULL, NULL, NULL}, 90,
+            err, 256) &&
             strstr(err, "precision.wgrad_2d"),
         "an unknown value names the key: %s", err);
 
