@@ -70,7 +70,7 @@ static void usage(FILE *f) {
 // ranks (parallel/zero.h). Returns -1 without touching the weights when the gradient is not finite.
 static int optimizer_step(Run *r, float lr, float *norm_out) {
   const TrainConfig *c = &r->cfg;
-  ZeroHyper h = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
+  ZeroHyper h = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, c->decay_norms};
   return zero_step(r->zero, &h, lr, r->step + 1, norm_out);
 }
 

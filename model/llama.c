@@ -68,7 +68,12 @@ struct Llama {
   Acts a;
   void *arena;     // the one allocation behind every Acts pointer
   int head_chunk;  // tokens per chunk of the fused head + cross-entropy
-  int recompute;   // LlamaRecompute: which activations the backward recomputes
+  int recompute;   // LlamaRecompute or LLAMA_RECOMPUTE_SELECTIVE(n): which activations the backward recomputes
+  // Slice of the attention half's (q, k, v, att, res_mid, rstd, lse) and the FFN half's (gate, up,
+  // rstd) buffers block l uses: its own when it keeps them, the one scratch slice when the backward
+  // recomputes them. n_*: slices carved.
+  int *attn_slot, *ffn_slot;
+  int n_attn_slices, n_ffn_slices;
   // Slice of attn_in / ffn_in / swi that block l uses: its own, or a shared scratch slice when the
   // backend keeps a quantized copy of that linear input for the backward (Ops.linear_saves_input),
   // so the BF16 one is not kept. n_*: slices carved.
@@ -147,8 +152,34 @@ static float *whole(const Llama *m, float *base, int id) { return base + m->tens
 
 // Slices of the attention half's and the FFN half's activation buffers: one per layer when the
 // forward keeps them for the backward, a single scratch slice when the backward recomputes them.
-static size_t attn_slices(const Llama *m) { return m->recompute == LLAMA_RECOMPUTE_FULL ? 1 : (size_t)m->c.n_layers; }
-static size_t ffn_slices(const Llama *m) { return m->recompute == LLAMA_RECOMPUTE_NONE ? (size_t)m->c.n_layers : 1; }
+// Whether the backward reruns block l's attention half (full, or its turn under selective_N) and its
+// FFN half (those, and ffn).
+static int attn_recomputed(const Llama *m, int l) {
+  if (m->recompute > LLAMA_RECOMPUTE_SELECTIVE_BASE)
+    return (l + 1) % (m->recompute - LLAMA_RECOMPUTE_SELECTIVE_BASE) == 0;
+  return m->recompute == LLAMA_RECOMPUTE_FULL;
+}
+static int ffn_recomputed(const Llama *m, int l) {
+  return m->recompute == LLAMA_RECOMPUTE_FFN || attn_recomputed(m, l);
+}
+
+// Own slices for the blocks that keep a half, one shared scratch slice after them for those that do not.
+static void assign_half_slots(Llama *m) {
+  int own_a = 0, own_f = 0, scratch_a = 0, scratch_f = 0;
+  for (int l = 0; l < m->c.n_layers; l++) {
+    if (attn_recomputed(m, l)) m->attn_slot[l] = -1, scratch_a = 1;
+    else m->attn_slot[l] = own_a++;
+    if (ffn_recomputed(m, l)) m->ffn_slot[l] = -1, scratch_f = 1;
+    else m->ffn_slot[l] = own_f++;
+  }
+  for (int l = 0; l < m->c.n_layers; l++) {
+    if (m->attn_slot[l] < 0) m->attn_slot[l] = own_a;
+    if (m->ffn_slot[l] < 0) m->ffn_slot[l] = own_f;
+  }
+  m->n_attn_slices = own_a + scratch_a, m->n_ffn_slices = own_f + scratch_f;
+}
+static size_t attn_slices(const Llama *m) { return (size_t)m->n_attn_slices; }
+static size_t ffn_slices(const Llama *m) { return (size_t)m->n_ffn_slices; }
 
 // Sizes and carves the arena: with base == NULL only returns the byte count. The only place that
 // knows how big each activation buffer is.
@@ -208,7 +239,7 @@ typedef struct {
 static LayerActs layer_acts(const Llama *m, int l) {
   const Acts *a = &m->a;
   const size_t N = m->N, D = m->c.dim, F = m->c.ffn_dim, Q = m->qdim, K = m->kvdim;
-  const size_t la = (size_t)l % attn_slices(m), lf = (size_t)l % ffn_slices(m);  // 0 for a scratch slice
+  const size_t la = (size_t)m->attn_slot[l], lf = (size_t)m->ffn_slot[l];
   return (LayerActs){
       .res_in = act(m, a->res, l * N * D),
       .attn_in = act(m, a->attn_in, (size_t)m->attn_in_slot[l] * N * D),
@@ -240,19 +271,17 @@ static const LinearKind INPUT_USERS[3][3] = {
 // scratch slice instead: only its forward reads it.
 static void assign_slots(Llama *m, int plain) {
   const int L = m->c.n_layers;
-  const int SA = (int)attn_slices(m), SF = (int)ffn_slices(m);
   const Ops *op = m->ops;
   const int saving = !plain && m->recompute == LLAMA_RECOMPUTE_NONE && op->linear_saves_input;
   int *slots[3] = {m->attn_in_slot, m->ffn_in_slot, m->swi_slot}, *count[3] = {&m->n_attn_in, &m->n_ffn_in, &m->n_swi};
-  const int per_layer[3] = {SA, SF, SF};
   for (int b = 0; b < 3; b++) {
     int own = 0, shared = 0;
     for (int l = 0; l < L; l++) {
-      int saved = saving;
+      int saved = saving, kept = b == 0 ? !attn_recomputed(m, l) : !ffn_recomputed(m, l);
       for (int u = 0; u < 3 && saved; u++) saved = op->linear_saves_input(op->ctx, (LinearId){l, INPUT_USERS[b][u]});
-      if (per_layer[b] == L && !saved) slots[b][l] = own++;
+      if (kept && !saved) slots[b][l] = own++;
       else slots[b][l] = -1, shared = 1;
-      if (per_layer[b] == L && saved) m->input_saved[l] |= (unsigned char)(1u << b);
+      if (kept && saved) m->input_saved[l] |= (unsigned char)(1u << b);
       else m->input_saved[l] &= (unsigned char)~(1u << b);
     }
     for (int l = 0; l < L; l++)
@@ -263,25 +292,14 @@ static void assign_slots(Llama *m, int plain) {
 
 // ---- lifetime -----------------------------------------------------------------------------------
 
-int llama_recompute_parse(const char *name) {
-  if (!strcmp(name, "none")) return LLAMA_RECOMPUTE_NONE;
-  if (!strcmp(name, "ffn")) return LLAMA_RECOMPUTE_FFN;
-  if (!strcmp(name, "full")) return LLAMA_RECOMPUTE_FULL;
-  return -1;
-}
-
-const char *llama_recompute_name(int recompute) {
-  static const char *names[] = {"none", "ffn", "full"};
-  return recompute >= 0 && recompute <= LLAMA_RECOMPUTE_FULL ? names[recompute] : "?";
-}
-
 Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops) {
   return llama_create_ex(c, B, T, ops, LLAMA_RECOMPUTE_NONE);
 }
 
 Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int recompute) {
-  if (recompute < LLAMA_RECOMPUTE_NONE || recompute > LLAMA_RECOMPUTE_FULL)
-    die("model: recompute mode %d is not one of none (0), ffn (1), full (2)", recompute);
+  if ((recompute < LLAMA_RECOMPUTE_NONE || recompute > LLAMA_RECOMPUTE_FULL) &&
+      !(recompute > LLAMA_RECOMPUTE_SELECTIVE_BASE && recompute < LLAMA_RECOMPUTE_SELECTIVE(1 << 20)))
+    die("model: recompute mode %d is not one of none (0), ffn (1), full (2), LLAMA_RECOMPUTE_SELECTIVE(n)", recompute);
   if (c->vocab_size < 1 || c->dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->ffn_dim < 1)
     die("model: vocab_size %d, dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d must all be >= 1",
         c->vocab_size, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
@@ -327,6 +345,9 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   m->ffn_in_slot = xcalloc((size_t)c->n_layers, sizeof(int));
   m->swi_slot = xcalloc((size_t)c->n_layers, sizeof(int));
   m->input_saved = xcalloc((size_t)c->n_layers, 1);
+  m->attn_slot = xcalloc((size_t)c->n_layers, sizeof(int));
+  m->ffn_slot = xcalloc((size_t)c->n_layers, sizeof(int));
+  assign_half_slots(m);
   assign_slots(m, 1);
   m->arena_bytes_plain = layout_acts(m, NULL);
   assign_slots(m, 0);
@@ -344,7 +365,8 @@ void llama_free(Llama *m) {
   op->release(op->ctx, m->rope_cos);
   op->release(op->ctx, m->rope_sin);
   op->release(op->ctx, m->arena);
-  free(m->attn_in_slot), free(m->ffn_in_slot), free(m->swi_slot), free(m->input_saved);
+  free(m->attn_in_slot), free(m->ffn_in_slot), free(m->swi_slot), free(m->input_saved), free(m->attn_slot),
+      free(m->ffn_slot);
   free(m);
 }
 
@@ -596,8 +618,8 @@ static void backward_blocks(Llama *m) {
     LayerWeights w = layer_weights(m, p, l), dw = layer_weights(m, g, l);
     LayerActs s = layer_acts(m, l);
     // refill the scratch slices of this block from its saved input (res_in, or res_mid for ffn)
-    if (m->recompute == LLAMA_RECOMPUTE_FULL) attention_half_fwd(m, l, &w, &s);
-    if (m->recompute != LLAMA_RECOMPUTE_NONE) ffn_hidden_fwd(m, l, &w, &s);
+    if (attn_recomputed(m, l)) attention_half_fwd(m, l, &w, &s);
+    if (ffn_recomputed(m, l)) ffn_hidden_fwd(m, l, &w, &s);
     // feed-forward
     op->matmul_bwd(op->ctx, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
     op->swiglu_bwd(op->ctx, a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);

@@ -30,17 +30,6 @@ typedef struct Llama Llama;
 // naming the offending field if the config is inconsistent. ops must outlive the model.
 Llama *llama_create(const LlamaConfig *c, int B, int T, const Ops *ops);
 
-// Activation recomputation (parallel.recompute): trade backward compute for activation memory.
-// none: the forward saves every block's activations. ffn: each block keeps its attention half's
-// activations but not the FFN's (rmsnorm, gate, up, swiglu: about 3F + D values per token); the
-// backward recomputes them, one block at a time, into one set of scratch buffers. full: only each
-// block's input is kept; the backward reruns the whole block forward before its backward.
-// The math is the same in every mode: the ops are deterministic, so losses and gradients are
-// bit-identical (the CPU backend's tests check it).
-typedef enum { LLAMA_RECOMPUTE_NONE, LLAMA_RECOMPUTE_FFN, LLAMA_RECOMPUTE_FULL } LlamaRecompute;
-// "none", "ffn", "full" -> the mode, or -1 for anything else.
-int llama_recompute_parse(const char *name);
-const char *llama_recompute_name(int recompute);
 // llama_create with a recompute mode (llama_create means LLAMA_RECOMPUTE_NONE). Dies on an
 // unknown mode.
 Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int recompute);

@@ -1,6 +1,7 @@
 // model/llama_config.c: presets and counting. See llama_config.h.
 #include "model/llama_config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 // The presets as data: what differs between them; the rest is Llama-3's (below).
@@ -45,4 +46,24 @@ int64_t llama_num_params(const LlamaConfig *c) {
 double llama_flops_per_token(const LlamaConfig *c, int seq_len) {
   double n = (double)(llama_num_params(c) - llama_num_embedding_params(c));
   return 6.0 * n + 12.0 * c->n_layers * c->n_heads * llama_head_dim(c) * (double)seq_len;
+}
+
+int llama_recompute_parse(const char *name) {
+  if (!strcmp(name, "none")) return LLAMA_RECOMPUTE_NONE;
+  if (!strcmp(name, "ffn")) return LLAMA_RECOMPUTE_FFN;
+  if (!strcmp(name, "full")) return LLAMA_RECOMPUTE_FULL;
+  int n = 0, used = 0;
+  if (sscanf(name, "selective_%d%n", &n, &used) == 1 && !name[used] && n >= 1 && n < (1 << 20))
+    return LLAMA_RECOMPUTE_SELECTIVE(n);
+  return -1;
+}
+
+const char *llama_recompute_name(int recompute) {
+  static const char *names[] = {"none", "ffn", "full"};
+  static _Thread_local char sel[32];
+  if (recompute > LLAMA_RECOMPUTE_SELECTIVE_BASE) {
+    snprintf(sel, sizeof sel, "selective_%d", recompute - LLAMA_RECOMPUTE_SELECTIVE_BASE);
+    return sel;
+  }
+  return recompute >= 0 && recompute <= LLAMA_RECOMPUTE_FULL ? names[recompute] : "?";
 }

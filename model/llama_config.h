@@ -29,6 +29,24 @@ static inline int llama_head_dim(const LlamaConfig *c) { return c->dim / c->n_he
 
 // Fills *c from a preset name: "tiny" (CPU tests/demo), "small" (~150M non-embedding, replication),
 // "llama3_8b" (Llama-3.1-8B). Returns 0 on success, -1 if the name is unknown.
+// Activation recomputation (parallel.recompute): trade backward compute for activation memory.
+// none: the forward saves every block's activations. ffn: each block keeps its attention half's
+// activations but not the FFN's (rmsnorm, gate, up, swiglu: about 3F + D values per token); the
+// backward recomputes them, one block at a time, into one set of scratch buffers. full: only each
+// block's input is kept; the backward reruns the whole block forward before its backward.
+// selective_N (the paper's "selective-N", TorchTitan's layer-wise checkpointing): blocks 1..L counted
+// from 1, every block whose number is a multiple of N is recomputed as in full, the others keep
+// everything (N = 1 is full; N > L keeps every block, as none).
+// The math is the same in every mode: the ops are deterministic, so losses and gradients are
+// bit-identical (the CPU backend's tests check it).
+typedef enum { LLAMA_RECOMPUTE_NONE, LLAMA_RECOMPUTE_FFN, LLAMA_RECOMPUTE_FULL } LlamaRecompute;
+// The mode of selective_N: LLAMA_RECOMPUTE_SELECTIVE(N), N >= 1.
+#define LLAMA_RECOMPUTE_SELECTIVE_BASE 1000
+#define LLAMA_RECOMPUTE_SELECTIVE(n) (LLAMA_RECOMPUTE_SELECTIVE_BASE + (n))
+// "none", "ffn", "full", "selective_N" -> the mode, or -1 for anything else.
+int llama_recompute_parse(const char *name);
+const char *llama_recompute_name(int recompute);
+
 int llama_preset(const char *name, LlamaConfig *c);
 const char *llama_preset_names(void);  // "tiny, small, llama3_8b" for error messages
 

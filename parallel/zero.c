@@ -179,7 +179,7 @@ int zero_step(Zero *z, const ZeroHyper *h, float lr, int64_t t, float *norm_out)
     if (b > z->hi) b = z->hi;
     if (a >= b) continue;  // this tensor lies outside the shard
     op->adamw(op->ctx, p + a, g + a, z->m + (a - z->lo), z->v + (a - z->lo), b - a, lr, h->beta1, h->beta2, h->eps,
-              tn->decay ? h->weight_decay : 0.0f, scale, t);
+              tn->decay || h->decay_norms ? h->weight_decay : 0.0f, scale, t);
   }
   if (world > 1 && z->sharded) {
     // The RMSNorm weights in fp32 now (small); then the BF16 copy (adamw wrote the shard's) in

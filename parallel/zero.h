@@ -40,6 +40,7 @@ extern "C" {
 
 typedef struct {
   float beta1, beta2, eps, weight_decay, grad_clip;
+  int decay_norms;  // weight_decay also on the tensors without ParamTensor.decay (the RMSNorm weights)
 } ZeroHyper;
 
 typedef struct {

@@ -44,7 +44,7 @@ static void optimizer(const Ops *op, Llama *m, float *am, float *av, const Train
   for (int i = 0; i < llama_num_tensors(m); i++) {
     const ParamTensor *pt = llama_tensor(m, i);
     op->adamw(op->ctx, p + pt->offset, g + pt->offset, am + pt->offset, av + pt->offset, pt->numel, c->lr, c->beta1,
-              c->beta2, c->eps, pt->decay ? c->weight_decay : 0.0f, scale, t);
+              c->beta2, c->eps, pt->decay || c->decay_norms ? c->weight_decay : 0.0f, scale, t);
   }
 }
 

@@ -80,6 +80,9 @@ static const Key KEYS[] = {
     KFLOAT("optim.eps", eps, "1e-8", 0, INF, OPEN_LO, "AdamW epsilon"),
     KFLOAT("optim.weight_decay", weight_decay, "0.1", 0, INF, 0, "decoupled weight decay"),
     KFLOAT("optim.grad_clip", grad_clip, "1.0", -INF, INF, 0, "global gradient-norm clip; <= 0 disables"),
+    KBOOL("optim.decay_norms", decay_norms, "false",
+          "decay the RMSNorm weights too (TorchTitan's convention, so the paper's runs); false: matrices only, as "
+          "Megatron-LM"),
 
     KENUM("schedule.type", schedule, "constant", "constant|cosine|wsd",
           "lr after linear warmup: constant, cosine to the floor, or wsd (stable, then decay)"),
@@ -164,9 +167,10 @@ static const Key KEYS[] = {
     KBOOL("parallel.deterministic", deterministic, "false",
           "bit-reproducible GPU runs across processes (resume): deterministic cuDNN attention backward and "
           "cuBLASLt's first heuristic instead of timing-based GEMM autotuning (a little slower)"),
-    KENUM("parallel.recompute", recompute, "none", "none|ffn|full",
-          "activation recomputation: ffn: the backward recomputes each block's feed-forward activations, "
-          "full: the whole block from its input; less activation memory, same results, more compute"),
+    KSTR("parallel.recompute", recompute, "none",
+         "activation recomputation: ffn: the backward recomputes each block's feed-forward activations, "
+         "full: the whole block from its input, selective_N: every Nth block (counted from 1) as full, the paper's "
+         "selective-N (32 for its FP4 routes, 8 for BF16); less activation memory, same results, more compute"),
     KSTR("parallel.rendezvous", rendezvous, "env",
          "how ranks find rank 0: env (MASTER_ADDR, MASTER_PORT) or file:/shared/path (rank 0 writes host and port)"),
     KFLOAT("parallel.timeout_s", timeout_s, "600", 0, INF, OPEN_LO,
@@ -545,6 +549,9 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
     FAIL(blame(lines, "precision.bf16_last_blocks", "precision.bf16_first_blocks"),
          "precision.bf16_first_blocks %d + precision.bf16_last_blocks %d exceed model.n_layers %d",
          c->bf16_first_blocks, c->bf16_last_blocks, m->n_layers);
+  if (llama_recompute_parse(c->recompute) < 0)
+    FAIL("parallel.recompute", "'%s': expected none, ffn, full or selective_N (N >= 1, e.g. selective_32)",
+         c->recompute);
   if (m->n_heads % m->n_kv_heads)
     FAIL(blame(lines, "model.n_kv_heads", "model.n_heads"), "model.n_heads %d is not divisible by model.n_kv_heads %d",
          m->n_heads, m->n_kv_heads);

@@ -20,6 +20,7 @@ typedef struct {
 
   // optim
   float lr, beta1, beta2, eps, weight_decay, grad_clip;  // grad_clip <= 0 disables clipping
+  int decay_norms;                                       // weight decay on the RMSNorm weights too (TorchTitan)
 
   // schedule: "constant" (linear warmup then constant), "cosine", or "wsd" (warmup-stable-decay)
   char schedule[CFG_NAME];

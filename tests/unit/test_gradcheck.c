@@ -482,6 +482,54 @@ static void test_recompute(void) {
   for (int mode = 0; mode < 3; mode++) free(g[mode]), free(lg[mode]);
 }
 
+// selective_N: every Nth block (counted from 1) recomputed whole, the others keeping everything.
+static void test_selective(void) {
+  TEST_SECTION("selective_N recomputation (the paper's selective-N): bit-identical, the arena it saves");
+  CHECK(llama_recompute_parse("selective_8") == LLAMA_RECOMPUTE_SELECTIVE(8) &&
+            llama_recompute_parse("selective_0") == -1 && llama_recompute_parse("selective_") == -1 &&
+            llama_recompute_parse("selective_3x") == -1,
+        "parse selective_N");
+  CHECK(!strcmp(llama_recompute_name(LLAMA_RECOMPUTE_SELECTIVE(32)), "selective_32"), "name: %s",
+        llama_recompute_name(LLAMA_RECOMPUTE_SELECTIVE(32)));
+  LlamaConfig c;
+  if (llama_preset("tiny", &c)) die("no tiny preset");
+  c.n_layers = 4;
+  const int B = 2, T = 16, N = B * T, V = c.vocab_size;
+  const int modes[4] = {LLAMA_RECOMPUTE_NONE, LLAMA_RECOMPUTE_SELECTIVE(2), LLAMA_RECOMPUTE_SELECTIVE(1),
+                        LLAMA_RECOMPUTE_SELECTIVE(5)};
+  size_t n = (size_t)llama_num_params(&c);
+  float *g[4], *lg[4];
+  RecomputeRun r[4];
+  for (int i = 0; i < 4; i++) {
+    g[i] = xmalloc(n * sizeof(float)), lg[i] = xmalloc((size_t)N * V * sizeof(float));
+    r[i] = recompute_run(&c, B, T, modes[i], g[i], lg[i]);
+    printf("  %-12s losses %.7f %.7f, activations %zu bytes\n", llama_recompute_name(modes[i]), r[i].train1,
+           r[i].train2, r[i].act_bytes);
+  }
+  for (int i = 1; i < 4; i++) {
+    const char *name = llama_recompute_name(modes[i]);
+    CHECK(r[i].train1 == r[0].train1 && r[i].train2 == r[0].train2 && r[i].eval == r[0].eval, "%s: losses", name);
+    CHECK(!memcmp(g[i], g[0], n * sizeof(float)), "%s: gradients differ from recompute none", name);
+    CHECK(!memcmp(lg[i], lg[0], (size_t)N * V * sizeof(float)), "%s: logits differ", name);
+  }
+  // selective_2 recomputes blocks 2 and 4: they share one scratch slice of every per-block buffer, so
+  // the arena holds 3 slices instead of 4; selective_1 is full (1 slice); selective_5 recomputes none
+  const size_t D = c.dim, F = c.ffn_dim, hd = D / c.n_heads, Q = c.n_heads * hd, K = c.n_kv_heads * hd;
+  const size_t H = c.n_heads, fb = sizeof(float);
+  const size_t slice[] = {N * D * fb, N * F * fb, N * F * fb, N * F * fb, N * fb, N * D * fb, N * Q * fb,
+                          N * K * fb, N * K * fb, N * Q * fb, N * D * fb, N * fb, N * H * fb};
+  size_t one = 0, all_but_one = 0;
+  for (int i = 0; i < 13; i++)
+    one += align256(4 * slice[i]) - align256(3 * slice[i]), all_but_one += align256(4 * slice[i]) - align256(slice[i]);
+  CHECK(r[0].act_bytes - r[1].act_bytes == one, "selective_2 saves %zu bytes, want %zu",
+        r[0].act_bytes - r[1].act_bytes, one);
+  CHECK(r[0].act_bytes - r[2].act_bytes == all_but_one, "selective_1 (= full) saves %zu, want %zu",
+        r[0].act_bytes - r[2].act_bytes, all_but_one);
+  CHECK(r[3].act_bytes == r[0].act_bytes, "selective_5 on 4 blocks recomputes none: %zu vs %zu", r[3].act_bytes,
+        r[0].act_bytes);
+  for (int i = 0; i < 4; i++) free(g[i]), free(lg[i]);
+}
+
 // ---- saved linear inputs (Ops.linear_saves_input) ------------------------------------------------
 // The CPU table plus what the CUDA backend's FP4 linears do with input saving on: the forward of q,
 // gate and down keeps its own copy of x (here a plain fp32 copy; there the quantized Wgrad operand),
@@ -565,6 +613,7 @@ int main(void) {
   test_accumulation();
   test_determinism();
   test_recompute();
+  test_selective();
   test_saved_inputs();
   TEST_END();
 }
