@@ -61,5 +61,33 @@ check "eval.tasks without data.tokenizer is refused" 'echo "$out" | grep -q "eva
 for f in configs/paper/*.yaml; do
   out=$(./train "$f" --dry-run 2>&1)
   check "$f loads: the paper's 8B at 57.91 GFLOP/token" 'echo "$out" | grep -q "8030261248 parameters.*57.91 GFLOP/token"'
+  check "$f names its row of the paper's tables and prints its contract" \
+    'head -n 2 "$f" | grep -q "route \"" && echo "$out" | grep -q "^route [a-z0-9_]*: blocks 1-"'
+  check "$f: the paper's settings (decay on every parameter, selective recompute, seed 42)" \
+    'grep -q "decay_norms: true" "$f" && grep -q "recompute: selective_\(8\|32\)" "$f" && grep -q "^seed: 42" "$f"'
 done
+check "configs/paper holds the paper's 11 routes" '[ "$(ls configs/paper/*.yaml | wc -l)" -eq 11 ]'
+out=$(./train configs/paper/hybrid_depth_27_5.yaml --dry-run 2>&1)
+check "the depth hybrid's contract: CTA-local in 1-27, MXFP4 in 28-32" \
+  'echo "$out" | grep -q "blocks 1-27: Fprop nvfp4_cta .*; blocks 28-32: Fprop mxfp4"'
+out=$(./train configs/paper/hybrid_operand_h16_plain.yaml --dry-run 2>&1)
+check "the operand hybrid's contract: MXFP4 Fprop and Wgrad, CTA-local Dgrad, plain H16" \
+  'echo "$out" | grep -q "Fprop mxfp4 .*| Dgrad nvfp4_cta .*| Wgrad mxfp4 .*plain H16"'
+
+# Mixed routes on the CPU backend: they train, resume bit for bit, and a checkpoint of another route is refused.
+R=(configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=24 --set logging.interval=1 --set precision.recipe=mxfp4
+   --set precision.dgrad=nvfp4_cta --set precision.hadamard=h16_plain --set checkpoint.dir="$tmp/route" --set checkpoint.interval=12)
+./train "${R[@]}" --set logging.file="$tmp/route_full.jsonl" >/dev/null 2>&1; rc=$?
+rm -f "$tmp/route/ckpt_00000024.bin"
+./train "${R[@]}" --set logging.file="$tmp/route_part.jsonl" --resume >"$tmp/route.out" 2>&1
+check "the operand hybrid trains on the CPU and resumes bit for bit" \
+  '[ $rc -eq 0 ] && grep -q "at step 12" "$tmp/route.out" && diff <(losses "$tmp/route_full.jsonl" | tail -n 12) <(losses "$tmp/route_part.jsonl")'
+out=$(./train "${R[@]}" --set precision.dgrad=auto --resume 2>&1)
+check "a checkpoint of another route is refused, naming the keys" \
+  'echo "$out" | grep -q "precision.blocks/fprop/dgrad/wgrad/hadamard: checkpoint has route .fprop=auto dgrad=nvfp4_cta"'
+out=$(./train configs/tiny.yaml --set precision.recipe=nvfp4_cta --set precision.hadamard=h32 2>&1)
+check "an impossible mix is refused at config check, naming the key" 'echo "$out" | grep -q "precision.hadamard: h32 with an NVFP4 Wgrad"'
+d0=$(./train configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=20 --set optim.weight_decay=0.5 2>&1 | grep "step  *20/" | grep -o "loss [0-9.]*")
+d1=$(./train configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=20 --set optim.weight_decay=0.5 --set optim.decay_norms=true 2>&1 | grep "step  *20/" | grep -o "loss [0-9.]*")
+check "optim.decay_norms decays the RMSNorm weights too (another loss)" '[ -n "$d0" ] && [ -n "$d1" ] && [ "$d0" != "$d1" ]'
 echo "$pass passed, $fail failed"
