@@ -36,8 +36,16 @@
 #   LAST_N      final train loss = mean of the last LAST_N steps (50)
 #   GPUS        runs in parallel, one per GPU (CUDA_VISIBLE_DEVICES = one index each, taken from an
 #               existing CUDA_VISIBLE_DEVICES list if set); each GPU runs its share one after another
-#   RECIPES     a subset/order, e.g. "bf16 mxfp4_h32" (default: all four; bf16 is the baseline)
+#   RECIPES     a subset/order, e.g. "bf16 mxfp4_h32" (default: the four above; bf16 is the baseline), or
+#               "all" for the paper's 11 routes (docs/formats.md §6), adding nvfp4_all (TE-native, every
+#               block), nvfp4_global (custom global NVFP4), nvfp4_cta (CTA-local), nvfp4_cta_h16,
+#               hybrid_depth (CTA-local, then MXFP4 in the last DEPTH_MX blocks), hybrid_op_h16p and
+#               hybrid_op_h32 (MXFP4 with a CTA-local Dgrad, plain H16 or fixed H32). In parts: each call
+#               replaces the logs of the routes it runs and keeps the others' in OUT, and the table, CSV
+#               and plot cover every route whose log is there, so calls with RECIPES subsets add up to
+#               one table (logs.tar.gz holds the last call's stdout logs)
 #   NV_LAST     NVFP4 blocks kept in BF16 at the end (2 of 12 ~ the paper's 4 of 32)
+#   DEPTH_MX    MXFP4 blocks at the end of hybrid_depth (2 of 12 ~ the paper's 5 of 32)
 #   TASKS       "mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25" (the paper's four, its shots); TASKS= skips them
 #   TASK_LIMIT  documents per task (eval.limit: the first N of each file, of each subject for MMLU;
 #               default 1000, short 500; 1534 scores all of MMLU, ARC-C and WinoGrande): about 2.5
@@ -93,6 +101,7 @@ LAST_N=${LAST_N:-$b_lastn}
 GPUS=${GPUS:-$b_gpus}
 RECIPES=${RECIPES:-bf16 mxfp4_h32 mxfp4_noh nvfp4_last}
 NV_LAST=${NV_LAST:-2}
+DEPTH_MX=${DEPTH_MX:-$([ "$BUDGET" = smoke ] && echo 1 || echo 2)}
 TASKS=${TASKS-mmlu:5,hellaswag:10,winogrande:5,arc_challenge:25}
 TASK_LIMIT=${TASK_LIMIT:-$b_limit}
 EVAL_RECIPE=${EVAL_RECIPE:-bf16}
@@ -119,9 +128,19 @@ LABEL[bf16]="BF16";                             ARGS[bf16]="--set precision.reci
 LABEL[mxfp4_h32]="MXFP4 + row SR + H32";        ARGS[mxfp4_h32]="--set precision.recipe=mxfp4 --set precision.sr=dgrad --set precision.hadamard=h32 --set precision.weight_2d=on --set precision.scale_rounding=up"
 LABEL[mxfp4_noh]="MXFP4 + row SR (no Hadamard)"; ARGS[mxfp4_noh]="--set precision.recipe=mxfp4 --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on --set precision.scale_rounding=up"
 LABEL[nvfp4_last]="NVFP4 (last $NV_LAST blocks BF16)"; ARGS[nvfp4_last]="--set precision.recipe=nvfp4 --set precision.sr=dgrad_wgrad --set precision.hadamard=h16 --set precision.weight_2d=on --set precision.bf16_last_blocks=$NV_LAST"
+LABEL[nvfp4_all]="NVFP4 (TE-native, all blocks)"; ARGS[nvfp4_all]="--set precision.recipe=nvfp4 --set precision.sr=dgrad_wgrad --set precision.hadamard=h16 --set precision.weight_2d=on"
+LABEL[nvfp4_global]="custom global NVFP4";      ARGS[nvfp4_global]="--set precision.recipe=nvfp4 --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on"
+LABEL[nvfp4_cta]="CTA-local NVFP4";             ARGS[nvfp4_cta]="--set precision.recipe=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on"
+LABEL[nvfp4_cta_h16]="CTA-local NVFP4 + H16";    ARGS[nvfp4_cta_h16]="--set precision.recipe=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=h16 --set precision.weight_2d=on"
+LABEL[hybrid_depth]="depth hybrid (last $DEPTH_MX MXFP4)"; ARGS[hybrid_depth]="--set precision.recipe=nvfp4_cta --set precision.blocks=mxfp4:LAST_MX --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on"
+LABEL[hybrid_op_h16p]="operand hybrid + plain H16"; ARGS[hybrid_op_h16p]="--set precision.recipe=mxfp4 --set precision.dgrad=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=h16_plain --set precision.weight_2d=on"
+LABEL[hybrid_op_h32]="operand hybrid + H32";     ARGS[hybrid_op_h32]="--set precision.recipe=mxfp4 --set precision.dgrad=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=h32 --set precision.weight_2d=on"
+# the paper's routes in the order of its endpoint table's rows (docs/formats.md §6)
+ALL_ROUTES="bf16 nvfp4_all nvfp4_last nvfp4_global mxfp4_noh nvfp4_cta nvfp4_cta_h16 hybrid_depth hybrid_op_h16p hybrid_op_h32 mxfp4_h32"
+[ "$RECIPES" = all ] && RECIPES=$ALL_ROUTES
 read -r -a recipes <<<"$RECIPES"
 [ ${#recipes[@]} -ge 1 ] || die "RECIPES is empty"
-for r in "${recipes[@]}"; do [ -n "${LABEL[$r]:-}" ] || die "RECIPES: unknown recipe '$r' (bf16 mxfp4_h32 mxfp4_noh nvfp4_last)"; done
+for r in "${recipes[@]}"; do [ -n "${LABEL[$r]:-}" ] || die "RECIPES: unknown recipe '$r' ($ALL_ROUTES, or all)"; done
 
 # ---- preflight: everything a run needs, checked before any GPU time is spent ---------------------
 [ -x "$TRAIN" ] || die "$TRAIN not found: build first (make -j all; on the GPU machine as scripts/gpu/gpu_check.sh build does)"
@@ -174,6 +193,9 @@ common+=("${extra[@]}")
 cfg_line=$("$TRAIN" "${common[@]}" --print-config 2>&1) || die "the config does not load: $cfg_line"
 yaml_get() { printf '%s\n' "$cfg_line" | awk -v s="$1" -v k="$2" '/^[a-z]/ { sec = $1 } sec == s":" && $1 == k":" { print $2; exit }'; }
 SEQ=$(yaml_get batch seq_len) MB=$(yaml_get batch micro_batch) GB=$(yaml_get batch global_batch)
+NL=$(yaml_get model n_layers)
+[[ " ${recipes[*]} " != *" hybrid_depth "* ]] || { [ "$DEPTH_MX" -ge 1 ] && [ "$DEPTH_MX" -lt "$NL" ]; } || die "DEPTH_MX=$DEPTH_MX: expected 1 .. $((NL - 1)) (the model has $NL blocks)"
+ARGS[hybrid_depth]=${ARGS[hybrid_depth]//LAST_MX/$((NL - DEPTH_MX + 1))-$NL}
 EVAL_SEQ=${EVAL_SEQ:-$SEQ}
 EVAL_MB=${EVAL_MB:-$([ "$BUDGET" = smoke ] && echo "$MB" || echo 16)}
 [[ $EVAL_MB =~ ^[1-9][0-9]*$ ]] || die "EVAL_MB=$EVAL_MB: expected a positive integer"
@@ -212,11 +234,14 @@ on_stop() {
   exit 130
 }
 trap on_stop INT TERM
-rm -f "$dir"/*.jsonl "$dir/table.md" "$dir/results.csv" "$dir/replicate.png" "$dir/logs.tar.gz" "$work"/*
+for r in "${recipes[@]}"; do rm -f "$dir/$r.jsonl"; done  # the other routes' logs stay: runs in parts add up
+rm -f "$dir/table.md" "$dir/results.csv" "$dir/replicate.png" "$dir/logs.tar.gz" "$work"/*
 
 # schedule: GPU i runs jobs i, i+GPUS, ...; bf16 (the fastest) shares a GPU with nvfp4 when GPUS=2
 sched=()
-for r in bf16 mxfp4_h32 nvfp4_last mxfp4_noh; do [[ " ${recipes[*]} " == *" $r "* ]] && sched+=("$r"); done
+for r in bf16 mxfp4_h32 nvfp4_last mxfp4_noh $ALL_ROUTES; do
+  [[ " ${recipes[*]} " == *" $r "* ]] && [[ " ${sched[*]:-} " != *" $r "* ]] && sched+=("$r")
+done
 # time estimate from measured throughput (small preset, seq 1024, micro-batch 16, one H200):
 # 270k tok/s BF16, 195k tok/s FP4; ~60 s per run for start-up, validation, checkpoint and evals
 est=""
@@ -325,6 +350,10 @@ for p in "${pids[@]}"; do wait "$p"; done
 runs_s=$((SECONDS - t_begin))
 
 # ---- table, CSV, plot ---------------------------------------------------------------------------
+# every route with a log in OUT (this call's and earlier parts'), in the paper's order
+shown=()
+for r in $ALL_ROUTES; do [ -s "$dir/$r.jsonl" ] || [[ " ${recipes[*]} " == *" $r "* ]] && shown+=("$r"); done
+recipes=("${shown[@]}")
 logs=() labels=()
 for r in "${recipes[@]}"; do logs+=("$dir/$r.jsonl"); labels+=("${LABEL[$r]}"); done
 label_csv=$(IFS=,; echo "${labels[*]}")
@@ -376,8 +405,12 @@ for t in tags:
     fail = os.path.join(work, t + ".failed")
     status = open(fail).read().strip() if os.path.exists(fail) else "ok"
     print(f"| {t} | {tr} | {ev} | {status} |")
-paper = {"bf16": "BF16", "nvfp4_last": "NVFP4 (last blocks BF16)", "mxfp4_h32": "MXFP4 + H32", "mxfp4_noh": "MXFP4, no Hadamard"}
-paper_train = ["bf16", "nvfp4_last", "mxfp4_h32", "mxfp4_noh"]   # 2.3646 < 2.3852 < 2.4146 < 2.5192
+paper = {"bf16": "BF16", "nvfp4_last": "NVFP4 (last blocks BF16)", "mxfp4_h32": "MXFP4 + H32", "mxfp4_noh": "MXFP4, no Hadamard",
+         "nvfp4_all": "NVFP4 (all blocks)", "nvfp4_global": "global NVFP4", "nvfp4_cta": "CTA-local", "nvfp4_cta_h16": "CTA-local + H16",
+         "hybrid_depth": "depth hybrid", "hybrid_op_h16p": "operand hybrid + plain H16", "hybrid_op_h32": "operand hybrid + H32"}
+# the paper's endpoint losses: 2.3646 < 2.3852 < 2.3964 < 2.4146 < 2.4177 < 2.4282 < 2.4326 < 2.4593 < 2.4627 < 2.4768 < 2.5192
+paper_train = ["bf16", "nvfp4_last", "nvfp4_all", "mxfp4_h32", "nvfp4_cta", "nvfp4_global", "nvfp4_cta_h16", "hybrid_op_h32",
+               "hybrid_op_h16p", "hybrid_depth", "mxfp4_noh"]
 def order(key, reverse=False):
     have = [((-1 if reverse else 1) * num(byl[t], key), i, t) for i, t in enumerate(tags)
             if t in byl and num(byl[t], key) is not None]
@@ -412,9 +445,14 @@ o = order("mean4", reverse=True)
 if o:
     print(f"- mean of the four: {' > '.join(paper[t] + ' ' + format(num(byl[t], 'mean4'), '.3f') for t in o)}; "
           f"paper: MXFP4 + H32 best (50.61 vs 50.08 BF16), and fourth in training loss")
-# ranks (1 = best) among the recipes run here, ours beside the paper's from its tables (BRIEF section 1)
-PAPER = {"bf16": (2.3646, 28.64, 67.50, 62.12, 42.06, 50.08), "nvfp4_last": (2.3852, 26.45, 66.97, 61.01, 43.26, 49.42),
-         "mxfp4_h32": (2.4146, 25.47, 68.82, 63.61, 44.54, 50.61), "mxfp4_noh": (2.5192, 25.94, 60.39, 60.69, 37.54, 46.14)}
+# ranks (1 = best) among the recipes run here, ours beside the paper's from its tables (arXiv 2610.00053)
+def _row(loss, *t): return (loss,) + t + (round(sum(t) / 4, 2),)
+PAPER = {"bf16": _row(2.3646, 28.64, 67.50, 62.12, 42.06), "nvfp4_last": _row(2.3852, 26.45, 66.97, 61.01, 43.26),
+         "mxfp4_h32": _row(2.4146, 25.47, 68.82, 63.61, 44.54), "mxfp4_noh": _row(2.5192, 25.94, 60.39, 60.69, 37.54),
+         "nvfp4_all": _row(2.3964, 25.19, 66.62, 63.14, 42.49), "nvfp4_global": _row(2.4282, 27.38, 65.81, 63.85, 41.72),
+         "nvfp4_cta": _row(2.4177, 25.54, 66.32, 62.75, 42.66), "nvfp4_cta_h16": _row(2.4326, 23.74, 65.08, 63.06, 43.34),
+         "hybrid_depth": _row(2.4768, 25.16, 62.94, 61.17, 39.08), "hybrid_op_h16p": _row(2.4627, 24.40, 66.47, 62.98, 42.92),
+         "hybrid_op_h32": _row(2.4593, 23.81, 66.80, 64.40, 42.15)}
 cols = [("train_loss", 0, False, "train loss")] + [(f"{t}_{m}", i + 1, True, t) for i, (t, m, _) in enumerate(TASKS4)] + \
        [("mean4", 5, True, "mean of four")]
 def ranks(vals, higher):  # competition ranks; None stays unranked
