@@ -35,6 +35,7 @@
 #include "run/bench.h"       // bench_main (--bench)
 #include "run/checkpoint.h"  // ckpt_probe_dir
 #include "run/config.h"      // TrainConfig: config_load, config_set, config_validate
+#include "run/dgrad_diag.h"  // dgrad_diagnostic (--dgrad-diagnostic)
 #include "run/mc_eval.h"     // mc_task_*: multiple-choice scoring with the model
 #include "run/run.h"         // Run: resume, init_from, save_checkpoint, optimizer_step
 #include "run/schedule.h"    // lr_at
@@ -56,17 +57,21 @@ static void usage(FILE *f) {
           "  --resume                  resume from the latest checkpoint in checkpoint.dir\n"
           "  --max-steps N             stop (and checkpoint) after optimizer step N, keeping the schedule\n"
           "  --print-config            print the effective config as YAML and exit\n"
-          "  --dry-run                 print the model size and FLOPs per token and exit\n"
+          "  --dry-run                 print the model size, FLOPs per token and the route's contract, and exit\n"
           "  --compare-dump DIR        write params, one batch, its logits, loss, gradients and 10 AdamW\n"
           "                            steps to DIR for scripts/hf/hf_compare.py, and exit\n"
           "  --eval-only               validation loss and eval.tasks of the (resumed) model, then exit\n"
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
           "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n"
+          "  --dgrad-diagnostic N [--dgrad-draws K]\n"
+          "                            the paper's Dgrad diagnostic on N micro-batches of the (resumed or\n"
+          "                            init_from) model: MXFP4 vs CTA-local NVFP4 error energy per block\n"
+          "                            and component, K SR draws averaged (4); needs precision.recipe bf16\n"
           "signals: SIGTERM/SIGINT save a checkpoint and exit; SIGUSR1 saves one and keeps training\n");
 }
 
-// Clips by the global gradient norm and applies AdamW (norms not decayed), ZeRO-1 style over the
+// Clips by the global gradient norm and applies AdamW (norms decayed with optim.decay_norms), ZeRO-1 style over the
 // ranks (parallel/zero.h). Returns -1 without touching the weights when the gradient is not finite.
 static int optimizer_step(Run *r, float lr, float *norm_out) {
   const TrainConfig *c = &r->cfg;
@@ -366,6 +371,7 @@ static void format_eta(double s, char *buf, size_t len) {
 // The command line beyond the config: what to do with it.
 typedef struct {
   int print_config, dry_run, eval_only, bench_steps;
+  int diag_batches, diag_draws;         // --dgrad-diagnostic N, --dgrad-draws K
   const char *dump_dir, *bench_layers;  // --compare-dump DIR; --bench / --layers A,B
   int64_t max_steps;                    // --max-steps (-1: the schedule's total_steps)
 } Cli;
@@ -374,7 +380,7 @@ typedef struct {
 // status (after --print-config or an error).
 static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
   char err[1024];
-  *cli = (Cli){.bench_steps = 10, .max_steps = -1};
+  *cli = (Cli){.bench_steps = 10, .max_steps = -1, .diag_draws = 4};
   config_defaults(cfg);
   const char *cfg_path = argv[1];
   if (config_load(cfg, cfg_path, err, sizeof err)) {
@@ -396,6 +402,8 @@ static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
     else if (!strcmp(argv[i], "--bench")) cli->bench_layers = "2,4";
     else if (!strcmp(argv[i], "--layers") && i + 1 < argc) cli->bench_layers = argv[++i];
     else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) cli->bench_steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--dgrad-diagnostic") && i + 1 < argc) cli->diag_batches = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--dgrad-draws") && i + 1 < argc) cli->diag_draws = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       cli->max_steps = strtoll(argv[++i], &end, 10);
@@ -695,6 +703,7 @@ int main(int argc, char **argv) {
     if (elog) fclose(elog);
     return 0;
   }
+  if (cli.diag_batches) return dgrad_diagnostic(&run, cli.diag_batches, cli.diag_draws, cfg->seed ^ 0xd9a4u, stdout);
   if (cli.dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
     compare_dump(&run, cli.dump_dir);
     return 0;

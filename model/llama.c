@@ -85,6 +85,8 @@ struct Llama {
   int grads_stale;                        // llama_zero_grad was called: the next backward writes, not adds
   LlamaGradHook grad_hook;                // told as gradient ranges become final in a backward (or NULL)
   void *grad_hook_ctx;
+  LlamaLinearTap tap;  // shown each block linear's Dgrad operands (or NULL)
+  void *tap_ctx;
   LlamaParamWait param_wait;  // asked before a forward reads a parameter group (or NULL)
   void *param_wait_ctx;
 };
@@ -532,6 +534,18 @@ float llama_forward(Llama *m, const int *inputs, const int *targets, int ignore_
                      m->c.dim, m->c.vocab_size, m->head_chunk, ignore_index, 0.0f);
 }
 
+void llama_set_linear_tap(Llama *m, LlamaLinearTap fn, void *ctx) {
+  m->tap = fn;
+  m->tap_ctx = ctx;
+}
+
+// One block linear's backward, shown to the tap first.
+static void linear_bwd(Llama *m, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
+                       int N, int in, int out_dim, int dx_accumulate) {
+  if (m->tap) m->tap(m->tap_ctx, id, dout, w, N, in, out_dim);
+  m->ops->matmul_bwd(m->ops->ctx, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
+}
+
 void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx) {
   m->grad_hook = fn;
   m->grad_hook_ctx = ctx;
@@ -621,19 +635,19 @@ static void backward_blocks(Llama *m) {
     if (attn_recomputed(m, l)) attention_half_fwd(m, l, &w, &s);
     if (ffn_recomputed(m, l)) ffn_hidden_fwd(m, l, &w, &s);
     // feed-forward
-    op->matmul_bwd(op->ctx, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
+    linear_bwd(m, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
     op->swiglu_bwd(op->ctx, a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
-    op->matmul_bwd(op->ctx, lin(l, LIN_GATE), a->dnorm, dw.w_gate, a->dgate, s.ffn_in, w.w_gate, N, D, F, 0);
-    op->matmul_bwd(op->ctx, lin(l, LIN_UP), a->dnorm, dw.w_up, a->dup, s.ffn_in, w.w_up, N, D, F, 1);
+    linear_bwd(m, lin(l, LIN_GATE), a->dnorm, dw.w_gate, a->dgate, s.ffn_in, w.w_gate, N, D, F, 0);
+    linear_bwd(m, lin(l, LIN_UP), a->dnorm, dw.w_up, a->dup, s.ffn_in, w.w_up, N, D, F, 1);
     op->rmsnorm_bwd(op->ctx, a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);
     // attention
-    op->matmul_bwd(op->ctx, lin(l, LIN_O), a->datt, dw.wo, a->dres, s.att, w.wo, N, Q, D, 0);
+    linear_bwd(m, lin(l, LIN_O), a->datt, dw.wo, a->dres, s.att, w.wo, N, Q, D, 0);
     op->attention_bwd(op->ctx, a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, B, T, H, KV, hd);
     op->rope_bwd(op->ctx, a->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
     op->rope_bwd(op->ctx, a->dk, m->rope_cos, m->rope_sin, B, T, KV, hd);
-    op->matmul_bwd(op->ctx, lin(l, LIN_Q), a->dnorm, dw.wq, a->dq, s.attn_in, w.wq, N, D, Q, 0);
-    op->matmul_bwd(op->ctx, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
-    op->matmul_bwd(op->ctx, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
+    linear_bwd(m, lin(l, LIN_Q), a->dnorm, dw.wq, a->dq, s.attn_in, w.wq, N, D, Q, 0);
+    linear_bwd(m, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
+    linear_bwd(m, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
     op->rmsnorm_bwd(op->ctx, a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
     static const int block_tensors[] = {T_DOWN, T_GATE, T_UP, T_FFN_NORM, T_WO, T_WQ, T_WK, T_WV, T_ATTN_NORM};
     for (size_t i = 0; i < sizeof block_tensors / sizeof *block_tensors; i++) grad_ready(m, block_tensors[i], l);

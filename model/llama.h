@@ -88,6 +88,12 @@ void llama_set_grad_hook(Llama *m, LlamaGradHook fn, void *ctx);
 // asynchronous backend fn orders the work queued next after the parameters' arrival (a GPU-side
 // wait). fn NULL turns it off. llama_param_group fills the ranges [off[i], off[i] + len[i]) of
 // llama_params() (floats) that group holds, at most LLAMA_GROUP_RANGES, and returns their count.
+// A view of each block linear's Dgrad for diagnostics (run/dgrad_diag.c): before the backward runs
+// linear id's matmul_bwd, fn(ctx, id, dout, w, N, in, out_dim) sees its output gradient dout [N, out_dim]
+// (backend memory, Ops.act_bytes per element) and its fp32 weight w [out_dim, in]. fn NULL turns it off.
+typedef void (*LlamaLinearTap)(void *ctx, LinearId id, const void *dout, const float *w, int N, int in, int out_dim);
+void llama_set_linear_tap(Llama *m, LlamaLinearTap fn, void *ctx);
+
 typedef void (*LlamaParamWait)(void *ctx, int group);
 void llama_set_param_wait(Llama *m, LlamaParamWait fn, void *ctx);
 enum { LLAMA_GROUP_RANGES = 9 };

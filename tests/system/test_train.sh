@@ -90,4 +90,11 @@ check "an impossible mix is refused at config check, naming the key" 'echo "$out
 d0=$(./train configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=20 --set optim.weight_decay=0.5 2>&1 | grep "step  *20/" | grep -o "loss [0-9.]*")
 d1=$(./train configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=20 --set optim.weight_decay=0.5 --set optim.decay_norms=true 2>&1 | grep "step  *20/" | grep -o "loss [0-9.]*")
 check "optim.decay_norms decays the RMSNorm weights too (another loss)" '[ -n "$d0" ] && [ -n "$d1" ] && [ "$d0" != "$d1" ]'
+# The paper's Dgrad diagnostic on the CPU (a tiny random model: 2 micro-batches x 2 blocks x 3 components).
+out=$(./train configs/tiny.yaml --set parallel.backend=cpu --dgrad-diagnostic 2 --dgrad-draws 2 2>&1); rc=$?
+check "the Dgrad diagnostic reports 12 comparisons and a finite geometric mean" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -Eq "^DGRAD_DIAG comparisons 12, CTA-local lower in [0-9]+, geometric mean E_MX/E_CTA [0-9]+\.[0-9]+ "'
+check "... with a row per block and component" '[ "$(echo "$out" | grep -c "^| [12] | \(QKV\|O\|FFN\) | [0-9]")" -eq 6 ]'
+out=$(./train configs/tiny.yaml --set parallel.backend=cpu --set precision.recipe=mxfp4 --dgrad-diagnostic 1 2>&1); rc=$?
+check "the diagnostic refuses an FP4 recipe, saying what to do" '[ $rc -ne 0 ] && echo "$out" | grep -q "precision.recipe=bf16"'
 echo "$pass passed, $fail failed"
