@@ -116,3 +116,27 @@ void nvfp4_cta_apply_outer(float *c, int M, int N, const float *alpha, const flo
 #ifdef __cplusplus
 }
 #endif
+
+// ---- CUDA (fp4/nvfp4_cta.cu). Device pointers; asynchronous on cuda_stream(), no host sync. The
+// outputs are the CPU reference's bytes and factors (tests/gpu/gpu_test_fp4_cta.cu). scratch: device
+// words for the chunk amaxes, nvfp4_cta_scratch_words(carrier rows, carrier row length) of them (a row
+// copy's carrier is [rows, K], a column copy's [K, rows], a weight's [N, K]).
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+size_t nvfp4_cta_scratch_words(int rows, int K);
+void nvfp4_cta_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, NvRound rnd, PhiloxStream s, uint8_t *codes,
+                                  uint8_t *scales, float *outer, uint32_t *scratch);
+void nvfp4_cta_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, int rot, NvRound rnd, PhiloxStream s,
+                                  uint8_t *codes, uint8_t *scales, float *outer, uint32_t *scratch);
+// outer (W's factors) is required; the W^T triple may be NULL.
+void nvfp4_cta_quantize_weight_cuda(const float *w, int N, int K, uint8_t *codes, uint8_t *scales, float *outer,
+                                    uint8_t *codes_t, uint8_t *scales_t, float *outer_t, uint32_t *scratch);
+void nvfp4_cta_quantize_weight_bf16_cuda(const __nv_bfloat16 *w, int N, int K, uint8_t *codes, uint8_t *scales,
+                                         float *outer, uint8_t *codes_t, uint8_t *scales_t, float *outer_t,
+                                         uint32_t *scratch);
+// The epilogue: out = acc [M, N] * (alpha[i / 256] * beta[j / 256]), to BF16 (RNE) or to fp32 (added
+// to out_f32 when accumulate); exactly one of out_bf16, out_f32.
+void nvfp4_cta_apply_outer_cuda(const float *acc, int M, int N, const float *alpha, const float *beta,
+                                __nv_bfloat16 *out_bf16, float *out_f32, int accumulate);
+#endif
