@@ -3,6 +3,7 @@
 #include "data/loader.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -134,6 +135,25 @@ static uint64_t window_at(DataLoader *dl, uint64_t p) {
   return dl->perm[k];
 }
 
+// What to say when entry finds no file: that its directory does not exist, or that nothing in it
+// matches; and for a shard pattern PREFIX_train_*.bin / PREFIX_val_*.bin, the command that makes them.
+static void no_match(const char *item, char *err, size_t errlen) {
+  char dir[1024], hint[1200] = "";
+  const char *slash = strrchr(item, '/');
+  if (slash == item) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - item) : 1, slash ? item : ".");
+  const char *split = strstr(item, "_train_") ? strstr(item, "_train_") : strstr(item, "_val_");
+  if (split && strstr(split, ".bin"))
+    snprintf(hint, sizeof hint,
+             "; make the shards with: ./train tokenize --tokenizer PATH/tokenizer.model --input CORPUS.jsonl[.zst] "
+             "--output %.*s --val-docs 3 (README.md, Data preparation)",
+             (int)(split - item), item);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    set_err(err, errlen, "data spec entry '%s': the directory '%s' does not exist%s", item, dir, hint);
+  else set_err(err, errlen, "data spec entry '%s' matches no file in '%s'%s", item, dir, hint);
+}
+
 // Splits spec at commas, expands each entry with glob(3) (sorted), and appends the paths.
 static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err, size_t errlen) {
   size_t len = strlen(spec);
@@ -155,10 +175,11 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
       break;
     }
     glob_t g;
-    int gr = glob(item, GLOB_ERR, NULL, &g);
+    // no GLOB_ERR: a directory of the pattern that does not exist is a "no match", said in those words
+    int gr = glob(item, 0, NULL, &g);
     if (gr != 0) {
-      if (gr == GLOB_NOMATCH) set_err(err, errlen, "data spec entry '%s' matches no file", item);
-      else set_err(err, errlen, "data spec entry '%s': glob failed (read error or out of memory)", item);
+      if (gr == GLOB_NOMATCH) no_match(item, err, errlen);
+      else set_err(err, errlen, "data spec entry '%s': glob failed (out of memory)", item);
       rc = -1;
       break;
     }

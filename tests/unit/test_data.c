@@ -427,6 +427,12 @@ static void test_loader_errors(void) {
   char spec[2048];
   snprintf(spec, sizeof(spec), "%s,%s/nothing_*.bin", spec3, tmpdir);
   expect_open_fails(spec, T, 65536, "nothing_*.bin", "matches no file");
+  // a directory that does not exist is named as such (glob's read error before), and a shard pattern
+  // gets the command that makes its shards
+  snprintf(spec, sizeof(spec), "%s/no_such_dir/nv_train_*.bin", tmpdir);
+  expect_open_fails(spec, T, 65536, "no_such_dir' does not exist", "./train tokenize");
+  snprintf(spec, sizeof(spec), "%s/nv_val_*.bin", tmpdir);
+  expect_open_fails(spec, T, 65536, "matches no file in", "--output");
   expect_open_fails(glob3, T, 512, "vocab_size 65536", "512");
   snprintf(spec, sizeof(spec), "%s,,%s", glob3, glob3);
   expect_open_fails(spec, T, 65536, "empty entry", NULL);
