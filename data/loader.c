@@ -10,13 +10,15 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "data/megatron.h"
 #include "data/shard.h"
 
-// One shard's tokens. The loader reads them only through shard_window() below, so replacing the
-// in-memory copy by an mmap of a raw shard touches just that function and loader_open.
+// One shard's tokens: our shard format read into memory, or a Megatron-LM indexed dataset read in place
+// (data/megatron.h). The loader reads them only through shard_window() below.
 typedef struct {
   char *path;
-  uint32_t *tokens;
+  uint32_t *tokens;  // our shards
+  MegatronData *mg;  // a Megatron dataset (tokens NULL)
   uint64_t n_tokens;
   uint64_t first_window;  // global index of this shard's window 0
   uint64_t n_windows;
@@ -98,7 +100,8 @@ static double synth_entropy(void) {
 // Shard source.
 
 static void shard_window(const LoadedShard *s, uint64_t w, uint32_t *out, int n) {
-  memcpy(out, s->tokens + w * (uint64_t)(n - 1), sizeof(uint32_t) * (size_t)n);
+  if (s->mg) megatron_tokens(s->mg, w * (uint64_t)(n - 1), out, n);
+  else memcpy(out, s->tokens + w * (uint64_t)(n - 1), sizeof(uint32_t) * (size_t)n);
 }
 
 // Which shard holds global window w: binary search over first_window.
@@ -177,6 +180,12 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
     glob_t g;
     // no GLOB_ERR: a directory of the pattern that does not exist is a "no match", said in those words
     int gr = glob(item, 0, NULL, &g);
+    if (gr == GLOB_NOMATCH && megatron_detect(item)) {  // a Megatron dataset named by its prefix
+      *paths = grow_array(*paths, *n_paths, &cap, sizeof **paths);
+      (*paths)[*n_paths] = xmalloc(strlen(item) + 1);
+      memcpy((*paths)[(*n_paths)++], item, strlen(item) + 1);
+      continue;
+    }
     if (gr != 0) {
       if (gr == GLOB_NOMATCH) no_match(item, err, errlen);
       else set_err(err, errlen, "data spec entry '%s': glob failed (out of memory)", item);
@@ -195,11 +204,30 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
   return rc;
 }
 
+// A Megatron dataset's prefix (without .bin / .idx): both files of one dataset count once.
+static int same_dataset(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 4 && (!strcmp(a + la - 4, ".bin") || !strcmp(a + la - 4, ".idx"))) la -= 4;
+  if (lb > 4 && (!strcmp(b + lb - 4, ".bin") || !strcmp(b + lb - 4, ".idx"))) lb -= 4;
+  return la == lb && !strncmp(a, b, la);
+}
+
 static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errlen) {
   char **paths;
   int n = 0, rc = expand_spec(spec, &paths, &n, err, errlen);
+  // A glob over a Megatron dataset's folder lists its .bin and its .idx: keep one of the pair.
+  int *mg = xcalloc((size_t)n + 1, sizeof(int)), kept = 0;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    mg[kept] = megatron_detect(paths[i]);
+    int dup = 0;
+    for (int j = 0; mg[kept] && j < kept && !dup; j++) dup = mg[j] && same_dataset(paths[j], paths[i]);
+    if (dup) free(paths[i]);
+    else paths[kept++] = paths[i];
+  }
+  if (rc == 0) n = kept;
   // Headers first: a vocab mismatch or a corrupt header fails before any large read.
   for (int i = 0; rc == 0 && i < n; i++) {
+    if (mg[i]) continue;  // validated when opened, below (the index is all its header)
     ShardInfo info;
     rc = shard_read_info(paths[i], &info, err, errlen);
     if (rc == 0 && info.vocab_size > dl->vocab_size) {
@@ -214,8 +242,12 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
   }
   for (int i = 0; rc == 0 && i < n; i++) {
     LoadedShard *s = &dl->shards[i];
-    ShardInfo info;
-    rc = shard_read(paths[i], &s->tokens, &info, err, errlen);
+    ShardInfo info = {0};
+    if (mg[i]) {
+      s->mg = xcalloc(1, sizeof *s->mg);
+      rc = megatron_open(paths[i], dl->vocab_size, s->mg, err, errlen);
+      info.n_tokens = s->mg->n_tokens;
+    } else rc = shard_read(paths[i], &s->tokens, &info, err, errlen);
     s->path = paths[i];
     paths[i] = NULL;  // owned by the shard now
     s->n_tokens = info.n_tokens;
@@ -228,7 +260,7 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
     rc = -1;
   }
   for (int i = 0; i < n; i++) free(paths[i]);
-  free(paths);
+  free(paths), free(mg);
   return rc;
 }
 
@@ -328,6 +360,7 @@ void loader_close(DataLoader *dl) {
   for (int i = 0; i < dl->n_shards; i++) {
     free(dl->shards[i].path);
     free(dl->shards[i].tokens);
+    if (dl->shards[i].mg) megatron_close(dl->shards[i].mg), free(dl->shards[i].mg);
   }
   free(dl->shards);
   free(dl->perm);

@@ -1,0 +1,41 @@
+// data/megatron.h: Megatron-LM's indexed datasets, read in place (memory-mapped), as training data.
+//
+// A dataset is a pair PREFIX.bin / PREFIX.idx as Megatron-LM's tools/preprocess_data.py writes them
+// (megatron/core/datasets/indexed_dataset.py, _IndexWriter). The .bin holds every sequence's tokens
+// back to back; the .idx, little-endian:
+//   9 bytes  "MMIDIDX\0\0"
+//   u64      version (1)
+//   u8       dtype code: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16
+//   u64      S, the number of sequences
+//   u64      D, the number of entries of the document index
+//   i32[S]   sequence lengths (tokens)
+//   i64[S]   sequence byte offsets into the .bin
+//   i64[D]   document index: the first sequence of each document, then S
+//   i8[S]    sequence modes (multimodal datasets only)
+// The engine reads the .bin as one token stream (the loader cuts windows of seq_len + 1 tokens from
+// it, as from its own shards); the document boundaries are kept for document masking.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  char *bin_path;
+  const uint8_t *map;  // the .bin, memory-mapped
+  size_t map_bytes;
+  int width, is_signed;  // bytes per token, and whether the dtype is signed
+  uint64_t n_tokens;
+  uint64_t n_docs;      // documents (D - 1)
+  uint64_t *doc_start;  // token offset of each document's first token, n_docs + 1 entries
+  uint32_t vocab_size;  // the model's: a token at or above it stops the run, naming the file
+} MegatronData;
+
+// 1 when path is (meant as) a Megatron dataset: PREFIX.idx, or PREFIX.bin or PREFIX beside a PREFIX.idx
+// (megatron_open validates the index, so a bad one is reported as such, naming the file).
+int megatron_detect(const char *path);
+// Opens and validates PREFIX.{bin,idx} (path: the prefix, the .bin or the .idx): the header, the sizes
+// against the counts, the offsets against the lengths and the .bin's size, the document index, and the
+// dtype against the model's vocabulary. 0, or -1 with err naming the file.
+int megatron_open(const char *path, uint32_t vocab_size, MegatronData *d, char *err, size_t errlen);
+// n tokens from token offset i (dies naming the file on a token outside [0, vocab_size)).
+void megatron_tokens(const MegatronData *d, uint64_t i, uint32_t *out, int n);
+void megatron_close(MegatronData *d);

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Training data in other projects' formats, written here from their documented layouts (not by this
+# engine): Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx, "MMIDIDX", as
+# megatron/core/datasets/indexed_dataset.py's _IndexWriter lays it out), uint16 and int32. The same
+# tokens in both dtypes must train to the same losses; a glob over the folder lists .bin and .idx and
+# counts the dataset once; a bad index, a truncated .bin, a uint16 dataset for a large vocabulary and a
+# token outside the vocabulary are refused, naming the file.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+random.seed(7)
+# documents of random lengths over a tiny vocabulary (the tiny preset: 512), EOD = 1 after each
+docs = [[random.randrange(2, 512) for _ in range(random.randrange(20, 200))] + [1] for _ in range(120)]
+def write(prefix, code, fmt, width, docs, index_bytes=None, bin_cut=0, bad_ptr=False):
+    with open(prefix + ".bin", "wb") as f:
+        data = b"".join(struct.pack("<%d%s" % (len(t), fmt), *t) for t in docs)
+        f.write(data[:len(data) - bin_cut] if bin_cut else data)
+    lens = [len(t) for t in docs]
+    ptrs, off = [], 0
+    for n in lens:
+        ptrs.append(off); off += n * width
+    if bad_ptr: ptrs[3] += width
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code)
+    idx += struct.pack("<Q", len(lens)) + struct.pack("<Q", len(lens) + 1)
+    idx += struct.pack("<%di" % len(lens), *lens) + struct.pack("<%dq" % len(ptrs), *ptrs)
+    idx += struct.pack("<%dq" % (len(lens) + 1), *range(len(lens) + 1))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(index_bytes(idx) if index_bytes else idx)
+import os
+for sub in ("u16", "i32", "bad"): os.makedirs(os.path.join(d, sub), exist_ok=True)
+write(d + "/u16/corpus_text_document", 8, "H", 2, docs)
+write(d + "/i32/corpus_text_document", 4, "i", 4, docs)
+write(d + "/bad/magic", 8, "H", 2, docs, index_bytes=lambda b: b"XXIDIDX\x00\x00" + b[9:])
+write(d + "/bad/version", 8, "H", 2, docs, index_bytes=lambda b: b[:9] + struct.pack("<Q", 2) + b[17:])
+write(d + "/bad/short", 8, "H", 2, docs, index_bytes=lambda b: b[:-8])
+write(d + "/bad/truncated", 8, "H", 2, docs, bin_cut=6)
+write(d + "/bad/pointers", 8, "H", 2, docs, bad_ptr=True)
+write(d + "/bad/float", 7, "f", 4, docs)
+big = [t[:] for t in docs]; big[50][3] = 600
+write(d + "/bad/oov", 4, "i", 4, big)
+PY
+
+T=(configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=30 --set schedule.warmup_steps=5 --set logging.interval=1)
+losses() { grep -o '"loss": [0-9.e+-]*' "$1"; }
+./train "${T[@]}" --set data.train="$tmp/u16/corpus_text_document" --set logging.file="$tmp/u16.jsonl" >"$tmp/u16.out" 2>&1; r1=$?
+./train "${T[@]}" --set data.train="$tmp/i32/corpus_text_document.bin" --set logging.file="$tmp/i32.jsonl" >"$tmp/i32.out" 2>&1; r2=$?
+./train "${T[@]}" --set data.train="$tmp/u16/*" --set logging.file="$tmp/glob.jsonl" >"$tmp/glob.out" 2>&1; r3=$?
+check "a Megatron uint16 dataset (named by its prefix) trains" '[ $r1 -eq 0 ] && [ "$(losses "$tmp/u16.jsonl" | wc -l)" -eq 30 ]'
+check "the int32 dataset of the same tokens (named by its .bin) trains to the same losses" \
+  '[ $r2 -eq 0 ] && diff <(losses "$tmp/u16.jsonl") <(losses "$tmp/i32.jsonl")'
+check "a glob listing .bin and .idx counts the dataset once (same losses)" \
+  '[ $r3 -eq 0 ] && diff <(losses "$tmp/u16.jsonl") <(losses "$tmp/glob.jsonl")'
+refused() { out=$(./train "${T[@]}" "$@" 2>&1); [ $? -ne 0 ] && echo "$out" | grep -q "$tmp/bad/"; }
+check "a bad magic is refused, naming the file" 'refused --set data.train="$tmp/bad/magic" && echo "$out" | grep -q "no MMIDIDX header"'
+check "another version is refused" 'refused --set data.train="$tmp/bad/version" && echo "$out" | grep -q "version 2"'
+check "a short index is refused with its sizes" 'refused --set data.train="$tmp/bad/short" && echo "$out" | grep -q "expected"'
+check "a truncated .bin is refused" 'refused --set data.train="$tmp/bad/truncated" && echo "$out" | grep -q "truncated or another file"'
+check "inconsistent offsets are refused" 'refused --set data.train="$tmp/bad/pointers" && echo "$out" | grep -q "sequence 3 has length"'
+check "a float dtype is refused" 'refused --set data.train="$tmp/bad/float" && echo "$out" | grep -q "dtype code 7"'
+out=$(./train "${T[@]}" --set data.train="$tmp/u16/corpus_text_document" --set model.vocab_size=128256 2>&1); rc=$?
+check "uint16 tokens for a 128256-token model are refused as another tokenizer's, naming the file" \
+  '[ $rc -ne 0 ] && echo "$out" | grep -q "corpus_text_document.bin: uint16 tokens"'
+out=$(./train "${T[@]}" --set data.train="$tmp/bad/oov" --set eval.interval=0 2>&1); rc=$?
+check "a token outside the vocabulary stops the run, naming the file and the position" \
+  '[ $rc -ne 0 ] && echo "$out" | grep -q "oov.bin: token 600 at position"'
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
