@@ -17,6 +17,8 @@ typedef struct {
   int depth;
   char *err;
   size_t errlen;
+  int span;  // json_member_span: record the wanted member's value span, of any type
+  size_t span_start, span_end;
 } Parser;
 
 // Reports a syntax error at byte offset `at` of the line (as a 1-based column); returns -1.
@@ -175,7 +177,11 @@ static int parse_object(Parser *p, const char *key, char **out, size_t *out_len,
     if (peek(p) != ':') return fail(p, "expected ':' after member name");
     p->i++;
     skip_ws(p);
-    if (want) {
+    if (want && p->span) {
+      size_t start = p->i;
+      if (parse_value(p)) return -1;
+      p->span_start = start, p->span_end = p->i, *found = 1;
+    } else if (want) {
       if (peek(p) != '"') return fail(p, "member \"%s\" is not a string", key);
       size_t start = p->i;
       char *buf = xmalloc(p->n - start + 1);
@@ -259,4 +265,40 @@ int json_get_string(const char *text, size_t len, const char *key, char **out, s
   if (found) free(*out);
   *out = NULL, *out_len = 0;
   return -1;
+}
+
+int json_member_span(const char *text, size_t len, const char *key, size_t *start, size_t *end, char *err,
+                     size_t errlen) {
+  Parser p = {.s = text, .n = len, .err = err, .errlen = errlen, .span = 1};
+  int found = 0;
+  char *unused = NULL;
+  size_t unused_len = 0;
+  skip_ws(&p);
+  if (peek(&p) != '{') return fail(&p, "expected a JSON object ('{')");
+  if (parse_object(&p, key, &unused, &unused_len, &found)) return -1;
+  skip_ws(&p);
+  if (p.i != p.n) return fail(&p, "unexpected text after the object");
+  if (found) *start = p.span_start, *end = p.span_end;
+  return found;
+}
+
+int json_array_next(const char *text, size_t len, size_t *pos, size_t *start, size_t *end, char *err, size_t errlen) {
+  Parser p = {.s = text, .n = len, .i = *pos, .err = err, .errlen = errlen};
+  skip_ws(&p);
+  if (peek(&p) == '[') {
+    p.i++;
+    skip_ws(&p);
+    if (peek(&p) == ']') return *pos = p.i + 1, 0;
+  } else if (peek(&p) == ']' || p.i >= p.n) {
+    return 0;
+  }
+  skip_ws(&p);
+  size_t s = p.i;
+  if (parse_value(&p)) return -1;
+  *start = s, *end = p.i;
+  skip_ws(&p);
+  int c = peek(&p);
+  if (c != ',' && c != ']') return fail(&p, "expected ',' or ']' in array");
+  *pos = c == ',' ? p.i + 1 : p.i;
+  return 1;
 }

@@ -1,4 +1,5 @@
-// data/json.h: just enough JSON for .jsonl corpora: pull one string field out of an object.
+// data/json.h: just enough JSON for .jsonl corpora (one string field out of an object) and small
+// manifests (any member's raw value, the elements of an array).
 #pragma once
 #include <stddef.h>
 
@@ -11,3 +12,11 @@
 // no such member; -1 on a syntax error or a non-string value, with "column N: reason" in err.
 int json_get_string(const char *text, size_t len, const char *key, char **out, size_t *out_len, char *err,
                     size_t errlen);
+
+// The raw value of top-level member `key` of the object text[0..len): [*start, *end). 1 found, 0 not,
+// -1 on a syntax error (err as above).
+int json_member_span(const char *text, size_t len, const char *key, size_t *start, size_t *end, char *err,
+                     size_t errlen);
+// The elements of an array text[0..len) (text at its '['): call with *pos = 0, then again; each call
+// gives the next element's raw span and returns 1, 0 after the last, -1 on a syntax error.
+int json_array_next(const char *text, size_t len, size_t *pos, size_t *start, size_t *end, char *err, size_t errlen);

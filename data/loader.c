@@ -11,6 +11,7 @@
 
 #include "common/common.h"
 #include "data/megatron.h"
+#include "data/packed.h"
 #include "data/shard.h"
 
 // One shard's tokens: our shard format read into memory, or a Megatron-LM indexed dataset read in place
@@ -18,7 +19,7 @@
 typedef struct {
   char *path;
   uint32_t *tokens;  // our shards
-  MegatronData *mg;  // a Megatron dataset (tokens NULL)
+  TokenMap *mg;      // read in place: a Megatron dataset or a packed-binary shard (tokens NULL)
   uint64_t n_tokens;
   uint64_t first_window;  // global index of this shard's window 0
   uint64_t n_windows;
@@ -100,7 +101,7 @@ static double synth_entropy(void) {
 // Shard source.
 
 static void shard_window(const LoadedShard *s, uint64_t w, uint32_t *out, int n) {
-  if (s->mg) megatron_tokens(s->mg, w * (uint64_t)(n - 1), out, n);
+  if (s->mg) token_map_read(s->mg, w * (uint64_t)(n - 1), out, n);
   else memcpy(out, s->tokens + w * (uint64_t)(n - 1), sizeof(uint32_t) * (size_t)n);
 }
 
@@ -212,22 +213,40 @@ static int same_dataset(const char *a, const char *b) {
   return la == lb && !strncmp(a, b, la);
 }
 
+// Appends one source to dl->shards (its windows after the others').
+static LoadedShard *add_shard(DataLoader *dl, int *cap) {
+  dl->shards = grow_array(dl->shards, dl->n_shards, cap, sizeof *dl->shards);
+  LoadedShard *s = &dl->shards[dl->n_shards++];
+  memset(s, 0, sizeof *s);
+  return s;
+}
+
+static void count_windows(DataLoader *dl, LoadedShard *s) {
+  s->n_windows = s->n_tokens > (uint64_t)dl->T ? (s->n_tokens - 1) / (uint64_t)dl->T : 0;
+  s->first_window = dl->n_windows;
+  dl->n_windows += s->n_windows;
+}
+
 static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errlen) {
   char **paths;
   int n = 0, rc = expand_spec(spec, &paths, &n, err, errlen);
-  // A glob over a Megatron dataset's folder lists its .bin and its .idx: keep one of the pair.
-  int *mg = xcalloc((size_t)n + 1, sizeof(int)), kept = 0;
+  // Each path is a packed-binary manifest (or its folder), a Megatron dataset (a glob over its folder
+  // lists its .bin and its .idx: keep one of the pair) or one of our shards.
+  enum { OURS, MEGATRON, PACKED };
+  int *kind = xcalloc((size_t)n + 1, sizeof(int)), kept = 0;
   for (int i = 0; rc == 0 && i < n; i++) {
-    mg[kept] = megatron_detect(paths[i]);
+    kind[kept] = packed_detect(paths[i]) ? PACKED : megatron_detect(paths[i]) ? MEGATRON : OURS;
     int dup = 0;
-    for (int j = 0; mg[kept] && j < kept && !dup; j++) dup = mg[j] && same_dataset(paths[j], paths[i]);
+    for (int j = 0; kind[kept] == MEGATRON && j < kept && !dup; j++)
+      dup = kind[j] == MEGATRON && same_dataset(paths[j], paths[i]);
     if (dup) free(paths[i]);
     else paths[kept++] = paths[i];
   }
   if (rc == 0) n = kept;
-  // Headers first: a vocab mismatch or a corrupt header fails before any large read.
+  // Our shards' headers first: a vocab mismatch or a corrupt header fails before any large read (the
+  // other formats are validated when opened: an index or a manifest is all their header).
   for (int i = 0; rc == 0 && i < n; i++) {
-    if (mg[i]) continue;  // validated when opened, below (the index is all its header)
+    if (kind[i] != OURS) continue;
     ShardInfo info;
     rc = shard_read_info(paths[i], &info, err, errlen);
     if (rc == 0 && info.vocab_size > dl->vocab_size) {
@@ -236,31 +255,43 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
       rc = -1;
     }
   }
-  if (rc == 0) {
-    dl->shards = xcalloc((size_t)n, sizeof(LoadedShard));
-    dl->n_shards = n;
-  }
+  int cap = 0;
   for (int i = 0; rc == 0 && i < n; i++) {
-    LoadedShard *s = &dl->shards[i];
+    if (kind[i] == PACKED) {
+      TokenMap *maps;
+      int nm;
+      rc = packed_open(paths[i], dl->vocab_size, &maps, &nm, err, errlen);
+      for (int j = 0; rc == 0 && j < nm; j++) {
+        LoadedShard *s = add_shard(dl, &cap);
+        s->mg = xmalloc(sizeof *s->mg);
+        *s->mg = maps[j];
+        size_t len = strlen(maps[j].bin_path);
+        s->path = xmalloc(len + 1);
+        memcpy(s->path, maps[j].bin_path, len + 1);
+        s->n_tokens = maps[j].n_tokens;
+        count_windows(dl, s);
+      }
+      if (rc == 0) free(maps);
+      continue;
+    }
+    LoadedShard *s = add_shard(dl, &cap);
     ShardInfo info = {0};
-    if (mg[i]) {
+    if (kind[i] == MEGATRON) {
       s->mg = xcalloc(1, sizeof *s->mg);
       rc = megatron_open(paths[i], dl->vocab_size, s->mg, err, errlen);
       info.n_tokens = s->mg->n_tokens;
     } else rc = shard_read(paths[i], &s->tokens, &info, err, errlen);
     s->path = paths[i];
     paths[i] = NULL;  // owned by the shard now
-    s->n_tokens = info.n_tokens;
-    s->n_windows = rc == 0 && info.n_tokens > (uint64_t)dl->T ? (info.n_tokens - 1) / (uint64_t)dl->T : 0;
-    s->first_window = dl->n_windows;
-    dl->n_windows += s->n_windows;
+    s->n_tokens = rc == 0 ? info.n_tokens : 0;
+    count_windows(dl, s);
   }
   if (rc == 0 && dl->n_windows == 0) {
     set_err(err, errlen, "data spec '%s': no shard holds T+1 = %d tokens", spec, dl->T + 1);
     rc = -1;
   }
   for (int i = 0; i < n; i++) free(paths[i]);
-  free(paths), free(mg);
+  free(paths), free(kind);
   return rc;
 }
 
@@ -360,7 +391,7 @@ void loader_close(DataLoader *dl) {
   for (int i = 0; i < dl->n_shards; i++) {
     free(dl->shards[i].path);
     free(dl->shards[i].tokens);
-    if (dl->shards[i].mg) megatron_close(dl->shards[i].mg), free(dl->shards[i].mg);
+    if (dl->shards[i].mg) token_map_close(dl->shards[i].mg), free(dl->shards[i].mg);
   }
   free(dl->shards);
   free(dl->perm);

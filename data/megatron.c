@@ -74,7 +74,7 @@ static uint8_t *read_index(const char *path, size_t *bytes, char *err, size_t er
   return buf;
 }
 
-int megatron_open(const char *path, uint32_t vocab_size, MegatronData *d, char *err, size_t errlen) {
+int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   char *prefix = prefix_of(path), *idx = with_ext(prefix, ".idx"), *bin = with_ext(prefix, ".bin");
   free(prefix);
@@ -145,68 +145,12 @@ int megatron_open(const char *path, uint32_t vocab_size, MegatronData *d, char *
     for (; seq < (uint64_t)s; seq++) tok += (uint64_t)i32_at(lens + 4 * seq);
     d->doc_start[j] = tok;
   }
-  int fd = open(bin, O_RDONLY);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st)) {
-    if (fd >= 0) close(fd);
-    fail(err, errlen, "megatron dataset %s: cannot open it (its index is %s)", bin, idx);
+  if (token_map_open(d, bin, d->width, d->is_signed, off / (uint64_t)d->width, vocab_size, "megatron dataset", err,
+                     errlen))
     goto out;
-  }
-  if ((uint64_t)st.st_size != off) {
-    close(fd);
-    fail(err, errlen, "megatron dataset %s: %lld bytes, but its index %s describes %llu (truncated or another file)",
-         bin, (long long)st.st_size, idx, (unsigned long long)off);
-    goto out;
-  }
-  d->map_bytes = (size_t)off;
-  d->n_tokens = off / (uint64_t)d->width;
-  if (off) {
-    void *m = mmap(NULL, d->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      close(fd);
-      fail(err, errlen, "megatron dataset %s: mmap failed", bin);
-      goto out;
-    }
-    d->map = m;
-  }
-  close(fd);
-  d->bin_path = bin, bin = NULL;
-  d->vocab_size = vocab_size;
   rc = 0;
 out:
   if (rc) free(d->doc_start), d->doc_start = NULL;
   free(b), free(idx), free(bin);
   return rc;
-}
-
-void megatron_tokens(const MegatronData *d, uint64_t i, uint32_t *out, int n) {
-  for (int k = 0; k < n; k++) {
-    const uint8_t *p = d->map + (i + (uint64_t)k) * (uint64_t)d->width;
-    int64_t v;
-    switch (d->width) {
-      case 1:
-        v = d->is_signed ? (int8_t)p[0] : p[0];
-        break;
-      case 2:
-        v = d->is_signed ? (int16_t)(p[0] | p[1] << 8) : (int64_t)(p[0] | p[1] << 8);
-        break;
-      case 4:
-        v = d->is_signed ? i32_at(p) : (int64_t)(uint32_t)i32_at(p);
-        break;
-      default:
-        v = i64_at(p);
-        break;
-    }
-    if (v < 0 || v >= (int64_t)d->vocab_size)
-      die("megatron dataset %s: token %lld at position %llu is outside the model's vocabulary [0, %u): tokenized with "
-          "another tokenizer?",
-          d->bin_path, (long long)v, (unsigned long long)(i + (uint64_t)k), d->vocab_size);
-    out[k] = (uint32_t)v;
-  }
-}
-
-void megatron_close(MegatronData *d) {
-  if (d->map) munmap((void *)d->map, d->map_bytes);
-  free(d->bin_path), free(d->doc_start);
-  memset(d, 0, sizeof *d);
 }

@@ -18,16 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-  char *bin_path;
-  const uint8_t *map;  // the .bin, memory-mapped
-  size_t map_bytes;
-  int width, is_signed;  // bytes per token, and whether the dtype is signed
-  uint64_t n_tokens;
-  uint64_t n_docs;      // documents (D - 1)
-  uint64_t *doc_start;  // token offset of each document's first token, n_docs + 1 entries
-  uint32_t vocab_size;  // the model's: a token at or above it stops the run, naming the file
-} MegatronData;
+#include "data/token_map.h"
 
 // 1 when path is (meant as) a Megatron dataset: PREFIX.idx, or PREFIX.bin or PREFIX beside a PREFIX.idx
 // (megatron_open validates the index, so a bad one is reported as such, naming the file).
@@ -35,7 +26,4 @@ int megatron_detect(const char *path);
 // Opens and validates PREFIX.{bin,idx} (path: the prefix, the .bin or the .idx): the header, the sizes
 // against the counts, the offsets against the lengths and the .bin's size, the document index, and the
 // dtype against the model's vocabulary. 0, or -1 with err naming the file.
-int megatron_open(const char *path, uint32_t vocab_size, MegatronData *d, char *err, size_t errlen);
-// n tokens from token offset i (dies naming the file on a token outside [0, vocab_size)).
-void megatron_tokens(const MegatronData *d, uint64_t i, uint32_t *out, int n);
-void megatron_close(MegatronData *d);
+int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err, size_t errlen);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Training data in other projects' formats, written here from their documented layouts (not by this
 # engine): Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx, "MMIDIDX", as
-# megatron/core/datasets/indexed_dataset.py's _IndexWriter lays it out), uint16 and int32. The same
-# tokens in both dtypes must train to the same losses; a glob over the folder lists .bin and .idx and
-# counts the dataset once; a bad index, a truncated .bin, a uint16 dataset for a large vocabulary and a
-# token outside the vocabulary are refused, naming the file.
+# megatron/core/datasets/indexed_dataset.py's _IndexWriter lays it out), uint16 and int32, and the
+# paper's packed-binary dataset (raw uint32 shards and a manifest.json, "lbt_packed_tokens_manifest_v1",
+# as its low_bits_training/datasets/packed_binary.py reads it). The same tokens in every form must train
+# to the same losses; a glob over a Megatron folder lists .bin and .idx and counts the dataset once; a
+# bad index, a truncated .bin, a uint16 dataset for a large vocabulary, a token outside the vocabulary, a
+# manifest whose counts or files are wrong are refused, naming the file.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -42,6 +44,25 @@ write(d + "/bad/pointers", 8, "H", 2, docs, bad_ptr=True)
 write(d + "/bad/float", 7, "f", 4, docs)
 big = [t[:] for t in docs]; big[50][3] = 600
 write(d + "/bad/oov", 4, "i", 4, big)
+# packed binary: the same stream as one raw uint32 shard (so the same windows), then split in three
+import json
+flat = [t for doc in docs for t in doc]
+def packed(sub, parts, dtype="uint32", fmt="I", count_fix=0, missing=False, fmt_name="lbt_packed_tokens_manifest_v1"):
+    os.makedirs(os.path.join(d, sub), exist_ok=True)
+    shards, n = [], len(flat)
+    for k in range(parts):
+        part = flat[k * n // parts:(k + 1) * n // parts]
+        name = "shard_%03d.bin" % k
+        if not (missing and k == 1):
+            with open(os.path.join(d, sub, name), "wb") as f: f.write(struct.pack("<%d%s" % (len(part), fmt), *part))
+        shards.append({"path": name, "token_count": len(part) + (count_fix if k == 0 else 0), "doc_count": 0})
+    with open(os.path.join(d, sub, "manifest.json"), "w") as f:
+        json.dump({"format": fmt_name, "dtype": dtype, "shards": shards}, f)
+packed("packed1", 1)
+packed("packed3", 3)
+packed("bad_count", 2, count_fix=5)
+packed("bad_missing", 2, missing=True)
+packed("bad_dtype", 1, dtype="float32", fmt="f")
 PY
 
 T=(configs/tiny.yaml --set parallel.backend=cpu --set schedule.total_steps=30 --set schedule.warmup_steps=5 --set logging.interval=1)
@@ -54,6 +75,19 @@ check "the int32 dataset of the same tokens (named by its .bin) trains to the sa
   '[ $r2 -eq 0 ] && diff <(losses "$tmp/u16.jsonl") <(losses "$tmp/i32.jsonl")'
 check "a glob listing .bin and .idx counts the dataset once (same losses)" \
   '[ $r3 -eq 0 ] && diff <(losses "$tmp/u16.jsonl") <(losses "$tmp/glob.jsonl")'
+./train "${T[@]}" --set data.train="$tmp/packed1" --set logging.file="$tmp/packed1.jsonl" >"$tmp/p1.out" 2>&1; r4=$?
+./train "${T[@]}" --set data.train="$tmp/packed3/manifest.json" --set logging.file="$tmp/packed3.jsonl" >"$tmp/p3.out" 2>&1; r5=$?
+check "a packed-binary dataset (its folder) of the same stream trains to the Megatron dataset's losses" \
+  '[ $r4 -eq 0 ] && diff <(losses "$tmp/u16.jsonl") <(losses "$tmp/packed1.jsonl")'
+check "a packed-binary manifest of three shards trains" '[ $r5 -eq 0 ] && [ "$(losses "$tmp/packed3.jsonl" | wc -l)" -eq 30 ]'
+out=$(./train "${T[@]}" --set data.train="$tmp/bad_count" 2>&1); rc=$?
+check "a shard whose size is not its manifest's token_count is refused, naming it" \
+  '[ $rc -ne 0 ] && echo "$out" | grep -q "bad_count/shard_000.bin: .* bytes, but .* tokens of 4 bytes were expected"'
+out=$(./train "${T[@]}" --set data.train="$tmp/bad_missing" 2>&1); rc=$?
+check "a shard the manifest lists but the folder lacks is refused, naming it" \
+  '[ $rc -ne 0 ] && echo "$out" | grep -q "bad_missing/shard_001.bin: cannot open it"'
+out=$(./train "${T[@]}" --set data.train="$tmp/bad_dtype" 2>&1); rc=$?
+check "a float dtype in a manifest is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "bad_dtype/manifest.json: dtype .float32."'
 refused() { out=$(./train "${T[@]}" "$@" 2>&1); [ $? -ne 0 ] && echo "$out" | grep -q "$tmp/bad/"; }
 check "a bad magic is refused, naming the file" 'refused --set data.train="$tmp/bad/magic" && echo "$out" | grep -q "no MMIDIDX header"'
 check "another version is refused" 'refused --set data.train="$tmp/bad/version" && echo "$out" | grep -q "version 2"'
