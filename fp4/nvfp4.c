@@ -86,6 +86,32 @@ void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float am
     }
 }
 
+uint32_t nvfp4_tile_amax_bits(const float *w, int K, int n0, int k0) {
+  uint32_t am = 0;
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) {
+      uint32_t a = nv_abs_bits(w[(size_t)(n0 + i) * K + k0 + j]);
+      am = a > am ? a : am;
+    }
+  return am;
+}
+
+void nvfp4_put_tile(const uint8_t *c, uint8_t bs, int N, int K, int n0, int k0, uint8_t *codes, uint8_t *scales,
+                    uint8_t *codes_t, uint8_t *scales_t) {
+  for (int i = 0; i < 16; i++) {
+    if (codes) {
+      pack16(c + i * 16, codes + (size_t)(n0 + i) * (K / 2) + k0 / 2);
+      scales[(size_t)(n0 + i) * (K / 16) + k0 / 16] = bs;
+    }
+    if (codes_t) {
+      uint8_t col[16];
+      for (int j = 0; j < 16; j++) col[j] = c[j * 16 + i];
+      pack16(col, codes_t + (size_t)(k0 + i) * (N / 2) + n0 / 2);
+      scales_t[(size_t)(k0 + i) * (N / 16) + n0 / 16] = bs;
+    }
+  }
+}
+
 void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales, uint8_t *codes_t,
                            uint8_t *scales_t) {
   check("nvfp4_quantize_weight", N, K);
@@ -94,28 +120,11 @@ void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *co
   uint8_t c[16 * 16];
   for (int n0 = 0; n0 < N; n0 += 16)
     for (int k0 = 0; k0 < K; k0 += 16) {
-      uint32_t am = 0;
-      for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++) {
-          uint32_t a = nv_abs_bits(w[(size_t)(n0 + i) * K + k0 + j]);
-          am = a > am ? a : am;
-        }
-      uint8_t bs = nv_block_scale(am, s_enc);
+      uint8_t bs = nv_block_scale(nvfp4_tile_amax_bits(w, K, n0, k0), s_enc);
       float inv = nv_elem_inv(bs, s_enc);
       for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) c[i * 16 + j] = nv_encode(w[(size_t)(n0 + i) * K + k0 + j], inv, 0, 0);
-      for (int i = 0; i < 16; i++) {
-        if (codes) {
-          pack16(c + i * 16, codes + (size_t)(n0 + i) * (K / 2) + k0 / 2);
-          scales[(size_t)(n0 + i) * (K / 16) + k0 / 16] = bs;
-        }
-        if (codes_t) {
-          uint8_t col[16];
-          for (int j = 0; j < 16; j++) col[j] = c[j * 16 + i];
-          pack16(col, codes_t + (size_t)(k0 + i) * (N / 2) + n0 / 2);
-          scales_t[(size_t)(k0 + i) * (N / 16) + n0 / 16] = bs;
-        }
-      }
+      nvfp4_put_tile(c, bs, N, K, n0, k0, codes, scales, codes_t, scales_t);
     }
 }
 

@@ -158,6 +158,12 @@ void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float am
 // Weights W [N, K] (N, K multiples of 16), 16x16 tiles, RNE: W and W^T; either pair may be NULL.
 void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales, uint8_t *codes_t,
                            uint8_t *scales_t);
+// The 16x16 tile of W [N, K] at (n0, k0): its amax bits (every element, NaN and Inf included), and the
+// writing of its 256 codes c (row-major in the tile) and scale byte bs into W's rows and W^T's rows
+// (either pair NULL) as nvfp4_quantize_weight lays them out. Shared with the CTA-local weights.
+uint32_t nvfp4_tile_amax_bits(const float *w, int K, int n0, int k0);
+void nvfp4_put_tile(const uint8_t *c, uint8_t bs, int N, int K, int n0, int k0, uint8_t *codes, uint8_t *scales,
+                    uint8_t *codes_t, uint8_t *scales_t);
 // out [rows, K] = nv_decode of every element (the NVFP4 value).
 void nvfp4_dequantize(const uint8_t *codes, const uint8_t *scales, int rows, int K, float amax, float *out);
 // out [rows, K] = BF16 bits of q * fp32(bs) (nv_decode_unscaled_bf16).

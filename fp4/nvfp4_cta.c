@@ -107,29 +107,12 @@ void nvfp4_cta_quantize_weight(const float *w, int N, int K, uint8_t *codes, uin
     for (int k0 = 0; k0 < K; k0 += 16) {
       size_t chunk = (size_t)(n0 / CTA_CHUNK) * ck + k0 / CTA_CHUNK;
       float s_c = cta_encode_scale(ca[chunk]);
-      uint32_t am = 0;
-      for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++) {
-          uint32_t a = nv_abs_bits(w[(size_t)(n0 + i) * K + k0 + j]);
-          am = a > am ? a : am;
-        }
-      uint8_t mult = cta_weight_mult(am, s_c);
+      uint8_t mult = cta_weight_mult(nvfp4_tile_amax_bits(w, K, n0, k0), s_c);
       float coeff = cta_weight_coeff(mult, s_c);
       uint8_t bs = cta_fold_weight(cta_weight_scale(mult), cta_ratio(cta_chunk_factor(ca[chunk]), g));
       for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) c[i * 16 + j] = nv_encode(w[(size_t)(n0 + i) * K + k0 + j], coeff, 0, 0);
-      for (int i = 0; i < 16; i++) {
-        if (codes) {
-          pack16(c + i * 16, codes + (size_t)(n0 + i) * (K / 2) + k0 / 2);
-          scales[(size_t)(n0 + i) * (K / 16) + k0 / 16] = bs;
-        }
-        if (codes_t) {
-          uint8_t col[16];
-          for (int j = 0; j < 16; j++) col[j] = c[j * 16 + i];
-          pack16(col, codes_t + (size_t)(k0 + i) * (N / 2) + n0 / 2);
-          scales_t[(size_t)(k0 + i) * (N / 16) + n0 / 16] = bs;
-        }
-      }
+      nvfp4_put_tile(c, bs, N, K, n0, k0, codes, scales, codes_t, scales_t);
     }
   if (outer)
     for (int t = 0; t < ns; t++) outer[t] = g;

@@ -35,22 +35,38 @@ __device__ __forceinline__ void gather(const T *x, int xcols, int r, int k0, int
   }
 }
 
-// (1) chunk amaxes of the carrier [crows, ccols] (finite values only, as the reference).
+// Passes (1) and (3), one thread per carrier 16-block: quantize = 0 adds the block's finite amax into its
+// 128 x 128 chunk (the reference skips non-finite values there); 1 quantizes it with its chunk's scale
+// and folds its scale with the chunk's correction.
 template <typename T>
-__global__ void chunk_amax_kernel(const T *x, int xcols, int crows, int ccols, int cols, int rot, uint32_t *am) {
+__global__ void block_kernel(int quantize, const T *x, int xcols, int crows, int ccols, int cols, int rot, int sr,
+                             PhiloxStream s, uint32_t *am, const float *outer, uint8_t *codes, uint8_t *scales) {
   const size_t per_row = (size_t)ccols / 16, total = (size_t)crows * per_row, stride = (size_t)gridDim.x * blockDim.x;
   const int ck = (ccols + CTA_CHUNK - 1) / CTA_CHUNK;
   for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < total; b += stride) {
     const int r = (int)(b / per_row), k0 = (int)(b % per_row) * 16;
+    uint32_t *chunk = am + (size_t)(r / CTA_CHUNK) * ck + k0 / CTA_CHUNK;
     float v[16];
     gather(x, xcols, r, k0, cols, rot, v);
-    uint32_t m = 0;
+    if (!quantize) {
+      uint32_t m = 0;
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-      uint32_t a = nv_abs_bits(v[i]);
-      if (a < NV_NONFINITE_BITS && a > m) m = a;
+      for (int i = 0; i < 16; i++) {
+        uint32_t a = nv_abs_bits(v[i]);
+        if (a < NV_NONFINITE_BITS && a > m) m = a;
+      }
+      if (m) atomicMax(chunk, m);
+      continue;
     }
-    if (m) atomicMax(am + (size_t)(r / CTA_CHUNK) * ck + k0 / CTA_CHUNK, m);
+    const float a_c = fp4_u2f(*chunk);
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (sr) philox_group16(s, b, w);  // block b starts at carrier element 16 b
+    uint8_t c[16];
+    uint8_t bs = nv_quantize_block16(v, cta_encode_scale(a_c), sr, w, c);
+    scales[b] = cta_fold(bs, cta_ratio(cta_chunk_factor(a_c), outer[r / CTA_STRIPE]));
+    uint8_t *o = codes + b * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = (uint8_t)((c[2 * i] & 15) | (c[2 * i + 1] << 4));
   }
 }
 
@@ -67,28 +83,6 @@ __global__ void outer_kernel(const uint32_t *am, int cr, int ck, int nstripes, f
   outer[t] = m;
 }
 
-// (3) one thread per carrier 16-block.
-template <typename T>
-__global__ void quant_kernel(const T *x, int xcols, int crows, int ccols, int cols, int rot, int sr, PhiloxStream s,
-                             const uint32_t *am, const float *outer, uint8_t *codes, uint8_t *scales) {
-  const size_t per_row = (size_t)ccols / 16, total = (size_t)crows * per_row, stride = (size_t)gridDim.x * blockDim.x;
-  const int ck = (ccols + CTA_CHUNK - 1) / CTA_CHUNK;
-  for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < total; b += stride) {
-    const int r = (int)(b / per_row), k0 = (int)(b % per_row) * 16;
-    float v[16];
-    gather(x, xcols, r, k0, cols, rot, v);
-    const float a_c = fp4_u2f(am[(size_t)(r / CTA_CHUNK) * ck + k0 / CTA_CHUNK]);
-    uint32_t w[4] = {0, 0, 0, 0};
-    if (sr) philox_group16(s, b, w);  // block b starts at carrier element 16 b
-    uint8_t c[16];
-    uint8_t bs = nv_quantize_block16(v, cta_encode_scale(a_c), sr, w, c);
-    scales[b] = cta_fold(bs, cta_ratio(cta_chunk_factor(a_c), outer[r / CTA_STRIPE]));
-    uint8_t *o = codes + b * 8;
-#pragma unroll
-    for (int i = 0; i < 8; i++) o[i] = (uint8_t)((c[2 * i] & 15) | (c[2 * i + 1] << 4));
-  }
-}
-
 // The three passes for a carrier [crows, ccols] read from x (cols: x is the carrier's transpose).
 template <typename T>
 static void quantize(const char *who, const T *x, int crows, int ccols, int cols, int rot, int sr, PhiloxStream s,
@@ -101,14 +95,14 @@ static void quantize(const char *who, const T *x, int crows, int ccols, int cols
   const size_t blocks = (size_t)crows * ccols / 16;
   const int xcols = cols ? crows : ccols, threads = 256;
   CUDA_CHECK(cudaMemsetAsync(chunk_am, 0, (size_t)cr * ck * sizeof(uint32_t), cuda_stream()));
-  chunk_amax_kernel<T>
-      <<<cuda_grid(blocks, threads), threads, 0, cuda_stream()>>>(x, xcols, crows, ccols, cols, rot, chunk_am);
+  block_kernel<T><<<cuda_grid(blocks, threads), threads, 0, cuda_stream()>>>(0, x, xcols, crows, ccols, cols, rot, 0, s,
+                                                                             chunk_am, NULL, NULL, NULL);
   CUDA_CHECK_LAUNCH();
   outer_kernel<<<(cta_stripes(crows) + 127) / 128, 128, 0, cuda_stream()>>>(chunk_am, cr, ck, cta_stripes(crows),
                                                                             outer);
   CUDA_CHECK_LAUNCH();
-  quant_kernel<T><<<cuda_grid(blocks, threads), threads, 0, cuda_stream()>>>(x, xcols, crows, ccols, cols, rot, sr, s,
-                                                                             chunk_am, outer, codes, scales);
+  block_kernel<T><<<cuda_grid(blocks, threads), threads, 0, cuda_stream()>>>(1, x, xcols, crows, ccols, cols, rot, sr,
+                                                                             s, chunk_am, outer, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -207,8 +201,9 @@ static void weight(const T *w, int N, int K, uint8_t *codes, uint8_t *scales, fl
   const int cr = (N + CTA_CHUNK - 1) / CTA_CHUNK, ck = (K + CTA_CHUNK - 1) / CTA_CHUNK, threads = 256;
   const size_t blocks16 = (size_t)N * K / 16;
   CUDA_CHECK(cudaMemsetAsync(scratch, 0, (size_t)cr * ck * sizeof(uint32_t), cuda_stream()));
-  chunk_amax_kernel<T>
-      <<<cuda_grid(blocks16, threads), threads, 0, cuda_stream()>>>(w, K, N, K, 0, FP4_ROT_NONE, scratch);
+  const PhiloxStream none = {};
+  block_kernel<T><<<cuda_grid(blocks16, threads), threads, 0, cuda_stream()>>>(0, w, K, N, K, 0, FP4_ROT_NONE, 0, none,
+                                                                               scratch, NULL, NULL, NULL);
   CUDA_CHECK_LAUNCH();
   common_factor_kernel<<<1, 256, 0, cuda_stream()>>>(scratch, (size_t)cr * ck, outer, cta_stripes(N), outer_t,
                                                      cta_stripes(K));

@@ -17,6 +17,8 @@ static int pick(const char *value, const char *list) {
   return -1;
 }
 
+#define AUTO(v) ((v) ? (v) : "auto")  // a key left NULL in a RecipeSpec means "auto"
+
 #define PICK(var, key, value, list) \
   int var = pick(value, list);      \
   if (var < 0) return snprintf(err, errlen, "%s: unknown value '%s' (expected %s)", key, value, list), -1
@@ -72,23 +74,23 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   }
   if (parse_spans(r, s->blocks, err, errlen)) return -1;
 
-  PICK(sr, "precision.sr", s->sr, RECIPE_SR);  // auto none dgrad dgrad_wgrad
+  PICK(sr, "precision.sr", AUTO(s->sr), RECIPE_SR);  // auto none dgrad dgrad_wgrad
   r->sr_dgrad = sr != 1;
   r->sr_wgrad = sr == 0 ? nv : sr == 3;
 
-  PICK(had, "precision.hadamard", s->hadamard, RECIPE_HADAMARD);  // auto none h16 h32 h16_plain
+  PICK(had, "precision.hadamard", AUTO(s->hadamard), RECIPE_HADAMARD);  // auto none h16 h32 h16_plain
   r->hadamard = had == 0 ? (nv ? 16 : cta ? 0 : 32) : had == 1 ? 0 : had == 3 ? 32 : 16;
   r->hadamard_plain = had == 4;
 
-  PICK(w2d, "precision.weight_2d", s->weight_2d, RECIPE_WEIGHT_2D);  // auto on off
+  PICK(w2d, "precision.weight_2d", AUTO(s->weight_2d), RECIPE_WEIGHT_2D);  // auto on off
   r->weight_2d = w2d != 2;
 
-  PICK(round, "precision.scale_rounding", s->scale_rounding, RECIPE_SCALE_ROUNDING);  // auto up down
+  PICK(round, "precision.scale_rounding", AUTO(s->scale_rounding), RECIPE_SCALE_ROUNDING);  // auto up down
   r->scale_round_up = round != 2;
 
   // The GEMM back end of the MXFP4 contractions; NVFP4 forms run through BF16 on Hopper (exact).
   const int mx = recipe_uses(r, 1 << 20, FMT_MXFP4);
-  PICK(gemm, "precision.fp4_gemm", s->fp4_gemm, RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
+  PICK(gemm, "precision.fp4_gemm", AUTO(s->fp4_gemm), RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
   if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && mx ? GEMM_FP8_EMBED : GEMM_REFERENCE;
   else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
   // auto keeps cuBLASLt until the tuned path (fp8) has run on hardware: a default is not where code first runs
@@ -98,7 +100,7 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
     return snprintf(err, errlen, "precision.fp4_gemm: fp4 needs an sm_100 GPU (this one is sm_%d)", cc), -1;
 
-  PICK(wg, "precision.wgrad_2d", s->wgrad_2d, RECIPE_WGRAD_2D);  // auto off dy x
+  PICK(wg, "precision.wgrad_2d", AUTO(s->wgrad_2d), RECIPE_WGRAD_2D);  // auto off dy x
   r->wgrad_2d = wg == 1 ? WGRAD_2D_OFF : wg == 3 ? WGRAD_2D_X : WGRAD_2D_DY;
   if (r->gemm != GEMM_FP8_EMBED || !mx) r->wgrad_2d = WGRAD_2D_OFF;  // an FP8-embedding choice
 

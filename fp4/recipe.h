@@ -59,7 +59,7 @@ typedef struct {
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
 #define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_own|fp8_cublaslt"
 
-// A recipe as the config spells it: the precision.* keys.
+// A recipe as the config spells it: the precision.* keys (NULL: "auto", except recipe).
 typedef struct {
   const char *recipe, *sr, *hadamard, *weight_2d, *scale_rounding, *fp4_gemm, *wgrad_2d;
   int bf16_first, bf16_last;

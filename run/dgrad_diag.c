@@ -65,19 +65,8 @@ static void tap(void *ctx, LinearId id, const void *dout, const float *w, int N,
 }
 
 static LinearFp4Cpu route(const char *recipe, int n_layers, uint64_t seed) {
-  LinearFp4Cpu L;
-  memset(&L, 0, sizeof L);
-  char err[512];
-  RecipeSpec s = {.recipe = recipe,
-                  .sr = "dgrad",
-                  .hadamard = "none",
-                  .weight_2d = "on",
-                  .scale_rounding = "up",
-                  .fp4_gemm = "reference",
-                  .wgrad_2d = "auto"};
-  if (recipe_resolve(&L.r, &s, 0, err, sizeof err)) die("dgrad diagnostic: %s", err);
-  L.nlayers = n_layers, L.seed = seed;
-  return L;
+  RecipeSpec s = {.recipe = recipe, .sr = "dgrad", .hadamard = "none", .fp4_gemm = "reference"};
+  return linear_fp4_cpu_route(&s, n_layers, seed);
 }
 
 int dgrad_diagnostic(Run *r, int batches, int draws, uint64_t seed, FILE *out) {

@@ -133,6 +133,15 @@ static PhiloxStream stream(const LinearFp4Cpu *L, LinearId id, int use) {
   return philox_stream(L->seed, L->step, L->micro, (uint32_t)id.layer, 4u * (uint32_t)id.kind + (uint32_t)use);
 }
 
+LinearFp4Cpu linear_fp4_cpu_route(const RecipeSpec *s, int n_layers, uint64_t seed) {
+  LinearFp4Cpu L;
+  memset(&L, 0, sizeof L);
+  char err[512];
+  if (recipe_resolve(&L.r, s, 0, err, sizeof err)) die("%s", err);
+  L.nlayers = n_layers, L.seed = seed;
+  return L;
+}
+
 FP4Format linear_fp4_cpu_format(const LinearFp4Cpu *L, LinearId id, Contraction c) {
   if (id.layer < 0 || id.kind == LIN_HEAD || (L->r.format == FMT_BF16 && !L->r.nspans)) return FMT_BF16;
   return recipe_format(&L->r, id.layer, L->nlayers, c);

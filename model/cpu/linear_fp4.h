@@ -14,6 +14,9 @@ typedef struct {
   uint32_t step, micro;
 } LinearFp4Cpu;
 
+// A layer under the route the config keys s spell (resolved for no GPU; dies naming the key), for n_layers
+// blocks and the SR seed: for tools and tests that run linears outside a model.
+LinearFp4Cpu linear_fp4_cpu_route(const RecipeSpec *s, int n_layers, uint64_t seed);
 // The format contraction c of linear id runs in (FMT_BF16: the plain fp32 product; never the head).
 FP4Format linear_fp4_cpu_format(const LinearFp4Cpu *L, LinearId id, Contraction c);
 // As matmul_forward / matmul_backward (model/ops.h), each contraction in its format. dw is added to.

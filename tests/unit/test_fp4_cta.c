@@ -23,6 +23,13 @@ static void fill_normal(float *x, size_t n, uint64_t seed, float scale) {
   for (size_t i = 0; i < n; i++) x[i] = scale * rng_normal(&r);
 }
 
+// rows x K normal values (a fresh allocation).
+static float *normal_matrix(int rows, int K, uint64_t seed) {
+  float *x = xmalloc((size_t)rows * K * sizeof *x);
+  fill_normal(x, (size_t)rows * K, seed, 1.0f);
+  return x;
+}
+
 static const double GRID[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
 
 // Distance from y (>= 0) to the nearest E2M1 magnitude.
@@ -45,6 +52,8 @@ static Q q_new(int rows, int K) {
   return q;
 }
 static void q_free(Q *q) { free(q->codes), free(q->scales), free(q->outer); }
+
+static void done(Q *q, float *x, float *d) { q_free(q), free(x), free(d); }
 
 static Q rows_rne(const float *x, int rows, int K) {
   Q q = q_new(rows, K);
@@ -160,8 +169,7 @@ static void test_zero(void) {
       if (r >= 128 || k >= 128) nzv += d[(size_t)r * K + k] != 0.0f;
   CHECK(nzv == 0, "zero chunks dequantize to 0 (%d nonzero)", nzv);
   CHECK(check_definition(x, &q, "zero chunks") == 0, "zero chunks: definition");
-  q_free(&q);
-  free(x), free(d);
+  done(&q, x, d);
 }
 
 // One outlier row in stripe 0: its outer factor is the outlier's, the other chunks of the stripe carry
@@ -169,8 +177,7 @@ static void test_zero(void) {
 static void test_outlier_row(void) {
   TEST_SECTION("outlier row: stripe factor, corrections, subnormal and zero scales, other stripes untouched");
   const int rows = 512, K = 256;
-  float *x = xmalloc((size_t)rows * K * sizeof *x), *d = xmalloc((size_t)rows * K * sizeof *d);
-  fill_normal(x, (size_t)rows * K, 11, 1.0f);
+  float *x = normal_matrix(rows, K, 11), *d = xmalloc((size_t)rows * K * sizeof *d);
   for (int k = 0; k < 16; k++) x[(size_t)5 * K + k] = 3e4f * (k % 2 ? -1.0f : 1.0f);  // row 5, chunk (0, 0)
   Q q = rows_rne(x, rows, K);
   CHECK(q.outer[0] == 3e4f / 448.0f, "stripe 0 outer %.9g, want 3e4/448 = %.9g", q.outer[0], 3e4f / 448.0f);
@@ -241,15 +248,13 @@ static void test_range(void) {
   int finite = 1;
   for (size_t i = 0; i < (size_t)rows * K; i++) finite &= isfinite(d[i]) && fabs(d[i]) <= 2e-39;
   CHECK(finite, "a subnormal tensor dequantizes to finite values of its size");
-  q_free(&q);
-  free(x), free(d);
+  done(&q, x, d);
 }
 
 static void test_nonfinite(void) {
   TEST_SECTION("NaN and Inf: their block's scale is the E4M3 NaN, the chunk and stripe ignore them");
   const int rows = 128, K = 64;
-  float *x = xmalloc((size_t)rows * K * sizeof *x), *d = xmalloc((size_t)rows * K * sizeof *d);
-  fill_normal(x, (size_t)rows * K, 9, 1.0f);
+  float *x = normal_matrix(rows, K, 9), *d = xmalloc((size_t)rows * K * sizeof *d);
   Q a = rows_rne(x, rows, K);
   x[3] = NAN, x[(size_t)70 * K + 40] = INFINITY;
   Q b = rows_rne(x, rows, K);

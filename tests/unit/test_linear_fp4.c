@@ -26,19 +26,9 @@ static float *randn(size_t n, uint64_t seed, float scale) {
 }
 
 static LinearFp4Cpu route(const char *recipe, const char *dgrad, const char *had) {
-  LinearFp4Cpu L;
-  memset(&L, 0, sizeof L);
-  char err[512];
-  RecipeSpec s = {.recipe = recipe,
-                  .sr = "auto",
-                  .hadamard = had,
-                  .weight_2d = "auto",
-                  .scale_rounding = "auto",
-                  .fp4_gemm = "reference",
-                  .wgrad_2d = "auto",
-                  .dgrad = dgrad};
-  if (recipe_resolve(&L.r, &s, 0, err, sizeof err)) die("%s", err);
-  L.nlayers = 4, L.seed = 42, L.step = 3, L.micro = 1;
+  RecipeSpec s = {.recipe = recipe, .hadamard = had, .fp4_gemm = "reference", .dgrad = dgrad};
+  LinearFp4Cpu L = linear_fp4_cpu_route(&s, 4, 42);
+  L.step = 3, L.micro = 1;
   return L;
 }
 
@@ -150,14 +140,7 @@ int main(void) {
 
   TEST_SECTION("per-block formats: the depth hybrid's blocks");
   LinearFp4Cpu d = route("nvfp4_cta", NULL, "none");
-  RecipeSpec sp = {.recipe = "nvfp4_cta",
-                   .sr = "auto",
-                   .hadamard = "none",
-                   .weight_2d = "auto",
-                   .scale_rounding = "auto",
-                   .fp4_gemm = "reference",
-                   .wgrad_2d = "auto",
-                   .blocks = "mxfp4:3-4"};
+  RecipeSpec sp = {.recipe = "nvfp4_cta", .hadamard = "none", .fp4_gemm = "reference", .blocks = "mxfp4:3-4"};
   char err[512];
   CHECK(!recipe_resolve(&d.r, &sp, 0, err, sizeof err), "%s", err);
   CHECK(linear_fp4_cpu_format(&d, (LinearId){1, LIN_Q}, CONTR_FPROP) == FMT_NVFP4_CTA &&
