@@ -12,7 +12,7 @@ CFLAGS  ?= -O2 -g
 # the code calls one), the rule that keeps the FP4 quantizers bit-identical to their C references
 # and every fused kernel equal to its unfused twins. One rule for all code, CPU and GPU.
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -ffp-contract=off -I. -MMD -MP
-LDLIBS  += -lyaml -lzstd -lpcre2-8 -lm -fopenmp
+LDLIBS  += -lyaml -lzstd -lpcre2-8 -lz -lm -fopenmp
 BUILD   := build
 # All cores unless -j is given.
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
@@ -38,7 +38,7 @@ endif
 # Unpacked C libraries: their headers, and their static libraries (no runtime copies needed).
 ifneq ($(strip $(DEPS_ROOT)),)
 CFLAGS  += -I$(DEPS_ROOT)/usr/include
-LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -Wl,-Bdynamic -lm -fopenmp
+LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -lz -Wl,-Bdynamic -lm -fopenmp
 endif
 
 LIB_C   := $(wildcard common/*.c fp4/*.c model/*.c model/cpu/*.c parallel/*.c run/*.c data/*.c)

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include "common/common.h"
@@ -27,7 +28,7 @@ static int ends_with(const char *s, const char *suffix) {
 // ---------------------------------------------------------------------------------------------
 // Source: the documents of one input file, in order.
 
-typedef enum { INPUT_TXT, INPUT_JSONL, INPUT_JSONL_ZST } InputKind;
+typedef enum { INPUT_TXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_JSONL_GZ } InputKind;
 
 typedef struct {
   const char *path;
@@ -37,6 +38,8 @@ typedef struct {
   long lineno;          // line of the last line read (.jsonl)
   ZSTD_DCtx *zstd;      // .jsonl.zst: streaming decompressor
   size_t zstd_pending;  // last ZSTD_decompressStream result: 0 iff the last frame is complete
+  z_stream *gz;         // .jsonl.gz / .json.gz: zlib's inflate (gzip members, one after another)
+  int gz_member_open;   // inside a gzip member (its end not reached yet)
   char *in;             // compressed bytes read from the file
   size_t in_len, in_pos;
   char *buf;  // decoded bytes not yet split into lines
@@ -47,9 +50,12 @@ typedef struct {
 
 static int input_kind(const char *path, InputKind *kind, char *err, size_t errlen) {
   if (ends_with(path, ".jsonl.zst")) *kind = INPUT_JSONL_ZST;
+  else if (ends_with(path, ".jsonl.gz") || ends_with(path, ".json.gz")) *kind = INPUT_JSONL_GZ;  // Dolma: .json.gz
   else if (ends_with(path, ".jsonl")) *kind = INPUT_JSONL;
   else if (ends_with(path, ".txt")) *kind = INPUT_TXT;
-  else return set_err(err, errlen, "%s: unsupported input (expected .txt, .jsonl or .jsonl.zst)", path);
+  else
+    return set_err(err, errlen, "%s: unsupported input (expected .txt, .jsonl, .jsonl.zst, .jsonl.gz or .json.gz)",
+                   path);
   return 0;
 }
 
@@ -63,14 +69,54 @@ static int source_open(Source *s, const char *path, char *err, size_t errlen) {
     s->in = xmalloc(READ_CHUNK);
     if (!(s->zstd = ZSTD_createDCtx())) die("out of memory creating a zstd context");
   }
+  if (s->kind == INPUT_JSONL_GZ) {
+    s->in = xmalloc(READ_CHUNK);
+    s->gz = xcalloc(1, sizeof *s->gz);
+    if (inflateInit2(s->gz, 15 + 16) != Z_OK) die("out of memory creating a zlib inflate state");  // gzip only
+  }
   return 0;
 }
 
 static void source_close(Source *s) {
   if (s->f) fclose(s->f);
   if (s->zstd) ZSTD_freeDCtx(s->zstd);
+  if (s->gz) inflateEnd(s->gz), free(s->gz);
   free(s->in), free(s->buf), free(s->line);
   memset(s, 0, sizeof *s);
+}
+
+// Compressed bytes for a decompressor: 1 when s->in has unread bytes, 0 at the end of the file, -1 on a
+// read error or when the file ends inside a frame (open: the decompressor is inside one).
+static int fill_in(Source *s, int open, const char *codec, char *err, size_t errlen) {
+  if (s->in_pos < s->in_len) return 1;
+  s->in_len = fread(s->in, 1, READ_CHUNK, s->f), s->in_pos = 0;
+  if (s->in_len) return 1;
+  if (ferror(s->f)) return set_err(err, errlen, "%s: read error: %s", s->path, strerror(errno));
+  if (open) return set_err(err, errlen, "%s: truncated %s stream", s->path, codec);
+  return 0;
+}
+
+// gzip: inflate until some output appears or the file ends; a file may hold several gzip members
+// one after another (as concatenated .gz files do), each started afresh.
+static long gz_refill(Source *s, char *err, size_t errlen) {
+  for (;;) {
+    int more = fill_in(s, s->gz_member_open, "gzip", err, errlen);
+    if (more <= 0) return more;
+    if (!s->gz_member_open) {
+      if (inflateReset(s->gz) != Z_OK) die("zlib inflateReset failed");
+      s->gz_member_open = 1;
+    }
+    s->gz->next_in = (Bytef *)s->in + s->in_pos, s->gz->avail_in = (uInt)(s->in_len - s->in_pos);
+    s->gz->next_out = (Bytef *)s->buf, s->gz->avail_out = READ_CHUNK;
+    int r = inflate(s->gz, Z_NO_FLUSH);
+    if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR)
+      return set_err(err, errlen, "%s: corrupt gzip data near compressed byte %ld: %s", s->path,
+                     ftell(s->f) - (long)s->gz->avail_in, s->gz->msg ? s->gz->msg : "inflate failed");
+    s->in_pos = s->in_len - s->gz->avail_in;
+    if (r == Z_STREAM_END) s->gz_member_open = 0;
+    size_t got = READ_CHUNK - s->gz->avail_out;
+    if (got) return (long)(s->buf_len = got);
+  }
 }
 
 // Refills s->buf with decoded bytes. Returns the count (0 at the end of the input) or -1.
@@ -81,15 +127,10 @@ static long source_refill(Source *s, char *err, size_t errlen) {
     if (!got && ferror(s->f)) return set_err(err, errlen, "%s: read error: %s", s->path, strerror(errno));
     return (long)(s->buf_len = got);
   }
+  if (s->kind == INPUT_JSONL_GZ) return gz_refill(s, err, errlen);
   for (;;) {  // zstd: decompress until some output appears or the file ends
-    if (s->in_pos == s->in_len) {
-      s->in_len = fread(s->in, 1, READ_CHUNK, s->f), s->in_pos = 0;
-      if (!s->in_len) {
-        if (ferror(s->f)) return set_err(err, errlen, "%s: read error: %s", s->path, strerror(errno));
-        if (s->zstd_pending) return set_err(err, errlen, "%s: truncated zstd stream", s->path);
-        return 0;
-      }
-    }
+    int more = fill_in(s, s->zstd_pending != 0, "zstd", err, errlen);
+    if (more <= 0) return more;
     ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
     ZSTD_outBuffer out = {s->buf, READ_CHUNK, 0};
     size_t r = ZSTD_decompressStream(s->zstd, &out, &in);
@@ -376,7 +417,8 @@ static void usage(FILE *f) {
           "                      [--threads N] [--quiet]\n"
           "\n"
           "  --text STRING     print the token ids of STRING (no BOS/EOS) on one line\n"
-          "  --input F         .txt (whole file = one document), .jsonl or .jsonl.zst (\"text\" of each line)\n"
+          "  --input F         .txt (whole file = one document), .jsonl, .jsonl.zst, .jsonl.gz or .json.gz\n"
+          "                    (\"text\" of each line; a .gz may hold several gzip members)\n"
           "  --output PREFIX   writes PREFIX_train_000000.bin, ... and PREFIX_val_000000.bin, ...\n"
           "  --shard-tokens N  tokens per shard, suffixes K/M/G allowed (default 100M); documents\n"
           "                    may straddle shards, each framed as BOS tokens... EOS\n"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the build and the tests need from outside the repository, found or got the first time it is
 # needed. The Makefile runs it on every invocation (quick when everything is there):
-#   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2), g++, and for the CUDA
+#   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2, zlib), g++, and for the CUDA
 #                   backend cuDNN and its header-only C++ frontend; writes what it found to
 #                   build/deps.mk, which the Makefile includes
 #   deps.sh test    what `make test` needs beyond the build: numpy (tests/system/test_hf_export.sh) and
@@ -26,7 +26,7 @@ CUDNN_FE_VERSION=1.32.0
 say() { echo "deps: $*" >&2; }
 
 # -dev package: header, static library
-C_LIBS=("libyaml-dev yaml.h libyaml.a" "libzstd-dev zstd.h libzstd.a" "libpcre2-dev pcre2.h libpcre2-8.a")
+C_LIBS=("libyaml-dev yaml.h libyaml.a" "libzstd-dev zstd.h libzstd.a" "libpcre2-dev pcre2.h libpcre2-8.a" "zlib1g-dev zlib.h libz.a")
 triplet=$("$CC" -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
 
 has_header() {  # header [cc flags...]: does the C compiler find it?
@@ -96,7 +96,7 @@ deps_build() {
     if [ -n "$miss" ]; then
       # shellcheck disable=SC2086
       if apt_install $miss && [ -z "$(missing_c_libs "")" ]; then miss=
-      elif apt_unpack "$LOCAL_ROOT" libyaml-dev libzstd-dev libpcre2-dev &&
+      elif apt_unpack "$LOCAL_ROOT" libyaml-dev libzstd-dev libpcre2-dev zlib1g-dev &&
            [ -z "$(missing_c_libs "$LOCAL_ROOT")" ]; then root=$LOCAL_ROOT; miss=
       fi
     fi

@@ -101,5 +101,37 @@ check "uint16 tokens for a 128256-token model are refused as another tokenizer's
 out=$(./train "${T[@]}" --set data.train="$tmp/bad/oov" --set eval.interval=0 2>&1); rc=$?
 check "a token outside the vocabulary stops the run, naming the file and the position" \
   '[ $rc -ne 0 ] && echo "$out" | grep -q "oov.bin: token 600 at position"'
+# ./train tokenize over gzip JSON lines (Dolma's .json.gz, and .jsonl.gz; a file of two gzip members, as
+# concatenated .gz files are): the shards are byte for byte those of the same text as plain .jsonl; a
+# truncated or corrupt gzip file is refused, naming it.
+first_file() { for f in "$@"; do [ -n "$f" ] && [ -e "$f" ] && { echo "$f"; return; }; done; }
+tok=$(first_file "${TOKENIZER_MODEL:-}" ../shared/data/tokenizer/tokenizer.model .deps/tokenizer.model)
+if [ -n "$tok" ]; then
+  python3 - "$tmp" README.md docs/*.md <<'PY'
+import gzip, json, sys
+d, files = sys.argv[1], sys.argv[2:]
+lines = [json.dumps({"id": i, "text": open(p, encoding="utf-8").read()}) + "\n" for i, p in enumerate(files)]
+open(d + "/c.jsonl", "w").write("".join(lines))
+half = len(lines) // 2
+with open(d + "/c.json.gz", "wb") as f:  # two members
+    f.write(gzip.compress("".join(lines[:half]).encode())); f.write(gzip.compress("".join(lines[half:]).encode()))
+open(d + "/c.jsonl.gz", "wb").write(gzip.compress("".join(lines).encode()))
+data = open(d + "/c.jsonl.gz", "rb").read()
+open(d + "/trunc.jsonl.gz", "wb").write(data[: len(data) // 2])
+open(d + "/corrupt.jsonl.gz", "wb").write(data[:20] + bytes(b ^ 0x5A for b in data[20:60]) + data[60:])
+PY
+  for f in c.jsonl c.json.gz c.jsonl.gz; do
+    ./train tokenize --tokenizer "$tok" --input "$tmp/$f" --output "$tmp/tok_${f//./_}" --zstd 0 --quiet >/dev/null 2>&1
+  done
+  check "tokenize: .json.gz (two gzip members) gives the shards of the same .jsonl, byte for byte" \
+    'cmp -s "$tmp/tok_c_jsonl_train_000000.bin" "$tmp/tok_c_json_gz_train_000000.bin"'
+  check "tokenize: .jsonl.gz likewise" 'cmp -s "$tmp/tok_c_jsonl_train_000000.bin" "$tmp/tok_c_jsonl_gz_train_000000.bin"'
+  out=$(./train tokenize --tokenizer "$tok" --input "$tmp/trunc.jsonl.gz" --output "$tmp/t" --quiet 2>&1); rc=$?
+  check "a truncated gzip input is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "trunc.jsonl.gz: truncated gzip stream"'
+  out=$(./train tokenize --tokenizer "$tok" --input "$tmp/corrupt.jsonl.gz" --output "$tmp/t" --quiet 2>&1); rc=$?
+  check "a corrupt gzip input is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "corrupt.jsonl.gz: corrupt gzip data"'
+else
+  echo "note: no Llama-3 tokenizer.model (TOKENIZER_MODEL, ../shared/data/tokenizer, .deps): gzip inputs not checked"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
