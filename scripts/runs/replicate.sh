@@ -123,12 +123,13 @@ work=$dir/logs
 case $EVAL_RECIPE in bf16|train) ;; *) die "EVAL_RECIPE=$EVAL_RECIPE: expected bf16 or train" ;; esac
 
 # ---- the recipes: tag | label | precision overrides ----------------------------------------------
+# (labels reach plot_metrics.py comma-separated: no commas in them)
 declare -A LABEL ARGS
 LABEL[bf16]="BF16";                             ARGS[bf16]="--set precision.recipe=bf16"
 LABEL[mxfp4_h32]="MXFP4 + row SR + H32";        ARGS[mxfp4_h32]="--set precision.recipe=mxfp4 --set precision.sr=dgrad --set precision.hadamard=h32 --set precision.weight_2d=on --set precision.scale_rounding=up"
 LABEL[mxfp4_noh]="MXFP4 + row SR (no Hadamard)"; ARGS[mxfp4_noh]="--set precision.recipe=mxfp4 --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on --set precision.scale_rounding=up"
 LABEL[nvfp4_last]="NVFP4 (last $NV_LAST blocks BF16)"; ARGS[nvfp4_last]="--set precision.recipe=nvfp4 --set precision.sr=dgrad_wgrad --set precision.hadamard=h16 --set precision.weight_2d=on --set precision.bf16_last_blocks=$NV_LAST"
-LABEL[nvfp4_all]="NVFP4 (TE-native, all blocks)"; ARGS[nvfp4_all]="--set precision.recipe=nvfp4 --set precision.sr=dgrad_wgrad --set precision.hadamard=h16 --set precision.weight_2d=on"
+LABEL[nvfp4_all]="TE-native NVFP4 (all blocks)"; ARGS[nvfp4_all]="--set precision.recipe=nvfp4 --set precision.sr=dgrad_wgrad --set precision.hadamard=h16 --set precision.weight_2d=on"
 LABEL[nvfp4_global]="custom global NVFP4";      ARGS[nvfp4_global]="--set precision.recipe=nvfp4 --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on"
 LABEL[nvfp4_cta]="CTA-local NVFP4";             ARGS[nvfp4_cta]="--set precision.recipe=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=none --set precision.weight_2d=on"
 LABEL[nvfp4_cta_h16]="CTA-local NVFP4 + H16";    ARGS[nvfp4_cta_h16]="--set precision.recipe=nvfp4_cta --set precision.sr=dgrad --set precision.hadamard=h16 --set precision.weight_2d=on"

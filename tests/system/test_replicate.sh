@@ -99,14 +99,15 @@ out=$(env "${env_common[@]}" OUT="$tmp/o2" SHARDS="$tmp/none" CORPUS="$tmp/none.
 check "missing shards and corpus are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "no shards in $tmp/none"'
 out=$(env "${env_common[@]}" OUT="$tmp/o2" BUDGET=huge bash scripts/runs/replicate.sh 2>&1); rc=$?
 check "an unknown budget is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "BUDGET=huge: expected default, short or smoke"'
-# In parts: three more of the paper's routes into the same OUT; the first four's logs stay and the
-# table, CSV and plot cover all seven, in the paper's row order.
-out=$(env "${env_common[@]}" OUT="$tmp/out" GPUS=2 RECIPES="nvfp4_cta hybrid_op_h16p hybrid_depth" \
+# In parts: the paper's seven other routes into the same OUT; the first four's logs stay and the
+# table, CSV and plot cover all eleven, in the paper's row order.
+out=$(env "${env_common[@]}" OUT="$tmp/out" GPUS=2 \
+  RECIPES="nvfp4_all nvfp4_global nvfp4_cta nvfp4_cta_h16 hybrid_depth hybrid_op_h16p hybrid_op_h32" \
   bash scripts/runs/replicate.sh 2>&1); rc=$?
-check "a second part (CTA-local, operand and depth hybrids) exits 0" '[ $rc -eq 0 ]' || printf '%s\n' "$out" | tail -n 20
+check "a second part (the seven other routes) exits 0" '[ $rc -eq 0 ]' || printf '%s\n' "$out" | tail -n 20
 check "the first part's logs are kept" '[ -s "$d/bf16.jsonl" ] && [ -s "$d/mxfp4_h32.jsonl" ] && [ -s "$d/nvfp4_cta.jsonl" ]'
-check "results.csv holds both parts (7 routes, BF16 first)" \
-  '[ "$(tail -n +2 "$d/results.csv" | wc -l)" -eq 7 ] && sed -n 2p "$d/results.csv" | grep -q "^BF16,"'
+check "results.csv holds both parts (the 11 routes, BF16 first)" \
+  '[ "$(tail -n +2 "$d/results.csv" | wc -l)" -eq 11 ] && sed -n 2p "$d/results.csv" | grep -q "^BF16,"'
 check "the depth hybrid ran CTA-local then MXFP4 (blocks 2-2 in the 2-block smoke model)" \
   'tar -xzOf "$d/logs.tar.gz" logs/hybrid_depth.log | grep -q "route fprop=auto dgrad=auto wgrad=auto blocks=mxfp4:2-2"'
 echo "$pass passed, $fail failed"
