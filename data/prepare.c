@@ -217,7 +217,9 @@ static void split_write(Split *s, const uint32_t *tokens, size_t n) {
   while (n) {
     if (!s->w) {
       char path[4096];
-      snprintf(path, sizeof path, "%s_%s_%06d.bin", s->opt->output_prefix, s->name, s->shards++);
+      if (s->opt->part_tag)
+        snprintf(path, sizeof path, "%s_%s_%s_%06d.bin", s->opt->output_prefix, s->name, s->opt->part_tag, s->shards++);
+      else snprintf(path, sizeof path, "%s_%s_%06d.bin", s->opt->output_prefix, s->name, s->shards++);
       s->w = shard_writer_open(path, s->vocab_size, s->opt->zstd_level);
       s->in_shard = 0;
     }
@@ -420,6 +422,9 @@ static void usage(FILE *f) {
           "  --input F         .txt (whole file = one document), .jsonl, .jsonl.zst, .jsonl.gz or .json.gz\n"
           "                    (\"text\" of each line; a .gz may hold several gzip members)\n"
           "  --output PREFIX   writes PREFIX_train_000000.bin, ... and PREFIX_val_000000.bin, ...\n"
+          "  --part I/N        the I-th (from 0) of N contiguous groups of the --input files, for one of N\n"
+          "                    processes or nodes: writes PREFIX_train_pIII_000000.bin, ...; the parts' shards\n"
+          "                    in name order hold one process's tokens (with --val-fraction, not --val-docs)\n"
           "  --shard-tokens N  tokens per shard, suffixes K/M/G allowed (default 100M); documents\n"
           "                    may straddle shards, each framed as BOS tokens... EOS\n"
           "  --val-docs N      the first N non-empty documents go to validation (default 0)\n"
@@ -479,7 +484,7 @@ int tokenize_main(int argc, char **argv) {
   PrepareOptions opt = {.shard_tokens = 100000000, .zstd_level = 3};
   const char **inputs = xcalloc((size_t)argc, sizeof(char *));
   const char *text = NULL;
-  int n_inputs = 0, rc = 1, have_val_docs = 0;
+  int n_inputs = 0, rc = 1, have_val_docs = 0, part = -1, nparts = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -511,7 +516,10 @@ int tokenize_main(int argc, char **argv) {
     else if (!strcmp(a, "--val-fraction")) ok = !parse_fraction(v, &opt.val_fraction);
     else if (!strcmp(a, "--zstd")) ok = !parse_int(v, 0, ZSTD_maxCLevel(), &opt.zstd_level);
     else if (!strcmp(a, "--threads")) ok = !parse_int(v, 1, 4096, &opt.threads);
-    else {
+    else if (!strcmp(a, "--part")) {
+      int used = 0;
+      ok = sscanf(v, "%d/%d%n", &part, &nparts, &used) == 2 && !v[used] && nparts >= 1 && part >= 0 && part < nparts;
+    } else {
       fprintf(stderr, "tokenize: unknown flag '%s' (see --help)\n", a);
       goto done;
     }
@@ -536,6 +544,27 @@ int tokenize_main(int argc, char **argv) {
   if (have_val_docs && opt.val_fraction > 0) {
     fprintf(stderr, "tokenize: --val-docs and --val-fraction are exclusive\n");
     goto done;
+  }
+  // --part i/n: this process takes the i-th of n contiguous groups of the inputs (in the order given)
+  // and tags its shards, so the parts' shards, read in name order, hold one process's token stream.
+  char tag[16];
+  if (nparts) {
+    if (have_val_docs) {
+      fprintf(stderr,
+              "tokenize: --part splits by input file: --val-docs counts documents from the corpus's start, "
+              "which only one part sees; use --val-fraction (a split by each document's content)\n");
+      goto done;
+    }
+    if (n_inputs < nparts) {
+      fprintf(stderr, "tokenize: --part %d/%d: only %d input file(s) to split into %d parts\n", part, nparts, n_inputs,
+              nparts);
+      goto done;
+    }
+    int first = (int)((int64_t)part * n_inputs / nparts), last = (int)((int64_t)(part + 1) * n_inputs / nparts);
+    memmove(inputs, inputs + first, (size_t)(last - first) * sizeof *inputs);
+    n_inputs = last - first;
+    snprintf(tag, sizeof tag, "p%03d", part);
+    opt.part_tag = tag;
   }
   opt.inputs = inputs, opt.n_inputs = n_inputs;
 

@@ -29,6 +29,7 @@ typedef struct {
   int zstd_level;         // 0 = raw shards
   int threads;            // 0 = OpenMP's default
   int quiet;              // no progress lines on stderr (and no summary from tokenize_main)
+  const char *part_tag;   // --part: "p003" puts PREFIX_train_p003_000000.bin, ... (NULL: PREFIX_train_000000.bin)
 } PrepareOptions;
 
 typedef struct {

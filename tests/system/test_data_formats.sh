@@ -130,6 +130,33 @@ PY
   check "a truncated gzip input is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "trunc.jsonl.gz: truncated gzip stream"'
   out=$(./train tokenize --tokenizer "$tok" --input "$tmp/corrupt.jsonl.gz" --output "$tmp/t" --quiet 2>&1); rc=$?
   check "a corrupt gzip input is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "corrupt.jsonl.gz: corrupt gzip data"'
+  # --part I/N: seven inputs in three parts; the parts' shards, in name order, hold the tokens of one
+  # process's (train and validation), whatever the shard boundaries
+  mkdir -p "$tmp/parts"
+  docs=(README.md docs/*.md) pins=()
+  for k in $(seq 0 6); do cp "${docs[$k]}" "$tmp/parts/in$k.txt" && pins+=(--input "$tmp/parts/in$k.txt"); done
+  P=(--tokenizer "$tok" "${pins[@]}" --val-fraction 0.3 --shard-tokens 4000 --zstd 0 --quiet)
+  ./train tokenize "${P[@]}" --output "$tmp/parts/one" >/dev/null 2>&1; r0=$?
+  rp=0; for k in 0 1 2; do ./train tokenize "${P[@]}" --output "$tmp/parts/split" --part "$k/3" >/dev/null 2>&1 || rp=1; done
+  same=$(python3 - "$tmp/parts" <<'PY'
+import glob, sys
+d = sys.argv[1]
+def stream(pattern):
+    out = b""
+    for p in sorted(glob.glob(d + "/" + pattern)):
+        raw = open(p, "rb").read()
+        assert int.from_bytes(raw[16:20], "little") in (2, 4)
+        out += raw[64:]
+    return out
+ok = all(stream("one_%s_*.bin" % s) == stream("split_%s_p*.bin" % s) and len(stream("one_%s_*.bin" % s)) > 0 for s in ("train", "val"))
+print("ok" if ok and len(glob.glob(d + "/split_train_p00[012]_*.bin")) >= 3 else "differ")
+PY
+)
+  check "tokenize --part 0/3, 1/3, 2/3: the parts' shards hold one process's train and val tokens" '[ $r0 -eq 0 ] && [ $rp -eq 0 ] && [ "$same" = ok ]'
+  out=$(./train tokenize --tokenizer "$tok" "${pins[@]}" --val-docs 2 --output "$tmp/parts/x" --part 1/3 2>&1); rc=$?
+  check "--part with --val-docs is refused, saying why" '[ $rc -ne 0 ] && echo "$out" | grep -q "use --val-fraction"'
+  out=$(./train tokenize --tokenizer "$tok" --input "$tmp/c.jsonl" --output "$tmp/parts/x" --part 1/3 2>&1); rc=$?
+  check "--part with fewer inputs than parts is refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "only 1 input file"'
 else
   echo "note: no Llama-3 tokenizer.model (TOKENIZER_MODEL, ../shared/data/tokenizer, .deps): gzip inputs not checked"
 fi
