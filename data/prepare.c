@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -266,6 +267,9 @@ typedef struct {
   int next_input;  // index of the next input to open
   uint64_t doc_index, empty_docs, input_bytes;
   double t0, last_report;
+  double report_s;                  // seconds between progress lines (TOKENIZE_REPORT_S, default 2)
+  uint64_t file_bytes, done_bytes;  // the inputs' sizes on disk, and those of the inputs read to the end
+  uint64_t read_bytes;              // file bytes read so far (written by the reader, read by the writer)
 } Prep;
 
 // Fills b with the next documents (empty when the inputs are exhausted). Returns 0 or -1.
@@ -282,7 +286,10 @@ static int read_batch(Prep *p, Batch *b, char *err, size_t errlen) {
     int got = source_next(&p->src, &text, &len, err, errlen);
     if (got < 0) return -1;
     if (got == 0) {
+      struct stat st;
+      if (!stat(p->src.path, &st)) p->done_bytes += (uint64_t)st.st_size;
       source_close(&p->src);
+      __atomic_store_n(&p->read_bytes, p->done_bytes, __ATOMIC_RELAXED);
       continue;
     }
     if (len == 0) {  // nothing to learn from BOS EOS
@@ -296,7 +303,23 @@ static int read_batch(Prep *p, Batch *b, char *err, size_t errlen) {
     b->docs[b->n++] = (Doc){.text = text, .len = len, .val = val};
     b->bytes += len;
   }
+  long pos = p->src.f ? ftell(p->src.f) : 0;
+  __atomic_store_n(&p->read_bytes, p->done_bytes + (uint64_t)(pos > 0 ? pos : 0), __ATOMIC_RELAXED);
   return 0;
+}
+
+// "eta 1h02m" from the share of the inputs' bytes read so far.
+static void eta_text(const Prep *p, double elapsed, char *buf, size_t len) {
+  uint64_t done = __atomic_load_n(&p->read_bytes, __ATOMIC_RELAXED);
+  if (!p->file_bytes || !done || done >= p->file_bytes) {
+    snprintf(buf, len, "%.0f%% of the input", done >= p->file_bytes ? 100.0 : 0.0);
+    return;
+  }
+  double left = elapsed * (double)(p->file_bytes - done) / (double)done;
+  long s = (long)(left + 0.5);
+  const int gb = p->file_bytes >= 1000000000ull;
+  snprintf(buf, len, "%.1f%% of %.1f %s of input, eta %ldh%02ldm%02lds", 100.0 * done / p->file_bytes,
+           p->file_bytes / (gb ? 1e9 : 1e6), gb ? "GB" : "MB", s / 3600, s / 60 % 60, s % 60);
 }
 
 static void write_batch(Prep *p, Batch *b) {
@@ -314,12 +337,14 @@ static void write_batch(Prep *p, Batch *b) {
   b->n = b->bytes = 0;
 
   double now = now_seconds();
-  if (!p->opt->quiet && now - p->last_report >= 2.0) {
+  if (!p->opt->quiet && now - p->last_report >= p->report_s) {
     p->last_report = now;
     uint64_t tokens = p->split[0].tokens + p->split[1].tokens;
-    fprintf(stderr, "tokenize: %llu docs, %.2fM tokens, %.1f MB, %.2f MB/s, %.0f tokens/s\n",
+    char eta[96];
+    eta_text(p, now - p->t0, eta, sizeof eta);
+    fprintf(stderr, "tokenize: %llu docs, %.2fM tokens, %.1f MB, %.2f MB/s, %.0f tokens/s, %s\n",
             (unsigned long long)(p->split[0].docs + p->split[1].docs), tokens / 1e6, p->input_bytes / 1e6,
-            p->input_bytes / 1e6 / (now - p->t0), tokens / (now - p->t0));
+            p->input_bytes / 1e6 / (now - p->t0), tokens / (now - p->t0), eta);
   }
 }
 
@@ -387,6 +412,12 @@ int prepare_run(const PrepareOptions *opt, PrepareStats *stats, char *err, size_
   if (check_options(opt, err, errlen)) return -1;
   Prep p = {.opt = opt, .t0 = now_seconds()};
   p.last_report = p.t0;
+  const char *rs = getenv("TOKENIZE_REPORT_S");  // a test hook: 0 reports after every batch
+  p.report_s = rs && *rs ? atof(rs) : 2.0;
+  for (int i = 0; i < opt->n_inputs; i++) {
+    struct stat st;
+    if (!stat(opt->inputs[i], &st)) p.file_bytes += (uint64_t)st.st_size;
+  }
   Tokenizer *tok = tokenizer_load(opt->tokenizer_path, opt->pattern_path, err, errlen);
   if (!tok) return -1;
   p.tok = tok;
