@@ -205,14 +205,6 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
   return rc;
 }
 
-// A Megatron dataset's prefix (without .bin / .idx): both files of one dataset count once.
-static int same_dataset(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 4 && (!strcmp(a + la - 4, ".bin") || !strcmp(a + la - 4, ".idx"))) la -= 4;
-  if (lb > 4 && (!strcmp(b + lb - 4, ".bin") || !strcmp(b + lb - 4, ".idx"))) lb -= 4;
-  return la == lb && !strncmp(a, b, la);
-}
-
 // Appends one source to dl->shards (its windows after the others').
 static LoadedShard *add_shard(DataLoader *dl, int *cap) {
   dl->shards = grow_array(dl->shards, dl->n_shards, cap, sizeof *dl->shards);
@@ -238,7 +230,7 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
     kind[kept] = packed_detect(paths[i]) ? PACKED : megatron_detect(paths[i]) ? MEGATRON : OURS;
     int dup = 0;
     for (int j = 0; kind[kept] == MEGATRON && j < kept && !dup; j++)
-      dup = kind[j] == MEGATRON && same_dataset(paths[j], paths[i]);
+      dup = kind[j] == MEGATRON && megatron_same_dataset(paths[j], paths[i]);
     if (dup) free(paths[i]);
     else paths[kept++] = paths[i];
   }

@@ -1,27 +1,15 @@
 // data/megatron.c: see megatron.h.
 #include "data/megatron.h"
 
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/common.h"
 
 static const char MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 enum { HEADER_BYTES = 9 + 8 + 1 + 8 + 8 };
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 // PREFIX from a path naming the prefix, the .bin or the .idx.
 static char *prefix_of(const char *path) {
@@ -38,6 +26,13 @@ static char *with_ext(const char *prefix, const char *ext) {
   memcpy(p, prefix, n);
   memcpy(p + n, ext, 5);
   return p;
+}
+
+int megatron_same_dataset(const char *a, const char *b) {
+  char *pa = prefix_of(a), *pb = prefix_of(b);
+  int same = !strcmp(pa, pb);
+  free(pa), free(pb);
+  return same;
 }
 
 int megatron_detect(const char *path) {
@@ -63,13 +58,13 @@ static int32_t i32_at(const uint8_t *p) {
 // The whole index in memory (it is small next to the .bin: 12 bytes per sequence).
 static uint8_t *read_index(const char *path, size_t *bytes, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "megatron index %s: cannot open it", path), NULL;
+  if (!f) return set_err(err, errlen, "megatron index %s: cannot open it", path), NULL;
   struct stat st;
-  if (fstat(fileno(f), &st)) return fclose(f), fail(err, errlen, "megatron index %s: cannot stat it", path), NULL;
+  if (fstat(fileno(f), &st)) return fclose(f), set_err(err, errlen, "megatron index %s: cannot stat it", path), NULL;
   uint8_t *buf = xmalloc((size_t)st.st_size + 1);
   size_t got = fread(buf, 1, (size_t)st.st_size, f);
   fclose(f);
-  if (got != (size_t)st.st_size) return free(buf), fail(err, errlen, "megatron index %s: read error", path), NULL;
+  if (got != (size_t)st.st_size) return free(buf), set_err(err, errlen, "megatron index %s: read error", path), NULL;
   *bytes = got;
   return buf;
 }
@@ -83,8 +78,8 @@ int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err,
   int rc = -1;
   if (!b) goto out;
   if (n < HEADER_BYTES || memcmp(b, MAGIC, 9)) {
-    fail(err, errlen, "megatron index %s: no MMIDIDX header (not an index written by Megatron-LM's preprocess_data.py)",
-         idx);
+    set_err(err, errlen,
+            "megatron index %s: no MMIDIDX header (not an index written by Megatron-LM's preprocess_data.py)", idx);
     goto out;
   }
   uint64_t version = u64_at(b + 9);
@@ -92,27 +87,28 @@ int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err,
   uint64_t S = u64_at(b + 18), D = u64_at(b + 26);
   static const int widths[9] = {0, 1, 1, 2, 4, 8, 0, 0, 2};
   if (version != 1) {
-    fail(err, errlen, "megatron index %s: version %llu; this reader knows version 1", idx, (unsigned long long)version);
+    set_err(err, errlen, "megatron index %s: version %llu; this reader knows version 1", idx,
+            (unsigned long long)version);
     goto out;
   }
   if (code < 1 || code > 8 || !widths[code]) {
-    fail(err, errlen, "megatron index %s: dtype code %d is not an integer token type (1-5 or 8)", idx, code);
+    set_err(err, errlen, "megatron index %s: dtype code %d is not an integer token type (1-5 or 8)", idx, code);
     goto out;
   }
   d->width = widths[code], d->is_signed = code == 2 || code == 3 || code == 4 || code == 5;
   // Megatron stores uint16 when the tokenizer's vocabulary is below 65,500 (best_fitting_dtype): such a
   // dataset for a larger model vocabulary was made with another tokenizer
   if (code == 8 && vocab_size > 65536) {
-    fail(err, errlen,
-         "megatron dataset %s: uint16 tokens (a vocabulary below 65,536) but the model's vocab_size is %u: "
-         "tokenized with another tokenizer? re-run preprocess_data.py with this model's tokenizer",
-         bin, vocab_size);
+    set_err(err, errlen,
+            "megatron dataset %s: uint16 tokens (a vocabulary below 65,536) but the model's vocab_size is %u: "
+            "tokenized with another tokenizer? re-run preprocess_data.py with this model's tokenizer",
+            bin, vocab_size);
     goto out;
   }
   uint64_t want = HEADER_BYTES + 12 * S + 8 * D;
   if (S > (1ull << 40) || D > (1ull << 40) || (n != want && n != want + S)) {
-    fail(err, errlen, "megatron index %s: %zu bytes, expected %llu for %llu sequences and %llu document entries", idx,
-         n, (unsigned long long)want, (unsigned long long)S, (unsigned long long)D);
+    set_err(err, errlen, "megatron index %s: %zu bytes, expected %llu for %llu sequences and %llu document entries",
+            idx, n, (unsigned long long)want, (unsigned long long)S, (unsigned long long)D);
     goto out;
   }
   const uint8_t *lens = b + HEADER_BYTES, *ptrs = lens + 4 * S, *docs = ptrs + 8 * S;
@@ -121,15 +117,15 @@ int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err,
     int32_t len = i32_at(lens + 4 * i);
     int64_t p = i64_at(ptrs + 8 * i);
     if (len < 0 || p != (int64_t)off) {
-      fail(err, errlen, "megatron index %s: sequence %llu has length %d at byte %lld, expected byte %llu", idx,
-           (unsigned long long)i, len, (long long)p, (unsigned long long)off);
+      set_err(err, errlen, "megatron index %s: sequence %llu has length %d at byte %lld, expected byte %llu", idx,
+              (unsigned long long)i, len, (long long)p, (unsigned long long)off);
       goto out;
     }
     off += (uint64_t)len * (uint64_t)d->width;
   }
   if (D < 1 || i64_at(docs) != 0 || i64_at(docs + 8 * (D - 1)) != (int64_t)S) {
-    fail(err, errlen, "megatron index %s: the document index must run from 0 to the %llu sequences", idx,
-         (unsigned long long)S);
+    set_err(err, errlen, "megatron index %s: the document index must run from 0 to the %llu sequences", idx,
+            (unsigned long long)S);
     goto out;
   }
   d->n_docs = D - 1;
@@ -138,8 +134,8 @@ int megatron_open(const char *path, uint32_t vocab_size, TokenMap *d, char *err,
   for (uint64_t j = 0; j < D; j++) {
     int64_t s = i64_at(docs + 8 * j);
     if (s < (int64_t)seq || s > (int64_t)S) {
-      fail(err, errlen, "megatron index %s: document %llu starts at sequence %lld, out of order", idx,
-           (unsigned long long)j, (long long)s);
+      set_err(err, errlen, "megatron index %s: document %llu starts at sequence %lld, out of order", idx,
+              (unsigned long long)j, (long long)s);
       goto out;
     }
     for (; seq < (uint64_t)s; seq++) tok += (uint64_t)i32_at(lens + 4 * seq);

@@ -23,6 +23,8 @@
 // 1 when path is (meant as) a Megatron dataset: PREFIX.idx, or PREFIX.bin or PREFIX beside a PREFIX.idx
 // (megatron_open validates the index, so a bad one is reported as such, naming the file).
 int megatron_detect(const char *path);
+// 1 when paths a and b name the same dataset (PREFIX, PREFIX.bin or PREFIX.idx).
+int megatron_same_dataset(const char *a, const char *b);
 // Opens and validates PREFIX.{bin,idx} (path: the prefix, the .bin or the .idx): the header, the sizes
 // against the counts, the offsets against the lengths and the .bin's size, the document index, and the
 // dtype against the model's vocabulary. 0, or -1 with err naming the file.

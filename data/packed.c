@@ -66,18 +66,13 @@ int packed_detect(const char *path) {
   return yes;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-  snprintf(err, errlen, fmt, a, b);
-  return -1;
-}
-
 int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, char *err, size_t errlen) {
   *maps = NULL, *n = 0;
   char *m = manifest_path(path), *text = NULL, *dtype = NULL;
   size_t len = 0;
   int rc = -1, bad = 0, cap = 0;
   if (!m || !(text = slurp(m, &len))) {
-    fail(err, errlen, "packed-binary dataset %s: no manifest (manifest.json)%s", path, "");
+    set_err(err, errlen, "packed-binary dataset %s: no manifest (manifest.json or packed_tokens_manifest.json)", path);
     goto out;
   }
   dtype = member(text, len, "dtype", &bad);
@@ -90,7 +85,8 @@ int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, 
     for (t = 0; t < 5 && strcmp(types[t].name, dtype); t++) {
     }
     if (t == 5) {
-      fail(err, errlen, "packed-binary manifest %s: dtype '%s' is not uint8, uint16, int32, uint32 or int64", m, dtype);
+      set_err(err, errlen, "packed-binary manifest %s: dtype '%s' is not uint8, uint16, int32, uint32 or int64", m,
+              dtype);
       goto out;
     }
   }
@@ -98,7 +94,7 @@ int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, 
   char jerr[256];
   int has = json_member_span(text, len, "shards", &s0, &s1, jerr, sizeof jerr);
   if (has <= 0 || text[s0] != '[') {
-    fail(err, errlen, "packed-binary manifest %s: no \"shards\" array (%s)", m, has < 0 ? jerr : "missing");
+    set_err(err, errlen, "packed-binary manifest %s: no \"shards\" array (%s)", m, has < 0 ? jerr : "missing");
     goto out;
   }
   char *dir = xmalloc(strlen(m) + 1);
@@ -114,7 +110,7 @@ int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, 
     char *sp = member(el, el_len, "path", &bad);
     if (!sp) {
       free(dir);
-      fail(err, errlen, "packed-binary manifest %s: shard %s has no \"path\"", m, "entry");
+      set_err(err, errlen, "packed-binary manifest %s: shard %d has no \"path\"", m, *n + 1);
       goto out;
     }
     char *full = xmalloc(strlen(dir) + strlen(sp) + 1);
@@ -129,7 +125,7 @@ int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, 
       unsigned long long v = strtoull(num, &end, 10);
       if (*end || num[0] == '-') {
         free(full), free(dir);
-        fail(err, errlen, "packed-binary manifest %s: token_count '%s' is not a count", m, num);
+        set_err(err, errlen, "packed-binary manifest %s: token_count '%s' is not a count", m, num);
         goto out;
       }
       expect = v;
@@ -146,11 +142,11 @@ int packed_open(const char *path, uint32_t vocab_size, TokenMap **maps, int *n, 
   }
   free(dir);
   if (r < 0) {
-    fail(err, errlen, "packed-binary manifest %s: %s", m, jerr);
+    set_err(err, errlen, "packed-binary manifest %s: %s", m, jerr);
     goto out;
   }
   if (!*n) {
-    fail(err, errlen, "packed-binary manifest %s: no shards%s", m, "");
+    set_err(err, errlen, "packed-binary manifest %s: no shards", m);
     goto out;
   }
   rc = 0;

@@ -161,23 +161,20 @@ __device__ void weight_tile(const T *w, int N, int K, int n0, int k0, const uint
   const uint8_t mult = cta_weight_mult(m, s_c);
   const float coeff = cta_weight_coeff(mult, s_c);
   const uint8_t bs = cta_fold_weight(cta_weight_scale(mult), cta_ratio(cta_chunk_factor(a_c), outer[0]));
+  uint8_t c[256];  // the tile's codes, each element encoded once for both orientations
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) c[i * 16 + j] = nv_encode(ld(w + (size_t)(n0 + i) * K + k0 + j), coeff, 0, 0);
   for (int i = 0; i < 16; i++) {
-    uint8_t row[8], col[8];
-#pragma unroll
-    for (int j = 0; j < 16; j += 2) {
-      uint8_t lo = nv_encode(ld(w + (size_t)(n0 + i) * K + k0 + j), coeff, 0, 0);
-      uint8_t hi = nv_encode(ld(w + (size_t)(n0 + i) * K + k0 + j + 1), coeff, 0, 0);
-      row[j / 2] = (uint8_t)((lo & 15) | (hi << 4));
-      uint8_t clo = nv_encode(ld(w + (size_t)(n0 + j) * K + k0 + i), coeff, 0, 0);
-      uint8_t chi = nv_encode(ld(w + (size_t)(n0 + j + 1) * K + k0 + i), coeff, 0, 0);
-      col[j / 2] = (uint8_t)((clo & 15) | (chi << 4));
-    }
     if (codes) {
-      for (int j = 0; j < 8; j++) codes[(size_t)(n0 + i) * (K / 2) + k0 / 2 + j] = row[j];
+      for (int j = 0; j < 8; j++)
+        codes[(size_t)(n0 + i) * (K / 2) + k0 / 2 + j] =
+            (uint8_t)((c[i * 16 + 2 * j] & 15) | (c[i * 16 + 2 * j + 1] << 4));
       scales[(size_t)(n0 + i) * (K / 16) + k0 / 16] = bs;
     }
-    if (codes_t) {
-      for (int j = 0; j < 8; j++) codes_t[(size_t)(k0 + i) * (N / 2) + n0 / 2 + j] = col[j];
+    if (codes_t) {  // row i of the tile's transpose: column i of the tile
+      for (int j = 0; j < 8; j++)
+        codes_t[(size_t)(k0 + i) * (N / 2) + n0 / 2 + j] =
+            (uint8_t)((c[2 * j * 16 + i] & 15) | (c[(2 * j + 1) * 16 + i] << 4));
       scales_t[(size_t)(k0 + i) * (N / 16) + n0 / 16] = bs;
     }
   }

@@ -60,6 +60,8 @@ static int parse_spans(Recipe *r, const char *spec, char *err, int errlen) {
   return 0;
 }
 
+static int may_use_any(const Recipe *r, FP4Format f);
+
 int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen) {
   memset(r, 0, sizeof *r);
   PICK(format, "precision.recipe", s->recipe, RECIPE_FORMATS);
@@ -69,8 +71,8 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   const char *names[CONTR_N] = {s->fprop, s->dgrad, s->wgrad};
   static const char *keys[CONTR_N] = {"precision.fprop", "precision.dgrad", "precision.wgrad"};
   for (int c = 0; c < CONTR_N; c++) {
-    PICK(f, keys[c], names[c] ? names[c] : "auto", RECIPE_CONTRACTION);  // auto bf16 mxfp4 nvfp4 nvfp4_cta
-    r->contraction[c] = f;  // 0 auto, else 1 + FP4Format (RECIPE_CONTRACTION's order)
+    PICK(f, keys[c], AUTO(names[c]), RECIPE_CONTRACTION);  // auto bf16 mxfp4 nvfp4 nvfp4_cta
+    r->contraction[c] = f;                                 // 0 auto, else 1 + FP4Format (RECIPE_CONTRACTION's order)
   }
   if (parse_spans(r, s->blocks, err, errlen)) return -1;
 
@@ -89,7 +91,7 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   r->scale_round_up = round != 2;
 
   // The GEMM back end of the MXFP4 contractions; NVFP4 forms run through BF16 on Hopper (exact).
-  const int mx = recipe_uses(r, 1 << 20, FMT_MXFP4);
+  const int mx = may_use_any(r, FMT_MXFP4);
   PICK(gemm, "precision.fp4_gemm", AUTO(s->fp4_gemm), RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
   if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && mx ? GEMM_FP8_EMBED : GEMM_REFERENCE;
   else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
@@ -197,7 +199,6 @@ FP4Format recipe_format(const Recipe *r, int layer, int n_layers, Contraction c)
 }
 
 int recipe_uses(const Recipe *r, int n_layers, FP4Format f) {
-  if (n_layers > (1 << 20)) return may_use_any(r, f);  // no depth given: any span counts
   for (int l = 0; l < n_layers; l++)
     for (int c = 0; c < CONTR_N; c++)
       if (recipe_format(r, l, n_layers, (Contraction)c) == f) return 1;

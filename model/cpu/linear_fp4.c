@@ -28,14 +28,15 @@ typedef struct {
 
 static void deq_free(Deq *d) { free(d->v), free(d->outer); }
 
-static void require(const LinearFp4Cpu *L, LinearId id, const char *what, int n, int mult) {
-  if (n % mult)
-    die("FP4 linear %s of block %d (%s): %s = %d is not a multiple of %d, which the recipe's blocks need; keep the "
-        "block in BF16 (precision.blocks or bf16_*_blocks) or change the model's sizes",
-        linear_kind_name(id.kind), id.layer, recipe_format_name(L->r.format), what, n, mult);
-}
-
 static int block_of(FP4Format f) { return f == FMT_MXFP4 ? 32 : 16; }
+
+// n must be a multiple of mult (the format's block, or the Hadamard's length) for linear id in format f.
+static void require(LinearId id, FP4Format f, const char *what, int n, int mult) {
+  if (n % mult)
+    die("FP4 linear %s of block %d (%s): %s = %d is not a multiple of %d, which its blocks need; keep the block in "
+        "BF16 (precision.blocks or bf16_*_blocks) or change the model's sizes",
+        linear_kind_name(id.kind), id.layer, recipe_format_name(f), what, n, mult);
+}
 
 // Rows of x [rows, K] in format f.
 static Deq deq_rows(const LinearFp4Cpu *L, FP4Format f, const float *x, int rows, int K, int sr, PhiloxStream s) {
@@ -154,8 +155,8 @@ void linear_fp4_cpu_forward(const LinearFp4Cpu *L, LinearId id, float *out, cons
     matmul_forward(out, x, w, N, in, out_dim);
     return;
   }
-  require(L, id, "in", in, block_of(f));
-  if (L->r.weight_2d) require(L, id, "out (2D weight tiles)", out_dim, block_of(f));
+  require(id, f, "in", in, block_of(f));
+  if (L->r.weight_2d) require(id, f, "out (2D weight tiles)", out_dim, block_of(f));
   const PhiloxStream none = {{0, 0}, 0, 0, 0};
   Deq xq = deq_rows(L, f, x, N, in, 0, none), wq = deq_weight(L, f, w, out_dim, in, 0);
   gemm(out, &xq, &wq, N, out_dim, in);
@@ -169,8 +170,8 @@ void linear_fp4_cpu_backward(const LinearFp4Cpu *L, LinearId id, float *dx, floa
   if (dx && fd == FMT_BF16) matmul_backward(dx, NULL, dout, x, w, N, in, out_dim, dx_accumulate);
   if (dw && fw == FMT_BF16) matmul_backward(NULL, dw, dout, x, w, N, in, out_dim, 0);
   if (dx && fd != FMT_BF16) {
-    require(L, id, "out", out_dim, block_of(fd));
-    if (L->r.weight_2d) require(L, id, "in (2D weight tiles)", in, block_of(fd));
+    require(id, fd, "out", out_dim, block_of(fd));
+    if (L->r.weight_2d) require(id, fd, "in (2D weight tiles)", in, block_of(fd));
     Deq dy = deq_rows(L, fd, dout, N, out_dim, L->r.sr_dgrad, stream(L, id, 0));
     Deq wt = deq_weight(L, fd, w, out_dim, in, 1);
     float *t = xmalloc((size_t)N * in * sizeof *t);
@@ -179,7 +180,7 @@ void linear_fp4_cpu_backward(const LinearFp4Cpu *L, LinearId id, float *dx, floa
     free(t), deq_free(&dy), deq_free(&wt);
   }
   if (dw && fw != FMT_BF16) {
-    require(L, id, "tokens (N)", N, block_of(fw) > L->r.hadamard ? block_of(fw) : L->r.hadamard);
+    require(id, fw, "tokens (N)", N, block_of(fw) > L->r.hadamard ? block_of(fw) : L->r.hadamard);
     const PhiloxStream none = {{0, 0}, 0, 0, 0};
     Deq dyc = deq_cols(L, fw, dout, N, out_dim, L->r.sr_wgrad, stream(L, id, 1));
     Deq xc = deq_cols(L, fw, x, N, in, 0, none);
