@@ -34,6 +34,8 @@ PRINTED_BY = [
     ("gpu_test_", "`build/gpu_tests/gpu_test_*` (tests/gpu/, `gpu_check.sh gputests`)"),
     ("ablate_clocks", "nvidia-smi's clock and power samples beside the ablation (`gpu_check.sh ablate`)"),
     ("ablate", "`gpu_test_fp4_gemm --ablate` (`gpu_check.sh ablate`)"),
+    ("bench_tokenizer", "`python3 scripts/dev/bench_tokenizer.py` (CPU, the development machine)"),
+    ("dgrad_diag", "`./train CONFIG --dgrad-diagnostic N` (the commands are in the log's header)"),
     ("bench_bf16", "`./train configs/llama3_8b.yaml --bench` (`gpu_check.sh bench`)"),
     ("bench_mxfp4_cublaslt", "`./train ... --bench --set precision.fp4_gemm=fp8_cublaslt` (`gpu_check.sh benchown`)"),
     ("bench_mxfp4_own", "`./train ... --bench --set precision.fp4_gemm=fp8_own` (`gpu_check.sh benchown`)"),
