@@ -20,6 +20,7 @@
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
+#include "fp4/nvfp4_cta.h"
 #include "common/cuda_common.h"
 #include "common/gemm.h"
 #include "common/lt_tune.h"
@@ -401,6 +402,15 @@ void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operan
   }
   if (alpha_dev) gemm_bf16_dev_alpha(out, out_fp32, a, b, M, N, K, alpha, beta, alpha_dev);
   else gemm_bf16(out, out_fp32, a, 0, b, 1, M, N, K, alpha, beta);
+}
+
+void fp4_gemm_cta(void *out, int out_fp32, int native, Fp4Operand A, const float *outer_a, Fp4Operand B,
+                  const float *outer_b, int M, int N, int K, int accumulate, float *acc) {
+  if (!outer_a || !outer_b || !acc) die("fp4_gemm_cta: the outer factors of A and B and the workspace are required");
+  if (native) fp4_gemm_native(acc, 1, FMT_NVFP4, A, B, M, N, K, 1.0f, 0.0f, NULL);
+  else fp4_gemm_reference_packed(acc, 1, FMT_NVFP4, A, B, M, N, K, 1.0f, 0.0f, NULL);
+  nvfp4_cta_apply_outer_cuda(acc, M, N, outer_a, outer_b, out_fp32 ? NULL : (__nv_bfloat16 *)out,
+                             out_fp32 ? (float *)out : NULL, accumulate);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -152,6 +152,14 @@ void fp4_gemm_reference_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B,
 void fp4_gemm_reference_packed(void *out, int out_fp32, FP4Format fmt, Fp4Operand A, Fp4Operand B, int M, int N, int K,
                                float alpha, float beta, const float *alpha_dev);
 
+// CTA-local NVFP4 (nvfp4_cta.h): acc [M, N] fp32 = A~ B~^T on the unscaled operands (q * bs', exact
+// in BF16): the BF16 reference GEMM, or with native = 1 Blackwell's FP4 GEMM (NVFP4 scales, alpha 1);
+// then one epilogue pass out (+)= acc * (outer_a[i / 256] * outer_b[j / 256]) (BF16 RNE or fp32; with
+// accumulate the sum is formed in fp32 before the rounding, as cuBLASLt's beta = 1). acc: a device
+// workspace of M * N floats. K % 32 == 0.
+void fp4_gemm_cta(void *out, int out_fp32, int native, Fp4Operand A, const float *outer_a, Fp4Operand B,
+                  const float *outer_b, int M, int N, int K, int accumulate, float *acc);
+
 // Dequantizers behind the reference path (device buffers, cuda_stream(); out is __nv_bfloat16*).
 // fp8 [rows, K] with VEC128 or BLK128x128 scales -> bf16(e4m3 * scale). K % 16 == 0.
 void fp4_dequant_fp8_bf16(const uint8_t *e4m3, const float *scale, int blk128, int rows, int K, void *out);

@@ -319,6 +319,7 @@ static __global__ void mx_cols_kernel(const __nv_bfloat16 *x, int rows, int K, M
   for (int i = 0; i < 32; i++) v[i] = __bfloat162float(x[(rb * 32 + i) * K + c]);
   if (hadamard == 32) fp4_h32(v);
   else if (hadamard == 16) fp4_h16(v), fp4_h16(v + 16);
+  else if (hadamard == MX_HADAMARD_H16_PLAIN) fp4_h16_plain(v), fp4_h16_plain(v + 16);
   const size_t i0 = (size_t)c * rows + rb * 32;
   uint32_t rnd[8], pk[4];
   if (sr) {
@@ -334,8 +335,8 @@ void mx_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode
                            PhiloxStream s, uint8_t *codes, uint8_t *e8m0) {
   if (rows <= 0 || K <= 0 || rows % 32)
     die("mx_quantize_cols_cuda: rows = %d, K = %d (rows a positive multiple of 32)", rows, K);
-  if (hadamard != 0 && hadamard != 16 && hadamard != 32)
-    die("mx_quantize_cols_cuda: hadamard = %d (0, 16 or 32)", hadamard);
+  if (hadamard != 0 && hadamard != 16 && hadamard != 32 && hadamard != MX_HADAMARD_H16_PLAIN)
+    die("mx_quantize_cols_cuda: hadamard = %d (0, 16, 32 or MX_HADAMARD_H16_PLAIN)", hadamard);
   const size_t n = (size_t)(rows / 32) * K;
   mx_cols_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(x, rows, K, mode, hadamard, rnd == MX_SR, s,
                                                                          codes, e8m0);

@@ -150,9 +150,11 @@ void mx_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode
 void mx_quantize_dual_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, MxRound row_rnd, PhiloxStream s,
                            MxOut row, int hadamard, MxOut col);
 // Column copy of x [rows, K] packed, one 32-block per thread: codes [K, rows/2], E8M0 [K, rows/32],
-// with the fixed-sign H16 or H32 along rows (hadamard 0, 16 or 32) and RNE or SR (SR bits indexed by
-// the element's place in that [K, rows] tensor). The cases the dual producer does not cover (H16,
-// SR on the column copy); with RNE, mx_quantize_cols. rows % 32 == 0.
+// with the fixed-sign H16 or H32 along rows (hadamard 0, 16 or 32), or the plain H16 without signs
+// (MX_HADAMARD_H16_PLAIN), and RNE or SR (SR bits indexed by the element's place in that [K, rows]
+// tensor). The cases the dual producer does not cover (H16, SR on the column copy); with RNE,
+// mx_quantize_cols. rows % 32 == 0.
+#define MX_HADAMARD_H16_PLAIN (-16)
 void mx_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, MxScale mode, int hadamard, MxRound rnd,
                            PhiloxStream s, uint8_t *codes, uint8_t *e8m0);
 // Weights W [N, K] (N, K multiples of 32) -> W and W^T (as mx_quantize_weight); either may be skipped.

@@ -229,7 +229,7 @@ __global__ void apply_outer_kernel(const float *acc, int M, int N, const float *
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += stride) {
     const int i = (int)(e / N), j = (int)(e % N);
     const float v = FP4_MUL(acc[e], cta_outer_product(alpha[i / CTA_STRIPE], beta[j / CTA_STRIPE]));
-    if (out_bf16) out_bf16[e] = __float2bfloat16_rn(v);
+    if (out_bf16) out_bf16[e] = __float2bfloat16_rn(accumulate ? FP4_ADD(__bfloat162float(out_bf16[e]), v) : v);
     else out_f32[e] = accumulate ? FP4_ADD(out_f32[e], v) : v;
   }
 }

@@ -135,8 +135,8 @@ void nvfp4_cta_quantize_weight_cuda(const float *w, int N, int K, uint8_t *codes
 void nvfp4_cta_quantize_weight_bf16_cuda(const __nv_bfloat16 *w, int N, int K, uint8_t *codes, uint8_t *scales,
                                          float *outer, uint8_t *codes_t, uint8_t *scales_t, float *outer_t,
                                          uint32_t *scratch);
-// The epilogue: out = acc [M, N] * (alpha[i / 256] * beta[j / 256]), to BF16 (RNE) or to fp32 (added
-// to out_f32 when accumulate); exactly one of out_bf16, out_f32.
+// The epilogue: out = acc [M, N] * (alpha[i / 256] * beta[j / 256]), to BF16 (RNE) or to fp32; with
+// accumulate the product is added to out first (in fp32, then rounded); exactly one of out_bf16, out_f32.
 void nvfp4_cta_apply_outer_cuda(const float *acc, int M, int N, const float *alpha, const float *beta,
                                 __nv_bfloat16 *out_bf16, float *out_f32, int accumulate);
 #endif

@@ -91,9 +91,12 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   r->scale_round_up = round != 2;
 
   // The GEMM back end of the MXFP4 contractions; NVFP4 forms run through BF16 on Hopper (exact).
-  const int mx = may_use_any(r, FMT_MXFP4);
+  // CTA-local NVFP4's native path (FP4 GEMM, then the outer factors) has never run on Blackwell, so
+  // auto keeps such routes on the exact reference there (fp4 asks for it and is refused at run time).
+  const int mx = may_use_any(r, FMT_MXFP4), any_cta = may_use_any(r, FMT_NVFP4_CTA);
   PICK(gemm, "precision.fp4_gemm", AUTO(s->fp4_gemm), RECIPE_FP4_GEMM);  // auto reference fp8 fp4 fp8_own fp8_cublaslt
-  if (gemm == 0) r->gemm = cc >= 100 ? GEMM_FP4_NATIVE : cc >= 90 && mx ? GEMM_FP8_EMBED : GEMM_REFERENCE;
+  if (gemm == 0 && cc >= 100) r->gemm = any_cta ? GEMM_REFERENCE : GEMM_FP4_NATIVE;
+  else if (gemm == 0) r->gemm = cc >= 90 && mx ? GEMM_FP8_EMBED : GEMM_REFERENCE;
   else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
   // auto keeps cuBLASLt until the tuned path (fp8) has run on hardware: a default is not where code first runs
   r->fp8_kernel = gemm == 4 ? FP8_KERNEL_OWN : gemm == 2 ? FP8_KERNEL_TUNED : FP8_KERNEL_CUBLASLT;

@@ -7,6 +7,10 @@
 #include "fp4/recipe.h"
 #include "model/ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
   Recipe r;  // format FMT_BF16 without spans: every linear in fp32, unquantized
   int nlayers;
@@ -24,3 +28,7 @@ void linear_fp4_cpu_forward(const LinearFp4Cpu *L, LinearId id, float *out, cons
                             int in, int out_dim);
 void linear_fp4_cpu_backward(const LinearFp4Cpu *L, LinearId id, float *dx, float *dw, const float *dout,
                              const float *x, const float *w, int N, int in, int out_dim, int dx_accumulate);
+
+#ifdef __cplusplus
+}
+#endif

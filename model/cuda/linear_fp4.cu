@@ -1,13 +1,15 @@
 // model/cuda/linear_fp4.cu: the FP4 linear layer (see linear_fp4.h): recipe state, quantized operand
 // buffers, the per-weight cache of quantized W / W^T, the sharing and saving of x's copies, and the
-// three GEMMs of a linear. What differs between formats is the LinearFormat the recipe chose
-// (linear_mxfp4.cu, linear_nvfp4.cu); the quantizers and GEMMs are the fp4/ library's.
+// three GEMMs of a linear. What differs between formats is the LinearFormat each block and
+// contraction runs (linear_mxfp4.cu, linear_nvfp4.cu, linear_nvfp4_cta.cu); the quantizers and GEMMs
+// are the fp4/ library's.
 #include <string.h>
 
 #include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
+#include "fp4/nvfp4_cta.h"
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/ops_cuda.h"
 
@@ -29,17 +31,31 @@ static PhiloxStream stream_for(const LinearFp4 *L, LinearId id, int use) {
   return philox_stream(L->seed, L->step, L->micro, (uint32_t)id.layer, (uint32_t)(4 * id.kind + use));
 }
 
-int linear_fp8_path(const LinearFp4 *L) { return L->f && L->f->fp8_embed && L->recipe.gemm == GEMM_FP8_EMBED; }
-// Whether the Wgrad column copy of dY (or of x) is embedded per 128x128 tile (Recipe.wgrad_2d).
-static int dy_col_blk(const LinearFp4 *L) { return linear_fp8_path(L) && L->recipe.wgrad_2d == WGRAD_2D_DY; }
-static int x_col_blk(const LinearFp4 *L) { return linear_fp8_path(L) && L->recipe.wgrad_2d == WGRAD_2D_X; }
+int linear_fp8_path(const LinearFp4 *L, const LinearFormat *f) {
+  return f && f->fp8_embed && L->recipe.gemm == GEMM_FP8_EMBED;
+}
+// Whether the Wgrad column copy of dY (or of x) in format f is embedded per 128x128 tile (Recipe.wgrad_2d).
+static int dy_col_blk(const LinearFp4 *L, const LinearFormat *f) {
+  return linear_fp8_path(L, f) && L->recipe.wgrad_2d == WGRAD_2D_DY;
+}
+static int x_col_blk(const LinearFp4 *L, const LinearFormat *f) {
+  return linear_fp8_path(L, f) && L->recipe.wgrad_2d == WGRAD_2D_X;
+}
 
-int linear_fp4_active(const LinearFp4 *L, LinearId id) {
-  if (!L->f || id.kind == LIN_HEAD || id.layer < 0) return 0;
+// The format contraction c of linear id runs in (NULL: BF16).
+static const LinearFormat *format_of(const LinearFp4 *L, LinearId id, Contraction c) {
+  if (!L->any || id.kind == LIN_HEAD || id.layer < 0) return NULL;
   if (id.layer >= L->nlayers)
     die("linear_fp4: layer %d (%s) is outside the %d blocks the recipe was set for (cuda_set_recipe)", id.layer,
         linear_kind_name(id.kind), L->nlayers);
-  return recipe_block_format(&L->recipe, id.layer, L->nlayers) != FMT_BF16;
+  return L->fmt[recipe_format(&L->recipe, id.layer, L->nlayers, c)];
+}
+
+int linear_fp4_runs(const LinearFp4 *L, LinearId id, Contraction c) { return format_of(L, id, c) != NULL; }
+
+int linear_fp4_active(const LinearFp4 *L, LinearId id) {
+  return linear_fp4_runs(L, id, CONTR_FPROP) || linear_fp4_runs(L, id, CONTR_DGRAD) ||
+         linear_fp4_runs(L, id, CONTR_WGRAD);
 }
 
 void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro) {
@@ -50,28 +66,42 @@ void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro) {
   forget_x(L);  // a new micro-batch: new x, whatever the pointers
 }
 
+// 1 when some block's Wgrad runs in format f.
+static int wgrad_uses(const Recipe *r, int n_layers, FP4Format f) {
+  for (int l = 0; l < n_layers; l++)
+    if (recipe_format(r, l, n_layers, CONTR_WGRAD) == f) return 1;
+  return 0;
+}
+
 void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t seed) {
   Recipe bf16 = {};
   bf16.format = FMT_BF16;
   if (!r) r = &bf16;
-  const LinearFormat *f = NULL;
-  if (n_layers > 0 && (!recipe_uniform(r, n_layers) || recipe_uses(r, n_layers, FMT_NVFP4_CTA) || r->hadamard_plain))
-    die("cuda_set_recipe: this route (precision.blocks, precision.fprop/dgrad/wgrad, recipe nvfp4_cta or hadamard "
-        "h16_plain) runs on the CPU backend only so far: the CUDA backend runs one MXFP4 or NVFP4 format in every FP4 "
-        "block and contraction; use parallel.backend: cpu");
-  if (r->format != FMT_BF16) {
-    if (n_layers <= 0) die("cuda_set_recipe: n_layers = %d must be positive", n_layers);
+  // The one place a format is chosen: the table of the formats the recipe uses, by FP4Format.
+  static const LinearFormat *const all[FMT_N] = {NULL, &linear_mxfp4, &linear_nvfp4, &linear_nvfp4_cta};
+  const LinearFormat *fmt[FMT_N] = {};
+  int any = 0;
+  for (int k = FMT_MXFP4; k < FMT_N && n_layers > 0; k++)
+    if (recipe_uses(r, n_layers, (FP4Format)k)) fmt[k] = all[k], any = 1;
+  if (any) {
     char err[256];
-    if (recipe_check(r, err, sizeof err)) die("cuda_set_recipe: %s", err);  // fp4/recipe.c: the one validation
+    if (recipe_check(r, err, sizeof err) || recipe_check_layers(r, n_layers, err, sizeof err))
+      die("cuda_set_recipe: %s", err);  // fp4/recipe.c: the one validation
     if (r->gemm == GEMM_FP4_NATIVE && !fp4_gemm_native_available())
       die("cuda_set_recipe: precision.fp4_gemm fp4 needs a compute capability 10.x GPU with the sm_100a code built "
           "in; use fp8 (MXFP4 on Hopper) or reference");
+    if (r->gemm == GEMM_FP4_NATIVE && fmt[FMT_NVFP4_CTA])
+      die("cuda_set_recipe: precision.fp4_gemm fp4 with CTA-local NVFP4: the native path (FP4 GEMM, then the outer "
+          "factors' epilogue) is compiled for sm_100a but has never run on a Blackwell GPU; use reference");
     if (r->fp8_kernel == FP8_KERNEL_OWN && !fp4_gemm_wgmma_available())
       die("cuda_set_recipe: precision.fp4_gemm fp8_own needs a compute capability 9.0 GPU (Hopper); use fp8");
-    f = r->format == FMT_MXFP4 ? &linear_mxfp4 : &linear_nvfp4;  // the one place a format is chosen
+    if (r->hadamard == 16 && r->hadamard_plain && wgrad_uses(r, n_layers, FMT_NVFP4))
+      die("cuda_set_recipe: precision.hadamard h16_plain with a global NVFP4 Wgrad runs on the CPU backend only (its "
+          "CUDA producers rotate with the fixed signs); use h16, or nvfp4_cta / mxfp4 for that Wgrad");
   }
   linear_fp4_release_weights(L);  // quantized under the previous recipe
-  L->recipe = *r, L->f = f, L->nlayers = n_layers, L->seed = seed;
+  L->recipe = *r, L->nlayers = n_layers, L->seed = seed, L->any = any;
+  memcpy(L->fmt, fmt, sizeof fmt);
   forget_x(L);
 }
 
@@ -79,20 +109,23 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
 
 static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-static size_t qop_bytes(const LinearFp4 *L, int fp8, int blk128, int rows, int K) {
+// The bytes of a quantized [rows, K] in format f: codes (or E4M3), scales, and outer factors.
+static size_t qop_bytes(const LinearFormat *f, int fp8, int blk128, int rows, int K) {
   if (fp8) {
     size_t ns = blk128 ? mx_blk128_scale_count(rows, K) : mx_vec128_scale_count(rows, K);
     return round256((size_t)rows * K) + round256(ns * sizeof(float));
   }
-  return round256((size_t)rows * K / 2) + round256((size_t)rows * (K / L->f->block));
+  return round256((size_t)rows * K / 2) + round256((size_t)rows * (K / f->block)) +
+         (f->outer ? round256((size_t)cta_stripes(rows) * sizeof(float)) : 0);
 }
 
-static QOp qop_at(uint8_t *base, int fp8, int blk128, int rows, int K) {
+static QOp qop_at(const LinearFormat *f, uint8_t *base, int fp8, int blk128, int rows, int K) {
   QOp o = {};
   o.fp8 = fp8, o.blk128 = blk128, o.q = base;
   uint8_t *tail = base + round256(fp8 ? (size_t)rows * K : (size_t)rows * K / 2);
   if (fp8) o.sf = (float *)tail;
   else o.sb = tail;
+  if (!fp8 && f->outer) o.outer = (float *)(tail + round256((size_t)rows * (K / f->block)));
   return o;
 }
 
@@ -126,12 +159,22 @@ void linear_fp4_tile_stats(const LinearFp4 *L, unsigned long long *rounded, unsi
 }
 
 // Grow-only scratch per operand role (activations and gradients are requantized every call).
-static const char *SCRATCH_WHAT[S_N] = {"FP4 x (Fprop)", "FP4 dY (Dgrad)", "FP4 dY^T (Wgrad)", "FP4 x^T (Wgrad)",
-                                        "FP4 packed column staging"};
+static const char *SCRATCH_WHAT[S_N] = {"FP4 x (Fprop)",
+                                        "FP4 dY (Dgrad)",
+                                        "FP4 dY^T (Wgrad)",
+                                        "FP4 x^T (Wgrad)",
+                                        "FP4 packed column staging",
+                                        "CTA-local chunk amaxes",
+                                        "CTA-local GEMM accumulator"};
 
-QOp linear_scratch_op(LinearFp4 *L, int role, int fp8, int blk128, int rows, int K) {
-  void *p = cuda_scratch(L->b, &L->scratch[role], qop_bytes(L, fp8, blk128, rows, K), SCRATCH_WHAT[role]);
-  return qop_at((uint8_t *)p, fp8, blk128, rows, K);
+QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, int blk128, int rows, int K) {
+  void *p = cuda_scratch(L->b, &L->scratch[role], qop_bytes(f, fp8, blk128, rows, K), SCRATCH_WHAT[role]);
+  return qop_at(f, (uint8_t *)p, fp8, blk128, rows, K);
+}
+
+uint32_t *linear_cta_scratch(LinearFp4 *L, int rows, int K) {
+  size_t bytes = (nvfp4_cta_scratch_words(rows, K) + cta_stripes(rows)) * sizeof(uint32_t);
+  return (uint32_t *)cuda_scratch(L->b, &L->scratch[S_CTA_AMAX], bytes, SCRATCH_WHAT[S_CTA_AMAX]);
 }
 
 // Device scalars (read by later kernels on the same stream only, so they are reused call after call).
@@ -142,29 +185,29 @@ float *linear_dev_scalar(LinearFp4 *L, int i) {
 
 // ---- profiling helpers --------------------------------------------------------------------------
 
-static void book_mem(LinearFp4 *L, int mk, const char *what, const char *kind, double bytes) {
+static void book_mem(LinearFp4 *L, const LinearFormat *f, int mk, const char *what, const char *kind, double bytes) {
   char name[40];
-  snprintf(name, sizeof name, "%s %s%s%s", L->f->tag, what, kind ? " " : "", kind ? kind : "");
+  snprintf(name, sizeof name, "%s %s%s%s", f->tag, what, kind ? " " : "", kind ? kind : "");
   cuda_prof_end(L->b, mk, name, PROF_MEM, bytes, 0, NULL);
 }
 
-// Bytes a quantized copy of rows x K elements occupies (what a producer writes).
-static double qbytes(const LinearFp4 *L, int fp8, int rows, int K) {
+// Bytes a quantized copy of rows x K elements in format f occupies (what a producer writes).
+static double qbytes(const LinearFormat *f, int fp8, int rows, int K) {
   if (fp8) return (double)rows * K + 4.0 * rows * K / 128;
-  return (double)rows * K / 2 + (double)rows * K / L->f->block;
+  return (double)rows * K / 2 + (double)rows * K / f->block;
 }
 
-// Bytes `copies` quantized copies of a rows x K BF16 source read and write.
-static double quant_bytes(const LinearFp4 *L, int fp8, int rows, int K, int copies) {
-  return (2.0 * L->f->reads * rows * K + qbytes(L, fp8, rows, K)) * copies;
+// Bytes `copies` quantized copies of a rows x K BF16 source in format f read and write.
+static double quant_bytes(const LinearFormat *f, int fp8, int rows, int K, int copies) {
+  return (2.0 * f->reads * rows * K + qbytes(f, fp8, rows, K)) * copies;
 }
 
 // ---- the GEMM -----------------------------------------------------------------------------------
 
 // out[M,N] = alpha (* *alpha_dev) A . B^T + beta out, on the recipe's back end. use: "fwd", "dgrad",
 // "wgrad" for the profile entry's name.
-static void fp4_gemm(LinearFp4 *L, const char *use, LinearKind kind, void *out, int out_fp32, const QOp &A,
-                     const QOp &B, int M, int N, int K, float alpha, float beta, const float *alpha_dev) {
+static void fp4_gemm(LinearFp4 *L, const LinearFormat *f, const char *use, LinearKind kind, void *out, int out_fp32,
+                     const QOp &A, const QOp &B, int M, int N, int K, float alpha, float beta, const float *alpha_dev) {
   char name[40];
   int mk = cuda_prof_begin(L->b);
   GemmShape s = {out_fp32, 0, 1, M, N, K, GEMM_ENGINE_BF16};
@@ -175,13 +218,21 @@ static void fp4_gemm(LinearFp4 *L, const char *use, LinearKind kind, void *out, 
     engine = own ? "own" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
                                              : A.blk128 ? GEMM_ENGINE_FP8_ABLK
                                                         : GEMM_ENGINE_FP8_VEC;
+  } else if (A.outer) {  // CTA-local: the GEMM on unscaled operands, then alpha_i beta_j (alpha is 1)
+    Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
+    const int native = L->recipe.gemm == GEMM_FP4_NATIVE;
+    float *acc =
+        (float *)cuda_scratch(L->b, &L->scratch[S_CTA_ACC], (size_t)M * N * sizeof(float), SCRATCH_WHAT[S_CTA_ACC]);
+    fp4_gemm_cta(out, out_fp32, native, a, A.outer, b, B.outer, M, N, K, beta != 0.0f, acc);
+    engine = native ? "fp4" : "ref";
+    if (native) s.engine = GEMM_ENGINE_NONE;
   } else {
     Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
     if (L->recipe.gemm == GEMM_FP4_NATIVE) {
-      fp4_gemm_native(out, out_fp32, L->f->format, a, b, M, N, K, alpha, beta, alpha_dev);
+      fp4_gemm_native(out, out_fp32, f->format, a, b, M, N, K, alpha, beta, alpha_dev);
       engine = "fp4", s.engine = GEMM_ENGINE_NONE;
     } else {
-      fp4_gemm_reference_packed(out, out_fp32, L->f->format, a, b, M, N, K, alpha, beta, alpha_dev);
+      fp4_gemm_reference_packed(out, out_fp32, f->format, a, b, M, N, K, alpha, beta, alpha_dev);
       engine = "ref";  // dequantize + BF16 GEMM: the BF16 ceiling
     }
   }
@@ -203,7 +254,8 @@ void linear_fp4_release_weights(LinearFp4 *L) {
 
 long linear_fp4_weight_quantizations(const LinearFp4 *L) { return L->wquant; }
 
-// The quantized W and W^T of weight w, requantized when older than wversion.
+// The quantized W (in the Fprop's format) and W^T (in the Dgrad's) of weight w, requantized when
+// older than wversion; a contraction in BF16 gets no copy.
 static const QWeight *weight_of(LinearFp4 *L, LinearId id, const float *w, const bf16 *w16, uint64_t wversion, int in,
                                 int out_dim) {
   QWeight *e = NULL;
@@ -214,32 +266,41 @@ static const QWeight *weight_of(LinearFp4 *L, LinearId id, const float *w, const
         linear_kind_name(id.kind), (const void *)w, out_dim, in, e->out_dim, e->in);
   if (!e) {  // first use of this weight: allocate its copies
     L->wc = (QWeight *)grow_array(L->wc, L->nwc, &L->capwc, sizeof *L->wc);
-    const int fp8 = linear_fp8_path(L), blk = fp8 && L->recipe.weight_2d;  // 1D weights come out VEC128
-    size_t bw = qop_bytes(L, fp8, blk, out_dim, in), bwt = qop_bytes(L, fp8, blk, in, out_dim);
+    const LinearFormat *fw = format_of(L, id, CONTR_FPROP), *fwt = format_of(L, id, CONTR_DGRAD);
+    const int fp8 = linear_fp8_path(L, fw), fp8t = linear_fp8_path(L, fwt);
+    const int blk = fp8 && L->recipe.weight_2d, blkt = fp8t && L->recipe.weight_2d;  // 1D weights come out VEC128
+    size_t bw = fw ? qop_bytes(fw, fp8, blk, out_dim, in) : 0, bwt = fwt ? qop_bytes(fwt, fp8t, blkt, in, out_dim) : 0;
     uint8_t *mem = (uint8_t *)cuda_malloc_tracked(L->b, bw + bwt + 256, "a quantized FP4 weight (W and W^T)");
     e = &L->wc[L->nwc++];
     memset(e, 0, sizeof *e);
-    e->w = w, e->in = in, e->out_dim = out_dim, e->mem = mem;
-    e->wq = qop_at(mem, fp8, blk, out_dim, in);
-    e->wtq = qop_at(mem + bw, fp8, blk, in, out_dim);
+    e->w = w, e->in = in, e->out_dim = out_dim, e->mem = mem, e->fw = fw, e->fwt = fwt;
+    if (fw) e->wq = qop_at(fw, mem, fp8, blk, out_dim, in);
+    if (fwt) e->wtq = qop_at(fwt, mem + bw, fp8t, blkt, in, out_dim);
     e->amax = (float *)(mem + bw + bwt);
   }
   if (e->version != wversion) {
     const int O = e->out_dim, I = e->in;
-    int mk = cuda_prof_begin(L->b);
-    L->f->weight(L, e, w16);
+    // One producer for both copies where the formats agree; else each its own (two reads of W).
+    const LinearFormat *parts[2] = {e->fw ? e->fw : e->fwt, e->fw && e->fwt != e->fw ? e->fwt : NULL};
+    for (int k = 0; k < 2 && parts[k]; k++) {
+      const LinearFormat *f = parts[k];
+      const QOp *wq = e->fw == f ? &e->wq : NULL, *wtq = e->fwt == f ? &e->wtq : NULL;
+      int mk = cuda_prof_begin(L->b);
+      f->weight(L, w16, O, I, wq, wtq, e->amax);
+      book_mem(L, f, mk, "quant w", NULL,
+               2.0 * f->reads * O * I + ((wq != NULL) + (wtq != NULL)) * qbytes(f, linear_fp8_path(L, f), O, I));
+    }
     L->wquant++;
-    book_mem(L, mk, "quant w", NULL, 2.0 * L->f->reads * O * I + 2 * qbytes(L, linear_fp8_path(L), O, I));
     e->version = wversion;
   }
   return e;
 }
 
-static void check_shape(const LinearFp4 *L, LinearId id, int N, int in, int out_dim) {
+static void check_shape(const LinearFormat *f, LinearId id, int N, int in, int out_dim) {
   if (N <= 0 || in <= 0 || out_dim <= 0 || N % 32 || in % 32 || out_dim % 32)
     die("linear_fp4: layer %d %s runs in %s: N=%d tokens, in=%d, out=%d must be positive multiples of 32 (FP4 blocks "
         "along every GEMM's K)",
-        id.layer, linear_kind_name(id.kind), L->f->name, N, in, out_dim);
+        id.layer, linear_kind_name(id.kind), f->name, N, in, out_dim);
 }
 
 // ---- one quantization of x for the linears that share it -------------------------------------------
@@ -256,12 +317,13 @@ static int shares_x_with(LinearKind follower, LinearKind prev) {
          (follower == LIN_UP && prev == LIN_GATE);
 }
 
-// 1 when the scratch of this use still holds x's quantization for this follower; records the call.
-static int reuse_x(LinearFp4 *L, int use, LinearId id, const bf16 *x, int N, int in) {
+// 1 when the scratch of this use still holds x's quantization in format f for this follower; records
+// the call.
+static int reuse_x(LinearFp4 *L, int use, LinearId id, const LinearFormat *f, const bf16 *x, int N, int in) {
   XQuant *r = &L->xq[use];
-  int hit =
-      L->share_x && r->x == x && r->N == N && r->in == in && r->layer == id.layer && shares_x_with(id.kind, r->kind);
-  *r = (XQuant){x, N, in, id.layer, id.kind, 0};
+  int hit = L->share_x && r->x == x && r->f == f && r->N == N && r->in == in && r->layer == id.layer &&
+            shares_x_with(id.kind, r->kind);
+  *r = (XQuant){x, f, N, in, id.layer, id.kind, 0};
   return hit;
 }
 
@@ -290,17 +352,18 @@ static void free_saved(LinearFp4 *L) {
   L->nsaved = 0, L->saved_bytes = 0;
 }
 
-// The saved copy of (layer, group of kind) for an x of [N, in]: found, or made when create.
-static SavedX *saved_slot(LinearFp4 *L, LinearId id, int N, int in, int create) {
+// The saved copy of (layer, group of kind) for an x of [N, in] in format f (the Wgrad's): found, or
+// made when create.
+static SavedX *saved_slot(LinearFp4 *L, LinearId id, const LinearFormat *f, int N, int in, int create) {
   const LinearKind g = group_of(id.kind);
-  const int fp8 = linear_fp8_path(L), blk = x_col_blk(L);
+  const int fp8 = linear_fp8_path(L, f), blk = x_col_blk(L, f);
   for (int i = 0; i < L->nsaved; i++) {
     SavedX *e = &L->saved[i];
     if (e->layer != id.layer || e->group != g) continue;
-    if (e->N == N && e->in == in && e->fp8 == fp8 && e->blk == blk) return e;
+    if (e->N == N && e->in == in && e->f == f && e->fp8 == fp8 && e->blk == blk) return e;
     if (!create) return NULL;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // another shape: reallocate
-    L->saved_bytes -= qop_bytes(L, e->fp8, e->blk, e->in, e->N) + 256;
+    L->saved_bytes -= qop_bytes(e->f, e->fp8, e->blk, e->in, e->N) + 256;
     cuda_free_tracked(L->b, e->mem);
     *e = L->saved[--L->nsaved];
     break;
@@ -308,11 +371,11 @@ static SavedX *saved_slot(LinearFp4 *L, LinearId id, int N, int in, int create) 
   if (!create) return NULL;
   L->saved = (SavedX *)grow_array(L->saved, L->nsaved, &L->capsaved, sizeof *L->saved);
   SavedX *e = &L->saved[L->nsaved++];
-  size_t bytes = qop_bytes(L, fp8, blk, in, N) + 256;
+  size_t bytes = qop_bytes(f, fp8, blk, in, N) + 256;
   memset(e, 0, sizeof *e);
-  e->layer = id.layer, e->group = g, e->N = N, e->in = in, e->fp8 = fp8, e->blk = blk;
+  e->layer = id.layer, e->group = g, e->N = N, e->in = in, e->fp8 = fp8, e->blk = blk, e->f = f;
   e->mem = (uint8_t *)cuda_malloc_tracked(L->b, bytes, "a saved FP4 copy of a linear's input (Wgrad operand)");
-  e->col = qop_at(e->mem, fp8, blk, in, N);
+  e->col = qop_at(f, e->mem, fp8, blk, in, N);
   e->amax = (float *)(e->mem + bytes - 256);
   L->saved_bytes += bytes;
   return e;
@@ -326,8 +389,9 @@ void linear_fp4_set_save_inputs(LinearFp4 *L, int on) {
 int linear_fp4_saves_input(const LinearFp4 *L, LinearId id) {
   // A block outside the recipe's depth: the recipe was set for another model (it is set again for
   // this one later), so this model keeps its BF16 inputs.
+  // The copy is made by an FP4 forward and is the operand of an FP4 Wgrad: both contractions must be FP4.
   if (!L->save_inputs || id.kind == LIN_O || id.kind == LIN_HEAD || id.layer < 0 || id.layer >= L->nlayers) return 0;
-  return linear_fp4_active(L, id);
+  return linear_fp4_runs(L, id, CONTR_FPROP) && linear_fp4_runs(L, id, CONTR_WGRAD);
 }
 
 size_t linear_fp4_saved_bytes(const LinearFp4 *L) { return L->saved_bytes; }
@@ -342,23 +406,29 @@ static void forget_x(LinearFp4 *L) {
 void linear_fp4_set_fusion(LinearFp4 *L, int on) { L->fusion = on != 0; }
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
+// The fused producers make x's Fprop and Wgrad copies in one format: the block's two contractions
+// must agree on one that has them.
 int linear_fp4_fusable(const LinearFp4 *L, LinearId leader) {
-  return L->fusion && L->share_x && L->f && L->f->dual_rmsnorm && L->f->has_dual(L, 0) && keeps_x(leader.kind) &&
-         linear_fp4_saves_input(L, leader);
+  if (!L->fusion || !L->share_x || !keeps_x(leader.kind) || !linear_fp4_saves_input(L, leader)) return 0;
+  const LinearFormat *f = format_of(L, leader, CONTR_FPROP);
+  return f == format_of(L, leader, CONTR_WGRAD) && f->dual_rmsnorm && f->has_dual(L, 0);
 }
 
 // Where the fused producer writes: leader's Fprop copy (the x scratch its forward and followers read)
 // and its saved Wgrad copy; then records x as quantized for leader itself.
-static void fused_outputs(LinearFp4 *L, LinearId leader, int N, int in, QOp *xq, SavedX **sv) {
+static const LinearFormat *fused_outputs(LinearFp4 *L, LinearId leader, int N, int in, QOp *xq, SavedX **sv) {
   if (N <= 0 || in <= 0 || N % 32 || in % 32)
     die("linear_fp4: layer %d %s: fused input of N=%d x in=%d: need positive multiples of 32", leader.layer,
         linear_kind_name(leader.kind), N, in);
-  *xq = linear_scratch_op(L, S_X_ROW, linear_fp8_path(L), 0, N, in);
-  *sv = saved_slot(L, leader, N, in, 1);
+  const LinearFormat *f = format_of(L, leader, CONTR_FPROP);
+  *xq = linear_scratch_op(L, f, S_X_ROW, linear_fp8_path(L, f), 0, N, in);
+  *sv = saved_slot(L, leader, f, N, in, 1);
+  return f;
 }
-static void fused_done(LinearFp4 *L, LinearId leader, const void *x_token, int N, int in, SavedX *sv) {
+static void fused_done(LinearFp4 *L, LinearId leader, const LinearFormat *f, const void *x_token, int N, int in,
+                       SavedX *sv) {
   sv->valid = 1, L->fused_calls++;
-  L->xq[XQ_ROW] = (XQuant){x_token, N, in, leader.layer, leader.kind, 1};
+  L->xq[XQ_ROW] = (XQuant){x_token, f, N, in, leader.layer, leader.kind, 1};
 }
 
 int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *res, const float *rstd,
@@ -366,12 +436,12 @@ int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token,
   if (!linear_fp4_fusable(L, leader)) return 0;
   QOp xq;
   SavedX *sv;
-  fused_outputs(L, leader, N, D, &xq, &sv);
+  const LinearFormat *f = fused_outputs(L, leader, N, D, &xq, &sv);
   int mk = cuda_prof_begin(L->b);
-  L->f->dual_rmsnorm(L, res, rstd, w, N, D, xq, sv->col);
-  book_mem(L, mk, "quant x fwd+wgrad", "(rmsnorm fused)",
-           2.0 * N * D + 4.0 * N + 4.0 * D + 2 * qbytes(L, linear_fp8_path(L), N, D));
-  fused_done(L, leader, x_token, N, D, sv);
+  f->dual_rmsnorm(L, res, rstd, w, N, D, xq, sv->col);
+  book_mem(L, f, mk, "quant x fwd+wgrad", "(rmsnorm fused)",
+           2.0 * N * D + 4.0 * N + 4.0 * D + 2 * qbytes(f, linear_fp8_path(L, f), N, D));
+  fused_done(L, leader, f, x_token, N, D, sv);
   return 1;
 }
 
@@ -380,11 +450,11 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
   if (!linear_fp4_fusable(L, leader)) return 0;
   QOp xq;
   SavedX *sv;
-  fused_outputs(L, leader, N, F, &xq, &sv);
+  const LinearFormat *f = fused_outputs(L, leader, N, F, &xq, &sv);
   int mk = cuda_prof_begin(L->b);
-  L->f->dual_swiglu(L, gate, up, N, F, xq, sv->col);
-  book_mem(L, mk, "quant x fwd+wgrad", "(swiglu fused)", 4.0 * N * F + 2 * qbytes(L, linear_fp8_path(L), N, F));
-  fused_done(L, leader, x_token, N, F, sv);
+  f->dual_swiglu(L, gate, up, N, F, xq, sv->col);
+  book_mem(L, f, mk, "quant x fwd+wgrad", "(swiglu fused)", 4.0 * N * F + 2 * qbytes(f, linear_fp8_path(L, f), N, F));
+  fused_done(L, leader, f, x_token, N, F, sv);
   return 1;
 }
 
@@ -392,71 +462,91 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
 
 void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
                         uint64_t wversion, int N, int in, int out_dim) {
-  check_shape(L, id, N, in, out_dim);
-  const LinearFormat *f = L->f;
+  const LinearFormat *f = format_of(L, id, CONTR_FPROP), *fw = format_of(L, id, CONTR_WGRAD);
+  if (!f)
+    die("linear_fp4_forward: layer %d %s runs its Fprop in BF16 (ops_cuda.cu routes it by linear_fp4_runs)", id.layer,
+        linear_kind_name(id.kind));
+  check_shape(f, id, N, in, out_dim);
   const QWeight *qw = weight_of(L, id, w, w16, wversion, in, out_dim);
-  const int fp8 = linear_fp8_path(L);
-  QOp xq = linear_scratch_op(L, S_X_ROW, fp8, 0, N, in);
+  const int fp8 = linear_fp8_path(L, f);
+  QOp xq = linear_scratch_op(L, f, S_X_ROW, fp8, 0, N, in);
   const XQuant *fq = &L->xq[XQ_ROW];  // a fused producer made x's copies for this very linear
-  const int fused =
-      fq->fused && fq->x == x && fq->N == N && fq->in == in && fq->layer == id.layer && fq->kind == id.kind;
-  const int shared = reuse_x(L, XQ_ROW, id, x, N, in) || fused;
-  // The group leader keeps x's Wgrad copy for the backward (saved quantized, see SavedX).
-  SavedX *sv = L->save_inputs && keeps_x(id.kind) ? saved_slot(L, id, N, in, 1) : NULL;
+  const int fused = fq->fused && fq->x == x && fq->f == f && fq->N == N && fq->in == in && fq->layer == id.layer &&
+                    fq->kind == id.kind;
+  const int shared = reuse_x(L, XQ_ROW, id, f, x, N, in) || fused;
+  // The group leader keeps x's Wgrad copy (in the Wgrad's format) for the backward (saved quantized,
+  // see SavedX).
+  SavedX *sv = L->save_inputs && keeps_x(id.kind) && fw ? saved_slot(L, id, fw, N, in, 1) : NULL;
   float *amax_x = linear_dev_scalar(L, D_AMAX_X);  // a follower's stays its leader's
   PhiloxStream none = {};
   int mk = cuda_prof_begin(L->b);
   if (fused) {  // both copies made (linear_fp4_fused_*)
-  } else if (sv && !shared && f->dual(L, x, N, in, 0, none, &xq, 0, sv->col)) {  // one read: rows and columns
-    book_mem(L, mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(L, fp8, N, in));
+  } else if (sv && !shared && fw == f &&
+             f->dual(L, x, N, in, 0, none, &xq, 0, sv->col)) {  // rows and columns, one read
+    book_mem(L, f, mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(f, fp8, N, in));
   } else {
-    if (!shared) f->rows(L, x, N, in, 0, none, xq, amax_x);
-    if (sv) f->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), sv->col, sv->amax);
-    const int copies = !shared + (sv != NULL);
-    if (copies) book_mem(L, mk, sv ? "quant x fwd+wgrad" : "quant x fwd", NULL, quant_bytes(L, fp8, N, in, copies));
+    if (!shared) {
+      f->rows(L, x, N, in, 0, none, xq, amax_x);
+      book_mem(L, f, mk, "quant x fwd", NULL, quant_bytes(f, fp8, N, in, 1));
+    }
+    if (sv) {
+      mk = cuda_prof_begin(L->b);
+      fw->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), sv->col, sv->amax);
+      book_mem(L, fw, mk, "quant x wgrad (fwd)", NULL, quant_bytes(fw, linear_fp8_path(L, fw), N, in, 1));
+    }
   }
   if (sv) sv->valid = 1;
   const float *alpha_dev = NULL;
   float alpha = f->alpha(L, amax_x, qw->amax, &alpha_dev);
-  fp4_gemm(L, "fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, alpha, 0.0f, alpha_dev);
+  fp4_gemm(L, f, "fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, alpha, 0.0f, alpha_dev);
 }
 
 void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x,
                          const float *w, const bf16 *w16, uint64_t wversion, int N, int in, int out_dim,
                          int dx_accumulate, int dw_overwrite) {
   if (!dx && !dw) return;
-  check_shape(L, id, N, in, out_dim);
-  const LinearFormat *f = L->f;
-  const int fp8 = linear_fp8_path(L);
+  const LinearFormat *fd = dx ? format_of(L, id, CONTR_DGRAD) : NULL, *fw = dw ? format_of(L, id, CONTR_WGRAD) : NULL;
+  if ((dx && !fd) || (dw && !fw))
+    die("linear_fp4_backward: layer %d %s runs its %s in BF16 (ops_cuda.cu routes it by linear_fp4_runs)", id.layer,
+        linear_kind_name(id.kind), dx && !fd ? "Dgrad" : "Wgrad");
+  check_shape(fd ? fd : fw, id, N, in, out_dim);
+  const int fp8d = linear_fp8_path(L, fd), fp8w = linear_fp8_path(L, fw);
   const QWeight *qw = dx ? weight_of(L, id, w, w16, wversion, in, out_dim) : NULL;
   QOp dyr = {}, dyc = {}, xc = {};
-  if (dx) dyr = linear_scratch_op(L, S_DY_ROW, fp8, 0, N, out_dim);
-  if (dw) dyc = linear_scratch_op(L, S_DY_COL, fp8, dy_col_blk(L), out_dim, N);
+  if (dx) dyr = linear_scratch_op(L, fd, S_DY_ROW, fp8d, 0, N, out_dim);
+  if (dw) dyc = linear_scratch_op(L, fw, S_DY_COL, fp8w, dy_col_blk(L, fw), out_dim, N);
   const PhiloxStream s_row = stream_for(L, id, USE_DY_ROW), s_col = stream_for(L, id, USE_DY_COL);
   const int sr_row = L->recipe.sr_dgrad, sr_col = L->recipe.sr_wgrad;
   float *amax_dy = linear_dev_scalar(L, D_AMAX_DY), *amax_dyc = linear_dev_scalar(L, D_AMAX_DY_COL);
 
-  // dY: the Dgrad row copy and the Wgrad column copy
+  // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both
   int mk = cuda_prof_begin(L->b);
-  if (dx && dw && f->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
-    book_mem(L, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(L, fp8, N, out_dim));
+  if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
+    book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
   } else {
-    if (dx) f->rows(L, dout, N, out_dim, sr_row, s_row, dyr, amax_dy);
-    if (dw) f->cols(L, dout, N, out_dim, sr_col, s_col, dyc, amax_dyc);
-    book_mem(L, mk, "quant dy", NULL, quant_bytes(L, fp8, N, out_dim, (dx != NULL) + (dw != NULL)));
+    if (dx) {
+      fd->rows(L, dout, N, out_dim, sr_row, s_row, dyr, amax_dy);
+      book_mem(L, fd, mk, "quant dy", "dgrad", quant_bytes(fd, fp8d, N, out_dim, 1));
+    }
+    if (dw) {
+      mk = cuda_prof_begin(L->b);
+      fw->cols(L, dout, N, out_dim, sr_col, s_col, dyc, amax_dyc);
+      book_mem(L, fw, mk, "quant dy", "wgrad", quant_bytes(fw, fp8w, N, out_dim, 1));
+    }
   }
 
   // Dgrad: dX (+)= dY W = dY (W^T)^T
   if (dx) {
     const float *alpha_dev = NULL;
-    float alpha = f->alpha(L, amax_dy, qw->amax, &alpha_dev);
-    fp4_gemm(L, "dgrad", id.kind, dx, 0, dyr, qw->wtq, N, in, out_dim, alpha, dx_accumulate ? 1.0f : 0.0f, alpha_dev);
+    float alpha = fd->alpha(L, amax_dy, qw->amax, &alpha_dev);
+    fp4_gemm(L, fd, "dgrad", id.kind, dx, 0, dyr, qw->wtq, N, in, out_dim, alpha, dx_accumulate ? 1.0f : 0.0f,
+             alpha_dev);
   }
 
   // Wgrad: dW (+)= (R dY)^T (R x), with x's column copy saved by the forward, else recomputed from
   // the saved BF16 x
   if (dw) {
-    SavedX *sv = L->save_inputs ? saved_slot(L, id, N, in, 0) : NULL;
+    SavedX *sv = L->save_inputs ? saved_slot(L, id, fw, N, in, 0) : NULL;
     float *amax_xc = linear_dev_scalar(L, D_AMAX_X_COL);
     if (sv && sv->valid) {
       xc = sv->col, amax_xc = sv->amax;
@@ -465,16 +555,16 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
         die("linear_fp4: layer %d %s: no saved FP4 copy of x from this micro-batch's forward and no BF16 x for "
             "the Wgrad",
             id.layer, linear_kind_name(id.kind));
-      xc = linear_scratch_op(L, S_X_COL, fp8, x_col_blk(L), in,
-                             N);  // only here: with saved copies it is never allocated
-      if (!reuse_x(L, XQ_COL, id, x, N, in)) {
+      // only here: with saved copies it is never allocated
+      xc = linear_scratch_op(L, fw, S_X_COL, fp8w, x_col_blk(L, fw), in, N);
+      if (!reuse_x(L, XQ_COL, id, fw, x, N, in)) {
         mk = cuda_prof_begin(L->b);
-        f->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), xc, amax_xc);
-        book_mem(L, mk, "quant x wgrad", NULL, 2.0 * f->reads * N * in + qbytes(L, fp8, in, N));
+        fw->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), xc, amax_xc);
+        book_mem(L, fw, mk, "quant x wgrad", NULL, 2.0 * fw->reads * N * in + qbytes(fw, fp8w, in, N));
       }
     }
     const float *alpha_dev = NULL;
-    float alpha = f->alpha(L, amax_dyc, amax_xc, &alpha_dev);
-    fp4_gemm(L, "wgrad", id.kind, dw, 1, dyc, xc, out_dim, in, N, alpha, dw_overwrite ? 0.0f : 1.0f, alpha_dev);
+    float alpha = fw->alpha(L, amax_dyc, amax_xc, &alpha_dev);
+    fp4_gemm(L, fw, "wgrad", id.kind, dw, 1, dyc, xc, out_dim, in, N, alpha, dw_overwrite ? 0.0f : 1.0f, alpha_dev);
   }
 }

@@ -7,19 +7,30 @@
 //                 1x32 along in. GEMM Y = x W^T.
 //          Dgrad  dY: 1x32 blocks along out, SR when sr_dgrad. W^T: the same codes as W (2D tiles),
 //                 or 1x32 along out (1D). GEMM dX = dY (W^T)^T.
-//          Wgrad  dY and x: fixed-sign H32/H16 along tokens (recipe.hadamard), then 1x32 blocks along
-//                 tokens (dY: SR when sr_wgrad), stored transposed [out, N] and [in, N]. dW += dY^T x.
+//          Wgrad  dY and x: H32, fixed-sign or plain H16 along tokens (recipe.hadamard), then 1x32
+//                 blocks along tokens (dY: SR when sr_wgrad), stored transposed [out, N] and [in, N].
+//                 dW += dY^T x.
 //   NVFP4  the same with 1x16 blocks, E4M3 block scales and an fp32 tensor scale per operand (the
 //          tensor amaxes stay on the device and reach the GEMM's alpha there), 16x16 weight tiles,
 //          R16 only.
+//   NVFP4_CTA  1x16 blocks with E4M3 scales under fp32 outer factors per 256-row stripe of each
+//          operand (fp4/nvfp4_cta.h); the GEMM runs on the unscaled operands and an epilogue applies
+//          alpha_i beta_j to each output element (fp4_gemm_cta). 2D16 weights with one common factor.
+// Each contraction of each block runs in the format recipe_format names (precision.blocks and
+// precision.fprop/dgrad/wgrad): W is quantized in the Fprop format and W^T in the Dgrad format
+// (one producer when they agree), dY's row copy in the Dgrad format and its column copy in the Wgrad
+// format, x's row copy in the Fprop format and its column copy in the Wgrad format. A contraction
+// in BF16 inside an FP4 block runs in ops_cuda.cu (linear_fp4_runs says which).
 // The dY row copy (Dgrad) and column copy (Wgrad) come from one producer call (mx_quantize_dual_cuda)
 // in the paper's recipe. x's Wgrad column copy is made in the forward and kept quantized until the
 // backward when input saving is on (below), else recomputed in the backward from the saved BF16 x.
 //
 // GEMM back ends (recipe.gemm): GEMM_FP8_EMBED runs MXFP4 on Hopper's FP8 tensor cores through the
 // exact FP8 embedding (fp8_embed.h), alpha = mx_unit^2; GEMM_REFERENCE dequantizes exactly to BF16
-// and runs a BF16 GEMM (NVFP4's only path on Hopper); GEMM_FP4_NATIVE is Blackwell's cuBLASLt FP4
-// (compiled, untested here).
+// and runs a BF16 GEMM (the only exact path on Hopper for both NVFP4 forms, whose E2M1 x E4M3 values
+// have no FP8 embedding); GEMM_FP4_NATIVE is Blackwell's cuBLASLt FP4 (compiled, untested here; the
+// CTA-local form on it is refused at run time). In a mixed route the MXFP4 contractions keep the FP8
+// path and the NVFP4 ones take the reference.
 //
 // Weights are quantized from the BF16 shadow (what the BF16 path multiplies with) once per weights
 // version: ops_cuda.cu bumps the version on params_changed() and adamw(), so it is once per optimizer
@@ -37,7 +48,8 @@
 // The state (recipe, operand scratch, weight cache, saved inputs) is a LinearFp4 instance owned by
 // the backend (CudaBackend.lin). What depends on the format is a LinearFormat (below): its block,
 // its producers and its GEMM scale, one implementation file per format (linear_mxfp4.cu,
-// linear_nvfp4.cu), chosen once by set_recipe. This file's code never asks which format it runs.
+// linear_nvfp4.cu, linear_nvfp4_cta.cu), looked up per block and contraction from the table
+// set_recipe fills. This file's code never asks which format it runs.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -58,8 +70,10 @@ LinearFp4 *linear_fp4_create(CudaBackend *b);
 void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t seed);
 // Records where the run is, for the SR random bits. step must be in [0, 2^32), micro >= 0.
 void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro);
-// 1 when linear `id` runs in FP4 under the current recipe (never for the head).
+// 1 when linear `id` runs some contraction in FP4 under the current recipe (never for the head), and
+// whether contraction c does (the others run in BF16, in ops_cuda.cu).
 int linear_fp4_active(const LinearFp4 *L, LinearId id);
+int linear_fp4_runs(const LinearFp4 *L, LinearId id, Contraction c);
 // Frees the quantized-weight cache (the parameter buffer is released or rebound).
 void linear_fp4_release_weights(LinearFp4 *L);
 // Weight quantizations so far (each refreshes one weight's W and W^T copies). For tests.
@@ -106,8 +120,9 @@ long linear_fp4_fused_calls(const LinearFp4 *L);  // fused producers run so far 
 
 // The linear entries behind ops_cuda.cu's matmul_fwd / matmul_bwd for an active id (same
 // arguments as the table's, typed), plus the weight's BF16 shadow w16 and the current weights
-// version (a cached quantization older than it is redone). dx or dw may be NULL. dw_overwrite:
-// dW = ... instead of dW += ... (Ops.set_grad_overwrite).
+// version (a cached quantization older than it is redone). dx or dw may be NULL, and must be where
+// linear_fp4_runs says the contraction runs in BF16. dw_overwrite: dW = ... instead of dW += ...
+// (Ops.set_grad_overwrite).
 void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
                         uint64_t wversion, int N, int in, int out_dim);
 void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x,
@@ -122,27 +137,32 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
 // ---- internal: shared by linear_fp4.cu and the format files ----------------------------------
 
 // One quantized matrix [rows, K] in device memory, in one of two forms:
-//   packed (fp8 = 0): codes [rows, K/2] and scale bytes sb (one per block of the format);
+//   packed (fp8 = 0): codes [rows, K/2] and scale bytes sb (one per block of the format), and for
+//                     CTA-local NVFP4 the outer factors (fp32, one per 256 rows; NULL otherwise);
 //   FP8 embedding (fp8 = 1, MXFP4 only): E4M3 [rows, K] and float scales sf, VEC128 or BLK128x128.
 typedef struct {
   uint8_t *q, *sb;
-  float *sf;
+  float *sf, *outer;
   int fp8, blk128;
 } QOp;
+
+typedef struct LinearFormat LinearFormat;
 
 // A weight's quantized copies, cached per fp32 master pointer.
 typedef struct {
   const float *w;  // the key: the fp32 master pointer the graph passes
   int in, out_dim;
-  uint8_t *mem;      // one allocation: W, W^T, and the tensor amax (formats that have one)
-  QOp wq, wtq;       // W [out, in] for Fprop, W^T [in, out] for Dgrad
-  float *amax;       // the tensor amax of W (device; NVFP4)
-  uint64_t version;  // weights version of the quantization (0: never)
+  const LinearFormat *fw, *fwt;  // the formats of W (the Fprop's) and W^T (the Dgrad's); NULL: BF16
+  uint8_t *mem;                  // one allocation: W, W^T, and the tensor amax (formats that have one)
+  QOp wq, wtq;                   // W [out, in] for Fprop, W^T [in, out] for Dgrad
+  float *amax;                   // the tensor amax of W (device; NVFP4)
+  uint64_t version;              // weights version of the quantization (0: never)
 } QWeight;
 
 // The last quantization of an x, per use, for the linears that share it (linear_fp4.cu).
 typedef struct {
   const void *x;
+  const LinearFormat *f;  // the format of that quantization
   int N, in, layer;
   LinearKind kind;  // the kind of the linear that last quantized x (or reused it)
   int fused;        // made by a fused producer for `kind` itself (linear_fp4_fused_*): nothing to quantize
@@ -151,6 +171,7 @@ typedef struct {
 // x's Wgrad copy kept from the forward (saved tensors kept quantized, linear_fp4.cu).
 typedef struct {
   int layer, N, in, fp8, blk;
+  const LinearFormat *f;  // the Wgrad's format
   LinearKind group;
   uint8_t *mem;
   QOp col;      // x^T [in, N], the Wgrad operand
@@ -158,17 +179,17 @@ typedef struct {
   int valid;    // written by the forward of the current micro-batch
 } SavedX;
 
-enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_N };  // scratch per operand role
+// scratch per operand role
+enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_CTA_AMAX, S_CTA_ACC, S_N };
 enum { XQ_ROW, XQ_COL, XQ_N };
 // Device scalars (tensor amaxes and the GEMM alpha of formats that scale per tensor), 64 bytes apart.
 enum { D_AMAX_X, D_AMAX_DY, D_AMAX_DY_COL, D_AMAX_X_COL, D_ALPHA, D_N };
 
-typedef struct LinearFormat LinearFormat;
-
 struct LinearFp4 {
-  CudaBackend *b;         // memory and profiler
-  Recipe recipe;          // format FMT_BF16: everything BF16
-  const LinearFormat *f;  // the recipe's format; NULL under BF16
+  CudaBackend *b;                  // memory and profiler
+  Recipe recipe;                   // format FMT_BF16 and no spans: everything BF16
+  const LinearFormat *fmt[FMT_N];  // per FP4Format, the formats the recipe uses (NULL: unused, BF16)
+  int any;                         // some linear runs in FP4
   int nlayers;
   uint64_t seed;
   uint32_t step, micro;
@@ -191,15 +212,19 @@ struct LinearFp4 {
 
 // One FP4 format as the linear layer runs it: data, producers and the GEMM scale. amax arguments are
 // device floats for formats with a tensor scale (the producer writes the amax there first; the
-// others ignore them). A row copy of x [rows, K] is [rows, K] with blocks along K; a column copy is
-// [K, rows] with blocks along rows (the Wgrad operands), with the recipe's Hadamard.
+// others ignore them); CTA-local NVFP4 writes its outer factors into the QOp's outer. A row copy of
+// x [rows, K] is [rows, K] with blocks along K; a column copy is [K, rows] with blocks along rows
+// (the Wgrad operands), with the recipe's Hadamard.
 struct LinearFormat {
   FP4Format format;
   const char *name, *tag;  // "mxfp4" for messages, "mx" for profile entries
   int block;               // elements per scale
   int reads;               // reads of the source per quantized copy (a tensor amax is a pass of its own)
   int fp8_embed;           // may run through the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)
-  void (*weight)(LinearFp4 *L, QWeight *e, const bf16 *w16);
+  int outer;               // operands carry outer factors (QOp.outer)
+  // W [O, I] -> wq (W, Fprop) and wtq (W^T, Dgrad), either NULL; both from one producer (one read
+  // of W) where the format's 2D tiles share their codes. amax: W's tensor amax (device).
+  void (*weight)(LinearFp4 *L, const bf16 *w16, int O, int I, const QOp *wq, const QOp *wtq, float *amax);
   void (*rows)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr, PhiloxStream s, const QOp &dst, float *amax);
   void (*cols)(LinearFp4 *L, const bf16 *x, int rows, int K, int sr, PhiloxStream s, const QOp &dst, float *amax);
   // Whether one producer makes both copies from one read of x under the recipe, for a column copy
@@ -217,11 +242,15 @@ struct LinearFormat {
   // alpha computed from their tensor amaxes.
   float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);
 };
-extern const LinearFormat linear_mxfp4, linear_nvfp4;  // linear_mxfp4.cu, linear_nvfp4.cu
+extern const LinearFormat linear_mxfp4, linear_nvfp4, linear_nvfp4_cta;  // linear_mxfp4.cu, ...
 
 // linear_fp4.cu's helpers for the format files.
-int linear_fp8_path(const LinearFp4 *L);  // operands FP8-embedded (the format's and the recipe's choice)
-QOp linear_scratch_op(LinearFp4 *L, int role, int fp8, int blk128, int rows, int K);
+int linear_fp8_path(const LinearFp4 *L,
+                    const LinearFormat *f);  // f's operands FP8-embedded (f's and the recipe's choice)
+QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, int blk128, int rows, int K);
+// Device words for CTA-local NVFP4's chunk amaxes of a carrier [rows, K] (nvfp4_cta_scratch_words),
+// then cta_stripes(rows) spare words (a weight's factors when only W^T is made).
+uint32_t *linear_cta_scratch(LinearFp4 *L, int rows, int K);
 MxOut linear_mx_out(const QOp &o);
 MxOut linear_col_out(LinearFp4 *L, const QOp &o, int rows, int K);  // a column copy (counts tiled ones)
 float *linear_dev_scalar(LinearFp4 *L, int i);

@@ -9,13 +9,17 @@
 
 static MxScale mode(const LinearFp4 *L) { return L->recipe.scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN; }
 
-static void weight(LinearFp4 *L, QWeight *e, const bf16 *w16) {
-  const int O = e->out_dim, I = e->in;
+static MxOut out_or_none(const QOp *o) { return o ? linear_mx_out(*o) : MxOut{}; }
+
+// W and/or W^T (a hybrid may take W^T in another format).
+static void weight(LinearFp4 *L, const bf16 *w16, int O, int I, const QOp *wq, const QOp *wtq, float *amax) {
+  PhiloxStream none = {};
   if (L->recipe.weight_2d) {  // 32x32 tiles, the 0.87 rule; W and W^T with the same codes
-    mx_quantize_weight_bf16_cuda(w16, O, I, mode(L), 1, linear_mx_out(e->wq), linear_mx_out(e->wtq));
-  } else {  // 1x32 along in (row copy) and, for W^T, along out (column copy)
-    PhiloxStream none = {};
-    mx_quantize_dual_cuda(w16, O, I, mode(L), MX_RNE, none, linear_mx_out(e->wq), 0, linear_mx_out(e->wtq));
+    mx_quantize_weight_bf16_cuda(w16, O, I, mode(L), 1, out_or_none(wq), out_or_none(wtq));
+  } else if (wtq) {  // 1x32 along in (row copy, skipped without wq) and, for W^T, along out (column copy)
+    mx_quantize_dual_cuda(w16, O, I, mode(L), MX_RNE, none, out_or_none(wq), 0, linear_mx_out(*wtq));
+  } else if (wq) {
+    mx_quantize_rows_cuda(w16, O, I, mode(L), MX_RNE, none, linear_mx_out(*wq));
   }
 }
 
@@ -41,8 +45,9 @@ static int dual(LinearFp4 *L, const bf16 *x, int n, int K, int sr_row, PhiloxStr
 // into packed codes, then the FP8 embedding when dst is FP8.
 static void cols(LinearFp4 *L, const bf16 *x, int n, int K, int sr, PhiloxStream s, const QOp &dst, float *amax) {
   if (dual(L, x, n, K, 0, s, NULL, sr, dst)) return;
-  QOp packed = dst.fp8 ? linear_scratch_op(L, S_PACKED_TMP, 0, 0, K, n) : dst;
-  mx_quantize_cols_cuda(x, n, K, mode(L), L->recipe.hadamard, sr ? MX_SR : MX_RNE, s, packed.q, packed.sb);
+  QOp packed = dst.fp8 ? linear_scratch_op(L, &linear_mxfp4, S_PACKED_TMP, 0, 0, K, n) : dst;
+  const int had = L->recipe.hadamard == 16 && L->recipe.hadamard_plain ? MX_HADAMARD_H16_PLAIN : L->recipe.hadamard;
+  mx_quantize_cols_cuda(x, n, K, mode(L), had, sr ? MX_SR : MX_RNE, s, packed.q, packed.sb);
   if (dst.fp8 && dst.blk128) mx_embed_blk128_cuda(packed.q, packed.sb, K, n, 1.0f, dst.q, dst.sf);
   else if (dst.fp8) mx_embed_vec128_cuda(packed.q, packed.sb, K, n, 1.0f, dst.q, dst.sf);
 }
@@ -65,6 +70,6 @@ static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const
 }
 
 const LinearFormat linear_mxfp4 = {
-    FMT_MXFP4, "mxfp4", "mx",     32,   /*reads=*/1,  /*fp8_embed=*/1, weight,
+    FMT_MXFP4, "mxfp4", "mx",     32,   /*reads=*/1,  /*fp8_embed=*/1, /*outer=*/0, weight,
     rows,      cols,    has_dual, dual, dual_rmsnorm, dual_swiglu,     alpha,
 };

@@ -6,15 +6,16 @@
 #include "fp4/nvfp4.h"
 #include "model/cuda/linear_fp4.h"
 
-static void weight(LinearFp4 *L, QWeight *e, const bf16 *w16) {
-  const int O = e->out_dim, I = e->in;
-  nvfp4_amax_cuda(e->amax, w16, (size_t)O * I);
+// W and/or W^T (a hybrid may take the other in another format).
+static void weight(LinearFp4 *L, const bf16 *w16, int O, int I, const QOp *wq, const QOp *wtq, float *amax) {
+  nvfp4_amax_cuda(amax, w16, (size_t)O * I);
   if (L->recipe.weight_2d) {  // 16x16 tiles
-    nvfp4_quantize_weight_bf16_cuda(w16, O, I, e->amax, e->wq.q, e->wq.sb, e->wtq.q, e->wtq.sb);
+    nvfp4_quantize_weight_bf16_cuda(w16, O, I, amax, wq ? wq->q : NULL, wq ? wq->sb : NULL, wtq ? wtq->q : NULL,
+                                    wtq ? wtq->sb : NULL);
   } else {
     PhiloxStream none = {};
-    nvfp4_quantize_rows_cuda(w16, O, I, e->amax, NV_RNE, none, e->wq.q, e->wq.sb);
-    nvfp4_quantize_cols_cuda(w16, O, I, 0, e->amax, NV_RNE, none, e->wtq.q, e->wtq.sb);
+    if (wq) nvfp4_quantize_rows_cuda(w16, O, I, amax, NV_RNE, none, wq->q, wq->sb);
+    if (wtq) nvfp4_quantize_cols_cuda(w16, O, I, 0, amax, NV_RNE, none, wtq->q, wtq->sb);
   }
 }
 
@@ -46,5 +47,6 @@ static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const
 }
 
 const LinearFormat linear_nvfp4 = {
-    FMT_NVFP4, "nvfp4", "nv", 16, /*reads=*/2, /*fp8_embed=*/0, weight, rows, cols, has_dual, dual, NULL, NULL, alpha,
+    FMT_NVFP4, "nvfp4",  "nv", 16,   /*reads=*/2, /*fp8_embed=*/0, /*outer=*/0, weight, rows,
+    cols,      has_dual, dual, NULL, NULL,        alpha,
 };

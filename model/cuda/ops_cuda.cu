@@ -410,12 +410,12 @@ static void cu_rmsnorm_bwd(void *ctx, void *dx, float *dw, const void *dout, con
   cuda_prof_end(b, mk, "rmsnorm bwd", PROF_MEM, 8.0 * N * D + 4.0 * D + 4.0 * N + 8.0 * parts * D + 8.0 * D, 0, NULL);
 }
 
-// A linear the recipe puts in FP4 goes to linear_fp4.cu (with its weight's BF16 shadow and the
+// A contraction the recipe puts in FP4 goes to linear_fp4.cu (with its weight's BF16 shadow and the
 // weights version its quantized copies are checked against); the rest runs in BF16 here.
 static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, const float *w, int N, int in,
                           int out_dim) {
   CudaBackend *b = (CudaBackend *)ctx;
-  if (linear_fp4_active(b->lin, id)) {
+  if (linear_fp4_runs(b->lin, id, CONTR_FPROP)) {
     const bf16 *w16 = shadow_of(b, w, (size_t)in * out_dim, "FP4 matmul_fwd");
     linear_fp4_forward(b->lin, id, mb(out), cb(x), w, w16, b->wversion, N, in, out_dim);
     return;
@@ -429,11 +429,14 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
 static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
                           int N, int in, int out_dim, int dx_accumulate) {
   CudaBackend *b = (CudaBackend *)ctx;
-  if (linear_fp4_active(b->lin, id)) {
+  void *fdx = dx && linear_fp4_runs(b->lin, id, CONTR_DGRAD) ? dx : NULL;
+  float *fdw = dw && linear_fp4_runs(b->lin, id, CONTR_WGRAD) ? dw : NULL;
+  if (fdx || fdw) {
     const bf16 *w16 = shadow_of(b, w, (size_t)in * out_dim, "FP4 matmul_bwd");
-    linear_fp4_backward(b->lin, id, mb(dx), dw, cb(dout), cb(x), w, w16, b->wversion, N, in, out_dim, dx_accumulate,
+    linear_fp4_backward(b->lin, id, mb(fdx), fdw, cb(dout), cb(x), w, w16, b->wversion, N, in, out_dim, dx_accumulate,
                         b->grad_overwrite);
-    return;
+    if (fdx) dx = NULL;  // done; what is left runs in BF16 below
+    if (fdw) dw = NULL;
   }
   char name[40];
   if (dx && b->dgrad_transposed) {  // dX [N, in] (+)= dY [N, out] (W^T [in, out])^T: the forward's TN layout

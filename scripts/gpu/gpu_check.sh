@@ -3,7 +3,7 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness]
+#                                 [probe] [replicate] [harness] [benchroutes]
 # (default: all but benchown, ncuown, ablate, owntrain, crash, probe, replicate and harness; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
@@ -16,7 +16,8 @@
 # HARNESS_RUNS, "name=task:shots,...[@limit]" (default: the four tasks zero-shot, all documents). BENCH_LAYERS (default 4,8)
 # sets the two depths of the engine's and the peer's benchmark; GPU_TEST_TIMEOUT (300) each GPU test's limit in seconds.
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
-# keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off".
+# keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off". benchroutes: ./train --bench of each configs/paper route
+# (ROUTES: a subset of the configs; ROUTE_LAYERS 2,4; ROUTE_STEPS 3), for docs/replication.md's speed table.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -143,6 +144,16 @@ if has benchfp4; then
       >"$OUT/bench_$tag.log" 2>&1
     tail -n 6 "$OUT/bench_$tag.log"
     while read -r l; do note "${extra[*]:+[$spec] }$l"; done < <(grep '^BENCH' "$OUT/bench_$tag.log")
+  done
+fi
+
+if has benchroutes; then  # each route of the paper's tables (configs/paper, one config per route) at 8B shapes
+  for cfg in ${ROUTES:-configs/paper/*.yaml}; do
+    tag=$(basename "$cfg" .yaml)
+    timeout 240 ./train "$cfg" --bench --layers "${ROUTE_LAYERS:-2,4}" --bench-steps "${ROUTE_STEPS:-3}" \
+      >"$OUT/bench_route_$tag.log" 2>&1
+    tail -n 3 "$OUT/bench_route_$tag.log"
+    while read -r l; do note "[$tag] $l"; done < <(grep '^BENCH' "$OUT/bench_route_$tag.log")
   done
 fi
 

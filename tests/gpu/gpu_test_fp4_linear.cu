@@ -25,6 +25,7 @@
 #include "common/cuda_common.h"
 #include "model/cuda/attention_cudnn.h"
 #include "model/cuda/linear_fp4.h"
+#include "model/cpu/linear_fp4.h"
 #include "model/llama.h"
 #include "model/cuda/ops_cuda.h"
 #include "tests/test.h"
@@ -444,6 +445,102 @@ static void test_model(void) {
   llama_free(m);
 }
 
+// ---- the paper's routes against the CPU reference (model/cpu/linear_fp4.c) ------------------------
+
+// Fprop, Dgrad and Wgrad of linear id under recipe r set for n_layers blocks.
+static LinResult lin_run_at(Lin *L, const Recipe *r, int n_layers, LinearId id, int64_t step, int micro) {
+  cuda_set_recipe(CB, r, n_layers, SEED);
+  G->set_step(G->ctx, step, micro);
+  G->matmul_fwd(G->ctx, id, L->y, L->x, L->w, L->N, L->in, L->out);
+  G->zero(G->ctx, L->dw, (size_t)L->in * L->out * sizeof(float));
+  G->matmul_bwd(G->ctx, id, L->dx, L->dw, L->dy, L->x, L->w, L->N, L->in, L->out, 0);
+  LinResult res;
+  res.y = host_bf16(L->y, (size_t)L->N * L->out);
+  res.dx = host_bf16(L->dx, (size_t)L->N * L->in);
+  res.dw = host_f32(L->dw, (size_t)L->in * L->out);
+  return res;
+}
+
+// Each route's GPU linear against the CPU reference of the same route on the same BF16 data, for each
+// block of a 2-block model (the depth hybrid's blocks run different formats), on both GEMM back ends
+// of Hopper. The quantized operands are the reference's bytes (SR from the same Philox bits), so only
+// the accumulation order and the BF16 output rounding differ: relative L2 1e-5 for the fp32 Wgrad,
+// 4e-3 for the BF16 Fprop and Dgrad (one rounding, 2^-9 relative at most). A wrong format for one
+// contraction errs by ~0.1, a wrong scale or outer factor by ~1.
+static void test_routes(int N, int in, int out) {
+  struct {
+    const char *name;
+    RecipeSpec s;
+  } routes[] = {
+      {"custom global NVFP4", {"nvfp4", "dgrad", "none", "on"}},
+      {"CTA-local NVFP4", {"nvfp4_cta", "dgrad", "none", "on"}},
+      {"CTA-local NVFP4 + H16", {"nvfp4_cta", "dgrad", "h16", "on"}},
+      {"CTA-local NVFP4 + plain H16, 1D weights", {"nvfp4_cta", "dgrad_wgrad", "h16_plain", "off"}},
+      {"27/5 depth hybrid (blocks 1 / 2)", {"nvfp4_cta", "dgrad", "none", "on"}},
+      {"operand hybrid + plain H16", {"mxfp4", "dgrad", "h16_plain", "on"}},
+      {"operand hybrid + H32", {"mxfp4", "dgrad", "h32", "on"}},
+      {"Fprop BF16, Dgrad CTA-local, Wgrad MXFP4", {"mxfp4", "dgrad", "h32", "on"}},
+  };
+  routes[4].s.blocks = "mxfp4:2-2";
+  routes[5].s.dgrad = routes[6].s.dgrad = "nvfp4_cta";
+  routes[7].s.fprop = "bf16", routes[7].s.dgrad = "nvfp4_cta";
+  float *hw = randn_bf16((size_t)in * out, 0.02f), *hx = randn_bf16((size_t)N * in, 1.0f);
+  float *hdy = randn_bf16((size_t)N * out, 0.01f);
+  for (size_t i = 0; i < (size_t)N * in; i += 97) hx[i] *= 64.0f;  // outliers: chunks and stripes differ
+  Lin L = lin_create(N, in, out, hw, hx, hdy);
+  const size_t ny = (size_t)N * out, nx = (size_t)N * in, nw = (size_t)in * out;
+  float *ry = (float *)xmalloc(ny * 4), *rdx = (float *)xmalloc(nx * 4), *rdw = (float *)xmalloc(nw * 4);
+  const int64_t step = 5;
+  const int micro = 2;
+  for (size_t k = 0; k < sizeof routes / sizeof routes[0]; k++) {
+    for (int layer = 0; layer < 2; layer++) {
+      const LinearId id = {layer, LIN_GATE};
+      LinearFp4Cpu c = linear_fp4_cpu_route(&routes[k].s, 2, SEED);
+      c.step = (uint32_t)step, c.micro = (uint32_t)micro;
+      linear_fp4_cpu_forward(&c, id, ry, hx, hw, N, in, out);
+      memset(rdw, 0, nw * 4);
+      linear_fp4_cpu_backward(&c, id, rdx, rdw, hdy, hx, hw, N, in, out, 0);
+      for (int g = 0; g < 2; g++) {
+        RecipeSpec s = routes[k].s;
+        s.fp4_gemm = g ? "reference" : "auto";
+        Recipe r;
+        char err[256];
+        if (recipe_resolve(&r, &s, 90, err, sizeof err)) die("%s: %s", routes[k].name, err);
+        LinResult a = lin_run_at(&L, &r, 2, id, step, micro);
+        double e[3] = {rel_err(a.y, ry, ny), rel_err(a.dx, rdx, nx), rel_err(a.dw, rdw, nw)};
+        printf("  %-42s block %d %-9s: fprop %.3g dgrad %.3g wgrad %.3g\n", routes[k].name, layer + 1,
+               g ? "reference" : "auto", e[0], e[1], e[2]);
+        CHECK(e[0] < 4e-3 && e[1] < 4e-3 && e[2] < 1e-5, "%s block %d (%s): GPU vs CPU reference %.3g %.3g %.3g",
+              routes[k].name, layer + 1, g ? "reference" : "auto", e[0], e[1], e[2]);
+        result_free(&a);
+      }
+    }
+  }
+  // Accumulating Dgrad (q, k and v add into one dX): the CTA epilogue adds in fp32 before rounding.
+  {
+    RecipeSpec s = routes[1].s;
+    Recipe r;
+    char err[256];
+    if (recipe_resolve(&r, &s, 90, err, sizeof err)) die("%s", err);
+    const LinearId id = {0, LIN_GATE};
+    LinResult a = lin_run_at(&L, &r, 1, id, step, micro);
+    G->matmul_bwd(G->ctx, id, L.dx, NULL, L.dy, L.x, L.w, N, in, out, 1);  // dX += the same Dgrad
+    float *twice = host_bf16(L.dx, nx);
+    double worst = 0;
+    for (size_t i = 0; i < nx; i++) {
+      double d = fabs(twice[i] - 2.0 * a.dx[i]);
+      worst = d > worst ? d : worst;
+    }
+    CHECK(worst == 0, "CTA-local Dgrad with dx_accumulate: dX + dX differs from 2 dX by %g", worst);
+    free(twice);
+    result_free(&a);
+  }
+  cuda_set_recipe(CB, NULL, 0, 0);
+  free(ry), free(rdx), free(rdw);
+  lin_free(&L);
+  free(hw), free(hx), free(hdy);
+}
+
 int main(void) {
   GPU_OPS_TEST_BEGIN(42);
 
@@ -457,6 +554,9 @@ int main(void) {
   test_hadamard();
   TEST_SECTION("quantized weights: once per weights version, refreshed after adamw");
   test_weight_cache();
+  TEST_SECTION("the paper's routes per block and contraction: GPU linear vs the CPU reference");
+  test_routes(256, 512, 768);
+  test_routes(512, 384, 1024);  // partial stripes (384 = 256 + 128) and chunks
   TEST_SECTION("tiny Llama (L=4): mxfp4 vs bf16 loss, gradients, 10 steps; BF16 overrides bit-identical");
   test_model();
   TEST_END();

@@ -123,6 +123,10 @@ int main(void) {
         "sm_100 runs FP4 natively");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 80, err) && r.gemm == GEMM_REFERENCE,
         "older GPUs run the exact reference");
+  CHECK(!resolve(&r, "nvfp4_cta", "auto", "auto", "auto", "auto", "auto", 0, 0, 100, err) && r.gemm == GEMM_REFERENCE,
+        "CTA-local NVFP4 on sm_100 keeps the exact reference (its native path never ran; got %d)", r.gemm);
+  CHECK(!resolve(&r, "nvfp4_cta", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err) && r.gemm == GEMM_REFERENCE,
+        "CTA-local NVFP4 on Hopper runs through BF16 (got %d)", r.gemm);
   CHECK(!resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
   CHECK(r.format == FMT_NVFP4 && r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.weight_2d,
         "nvfp4 is TE's recipe: SR on both gradients, H16, 16x16 weights");
