@@ -35,14 +35,20 @@ float nvfp4_amax(const float *x, size_t n) {
   return fp4_u2f(am);
 }
 
-float nvfp4_amax_hadamard(const float *x, int rows, int K) {
+static void check_rot(const char *who, int rot) {
+  if (rot != FP4_ROT_NONE && rot != FP4_ROT_H16 && rot != FP4_ROT_H16_PLAIN)
+    die("%s: rotation %d is none (0), H16 (1) or plain H16 (2)", who, rot);
+}
+
+float nvfp4_amax_hadamard(const float *x, int rows, int K, int rot) {
   check_cols("nvfp4_amax_hadamard", rows, K);
+  check_rot("nvfp4_amax_hadamard", rot);
   uint32_t am = 0;
   float v[16];
   for (int r0 = 0; r0 < rows; r0 += 16)
     for (int k = 0; k < K; k++) {
       for (int i = 0; i < 16; i++) v[i] = x[(size_t)(r0 + i) * K + k];
-      fp4_h16(v);
+      fp4_rotate16(v, rot);
       for (int i = 0; i < 16; i++) {
         uint32_t a = nv_abs_bits(v[i]);
         if (a < NV_NONFINITE_BITS && a > am) am = a;
@@ -67,9 +73,10 @@ void nvfp4_quantize_rows(const float *x, int rows, int K, float amax, NvRound rn
   }
 }
 
-void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float amax, NvRound rnd, PhiloxStream s,
+void nvfp4_quantize_cols(const float *x, int rows, int K, int rot, float amax, NvRound rnd, PhiloxStream s,
                          uint8_t *codes, uint8_t *scales) {
   check_cols("nvfp4_quantize_cols", rows, K);
+  check_rot("nvfp4_quantize_cols", rot);
   check_sr("nvfp4_quantize_cols", rnd, (size_t)rows * K);
   const float s_enc = nv_encode_scale(amax);
   float v[16];
@@ -78,7 +85,7 @@ void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float am
   for (int k = 0; k < K; k++)
     for (int r0 = 0; r0 < rows; r0 += 16) {
       for (int i = 0; i < 16; i++) v[i] = x[(size_t)(r0 + i) * K + k];
-      if (hadamard) fp4_h16(v);
+      fp4_rotate16(v, rot);
       size_t e = (size_t)k * rows + r0;  // index of element 0 of the block in the transposed [K, rows]
       if (rnd == NV_SR) philox_group16(s, e / 16, w);
       scales[e / 16] = nv_quantize_block16(v, s_enc, rnd == NV_SR, w, c);

@@ -201,7 +201,7 @@ __device__ __forceinline__ void col_load_tile(uint4 *tile, const bf16 *x, int ro
 // QUANT = false: the amax pass (max |R16 x| over finite values into *amax). QUANT = true: quantize.
 template <bool QUANT, bool SR>
 __global__ void __launch_bounds__(COL_THREADS)
-    cols_kernel(const bf16 *x, int rows, int K, int hadamard, bool vec, float *amax_out, const float *amax_in,
+    cols_kernel(const bf16 *x, int rows, int K, int rot, bool vec, float *amax_out, const float *amax_in,
                 PhiloxStream s, uint8_t *codes, uint8_t *scales) {
   __shared__ uint4 tile[COL_TR * (COL_TC / 8)];
   const int c0 = blockIdx.x * COL_TC, r0 = blockIdx.y * COL_TR;
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(COL_THREADS)
       float v[16];
 #pragma unroll
       for (int i = 0; i < 16; i++) v[i] = __uint_as_float(h ? w32[i] & 0xffff0000u : w32[i] << 16);
-      if (hadamard) fp4_h16(v);
+      fp4_rotate16(v, rot);
       if (!QUANT) {
 #pragma unroll
         for (int i = 0; i < 16; i++) am = max_finite(am, v[i]);
@@ -243,28 +243,30 @@ __global__ void __launch_bounds__(COL_THREADS)
   if (!QUANT) block_amax_commit(amax_out, am);
 }
 
-static void cols_check(const char *who, const bf16 *x, int rows, int K) {
+static void cols_check(const char *who, const bf16 *x, int rows, int K, int rot) {
   if (rows < 0 || K <= 0 || rows % 16)
     die("%s: rows = %d, K = %d: rows must be a multiple of 16 (blocks run down columns), K positive", who, rows, K);
+  if (rot != FP4_ROT_NONE && rot != FP4_ROT_H16 && rot != FP4_ROT_H16_PLAIN)
+    die("%s: rotation %d is none (0), H16 (1) or plain H16 (2)", who, rot);
   if ((rows + COL_TR - 1) / COL_TR > 65535) die("%s: rows = %d exceeds the grid limit (%d)", who, rows, 65535 * COL_TR);
   (void)x;
 }
 
-void nvfp4_amax_hadamard_cuda(float *amax, const bf16 *x, int rows, int K) {
-  cols_check("nvfp4_amax_hadamard_cuda", x, rows, K);
+void nvfp4_amax_hadamard_cuda(float *amax, const bf16 *x, int rows, int K, int rot) {
+  cols_check("nvfp4_amax_hadamard_cuda", x, rows, K, rot);
   CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), cuda_stream()));
   if (!rows) return;
   const bool vec = aligned(x, 16) && K % 8 == 0;
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
   cols_kernel<false, false>
-      <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, 1, vec, amax, NULL, PhiloxStream{}, NULL, NULL);
+      <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, rot, vec, amax, NULL, PhiloxStream{}, NULL, NULL);
   CUDA_CHECK_LAUNCH();
 }
 
-void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int hadamard, const float *amax, NvRound rnd,
-                              PhiloxStream s, uint8_t *codes, uint8_t *scales) {
+void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int rot, const float *amax, NvRound rnd, PhiloxStream s,
+                              uint8_t *codes, uint8_t *scales) {
   const char *who = "nvfp4_quantize_cols_cuda";
-  cols_check(who, x, rows, K);
+  cols_check(who, x, rows, K, rot);
   if (rnd == NV_SR && (size_t)rows * K >= (1ull << 36))
     die("%s: %d x %d elements exceed the 2^36 SR counter range", who, rows, K);
   if (!rows) return;
@@ -273,10 +275,10 @@ void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int hadamard, cons
   dim3 grid((K + COL_TC - 1) / COL_TC, (rows + COL_TR - 1) / COL_TR);
   if (rnd == NV_SR)
     cols_kernel<true, true>
-        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes, scales);
+        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, rot, vec, NULL, amax, s, codes, scales);
   else
     cols_kernel<true, false>
-        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, hadamard, vec, NULL, amax, s, codes, scales);
+        <<<grid, COL_THREADS, 0, cuda_stream()>>>(x, rows, K, rot, vec, NULL, amax, s, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
 

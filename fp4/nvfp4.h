@@ -36,9 +36,10 @@
 // the row-major index in the tensor being rounded: [rows, K] for a row copy, the transposed
 // [K, rows] for a column copy (give each copy its own tensor id in the PhiloxStream).
 //
-// Hadamard (column copies for Wgrad, hadamard = 1): each 16-block down a column is first rotated by
-// the fixed-sign R16 = (1/4) H16 D of hadamard.h; dY and X both get it, so (R dY)^T (R X) = dY^T X.
-// The tensor amax is then the amax of the rotated values (nvfp4_amax_hadamard).
+// Hadamard (column copies for Wgrad, rot = FP4_ROT_H16 or FP4_ROT_H16_PLAIN of hadamard.h; 0 or
+// FP4_ROT_NONE: none): each 16-block down a column is first rotated by the fixed-sign R16 = (1/4) H16 D
+// or the plain (1/4) H16; dY and X both get it, so (R dY)^T (R X) = dY^T X. The tensor amax is then
+// the amax of the rotated values (nvfp4_amax_hadamard).
 //
 // GEMMs on Hopper (no FP4 tensor cores): an E2M1 value times an E4M3 scale has at most 6
 // significant bits and lies in [2^-10, 2688], so q * fp32(bs) is exact in BF16. The BF16 GEMM runs on
@@ -145,15 +146,15 @@ extern "C" {
 
 // Max |x| over the finite elements of x[0..n) (0 when there are none).
 float nvfp4_amax(const float *x, size_t n);
-// Max |R16 x| over the finite values, R16 applied to each 16-block down each column of x [rows, K]
-// (rows % 16 == 0).
-float nvfp4_amax_hadamard(const float *x, int rows, int K);
+// Max |R x| over the finite values, R (rot: FP4_ROT_H16 or FP4_ROT_H16_PLAIN) applied to each 16-block
+// down each column of x [rows, K] (rows % 16 == 0).
+float nvfp4_amax_hadamard(const float *x, int rows, int K, int rot);
 // Row copy of x [rows, K]: codes [rows, K/2], scales [rows, K/16].
 void nvfp4_quantize_rows(const float *x, int rows, int K, float amax, NvRound rnd, PhiloxStream s, uint8_t *codes,
                          uint8_t *scales);
-// Column copy of x [rows, K] (rows % 16 == 0, any K > 0), optionally R16 first:
+// Column copy of x [rows, K] (rows % 16 == 0, any K > 0), rotated first by rot (FP4_ROT_*):
 // codes [K, rows/2], scales [K, rows/16].
-void nvfp4_quantize_cols(const float *x, int rows, int K, int hadamard, float amax, NvRound rnd, PhiloxStream s,
+void nvfp4_quantize_cols(const float *x, int rows, int K, int rot, float amax, NvRound rnd, PhiloxStream s,
                          uint8_t *codes, uint8_t *scales);
 // Weights W [N, K] (N, K multiples of 16), 16x16 tiles, RNE: W and W^T; either pair may be NULL.
 void nvfp4_quantize_weight(const float *w, int N, int K, float amax, uint8_t *codes, uint8_t *scales, uint8_t *codes_t,
@@ -183,14 +184,14 @@ void nvfp4_dequantize_unscaled_bf16(const uint8_t *codes, const uint8_t *scales,
 // *amax = max |x| over finite elements (the kernel zeroes *amax first).
 void nvfp4_amax_cuda(float *amax, const __nv_bfloat16 *x, size_t n);
 void nvfp4_amax_f32_cuda(float *amax, const float *x, size_t n);
-// *amax = the amax of R16 applied down the columns of x [rows, K] (rows % 16 == 0).
-void nvfp4_amax_hadamard_cuda(float *amax, const __nv_bfloat16 *x, int rows, int K);
+// *amax = the amax of R (rot) applied down the columns of x [rows, K] (rows % 16 == 0).
+void nvfp4_amax_hadamard_cuda(float *amax, const __nv_bfloat16 *x, int rows, int K, int rot);
 
 // Row copy (as nvfp4_quantize_rows). K % 16 == 0.
 void nvfp4_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, const float *amax, NvRound rnd, PhiloxStream s,
                               uint8_t *codes, uint8_t *scales);
-// Column copy with optional R16 (as nvfp4_quantize_cols): the Wgrad producer. rows % 16 == 0, any K.
-void nvfp4_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, int hadamard, const float *amax, NvRound rnd,
+// Column copy rotated by rot (as nvfp4_quantize_cols): the Wgrad producer. rows % 16 == 0, any K.
+void nvfp4_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, int rot, const float *amax, NvRound rnd,
                               PhiloxStream s, uint8_t *codes, uint8_t *scales);
 // Weights (as nvfp4_quantize_weight), from the fp32 master or a BF16 copy; either output pair may be NULL.
 void nvfp4_quantize_weight_cuda(const float *w, int N, int K, const float *amax, uint8_t *codes, uint8_t *scales,

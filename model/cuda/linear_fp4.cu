@@ -66,13 +66,6 @@ void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro) {
   forget_x(L);  // a new micro-batch: new x, whatever the pointers
 }
 
-// 1 when some block's Wgrad runs in format f.
-static int wgrad_uses(const Recipe *r, int n_layers, FP4Format f) {
-  for (int l = 0; l < n_layers; l++)
-    if (recipe_format(r, l, n_layers, CONTR_WGRAD) == f) return 1;
-  return 0;
-}
-
 void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t seed) {
   Recipe bf16 = {};
   bf16.format = FMT_BF16;
@@ -95,9 +88,6 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
           "factors' epilogue) is compiled for sm_100a but has never run on a Blackwell GPU; use reference");
     if (r->fp8_kernel == FP8_KERNEL_OWN && !fp4_gemm_wgmma_available())
       die("cuda_set_recipe: precision.fp4_gemm fp8_own needs a compute capability 9.0 GPU (Hopper); use fp8");
-    if (r->hadamard == 16 && r->hadamard_plain && wgrad_uses(r, n_layers, FMT_NVFP4))
-      die("cuda_set_recipe: precision.hadamard h16_plain with a global NVFP4 Wgrad runs on the CPU backend only (its "
-          "CUDA producers rotate with the fixed signs); use h16, or nvfp4_cta / mxfp4 for that Wgrad");
   }
   linear_fp4_release_weights(L);  // quantized under the previous recipe
   L->recipe = *r, L->nlayers = n_layers, L->seed = seed, L->any = any;

@@ -3,6 +3,7 @@
 // the tensor amax first (a pass of its own, kept on the device), and the GEMM's alpha is computed on
 // the device from the two operands' amaxes. 16x16 weight tiles; no dual or fused producers; packed
 // operands only (the reference GEMM on Hopper, the native one on Blackwell).
+#include "fp4/hadamard.h"
 #include "fp4/nvfp4.h"
 #include "model/cuda/linear_fp4.h"
 
@@ -15,7 +16,7 @@ static void weight(LinearFp4 *L, const bf16 *w16, int O, int I, const QOp *wq, c
   } else {
     PhiloxStream none = {};
     if (wq) nvfp4_quantize_rows_cuda(w16, O, I, amax, NV_RNE, none, wq->q, wq->sb);
-    if (wtq) nvfp4_quantize_cols_cuda(w16, O, I, 0, amax, NV_RNE, none, wtq->q, wtq->sb);
+    if (wtq) nvfp4_quantize_cols_cuda(w16, O, I, FP4_ROT_NONE, amax, NV_RNE, none, wtq->q, wtq->sb);
   }
 }
 
@@ -24,12 +25,12 @@ static void rows(LinearFp4 *L, const bf16 *x, int n, int K, int sr, PhiloxStream
   nvfp4_quantize_rows_cuda(x, n, K, amax, sr ? NV_SR : NV_RNE, s, dst.q, dst.sb);
 }
 
-// The tensor amax is of the rotated values when the recipe applies a Hadamard.
+// The tensor amax is of the rotated values when the recipe applies a Hadamard (H16, fixed-sign or plain).
 static void cols(LinearFp4 *L, const bf16 *x, int n, int K, int sr, PhiloxStream s, const QOp &dst, float *amax) {
-  const int had = L->recipe.hadamard;
-  if (had) nvfp4_amax_hadamard_cuda(amax, x, n, K);
+  const int rot = L->recipe.hadamard != 16 ? FP4_ROT_NONE : L->recipe.hadamard_plain ? FP4_ROT_H16_PLAIN : FP4_ROT_H16;
+  if (rot != FP4_ROT_NONE) nvfp4_amax_hadamard_cuda(amax, x, n, K, rot);
   else nvfp4_amax_cuda(amax, x, (size_t)n * K);
-  nvfp4_quantize_cols_cuda(x, n, K, had != 0, amax, sr ? NV_SR : NV_RNE, s, dst.q, dst.sb);
+  nvfp4_quantize_cols_cuda(x, n, K, rot, amax, sr ? NV_SR : NV_RNE, s, dst.q, dst.sb);
 }
 
 static int has_dual(const LinearFp4 *L, int sr_col) { return 0; }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "fp4/hadamard.h"
 #include "fp4/nvfp4.h"
 #include "common/cuda_common.h"
 #include "tests/test.h"
@@ -156,18 +157,24 @@ static void check_case(int kind, int rows, int K, int stale) {
     CUDA_CHECK(cudaFree(dy));
   }
 
-  // Column copies (the Wgrad producer): R16 + RNE, R16 + SR, and no rotation.
+  // Column copies (the Wgrad producer): R16 + RNE, R16 + SR, no rotation, plain H16 + RNE and + SR.
   if (rows % 16 == 0) {
-    nvfp4_amax_hadamard_cuda(damax, dx, rows, K);
-    const float amax_h = nvfp4_amax_hadamard(x, rows, K), gamax_h = download_float(damax);
-    CHECK(same_float_bits(gamax_h, amax_h), "%s: hadamard amax gpu %.9g cpu %.9g", tag, gamax_h, amax_h);
-    const float given_h = stale ? amax_h / 8 : amax_h;
-    CUDA_CHECK(cudaMemcpy(dgiven, &given_h, sizeof(float), cudaMemcpyHostToDevice));
-    for (int v = 0; v < 3; v++) {
-      const int had = v < 2;
-      const NvRound rnd = v == 1 ? NV_SR : NV_RNE;
-      if (!had) CUDA_CHECK(cudaMemcpy(dgiven, &given, sizeof(float), cudaMemcpyHostToDevice));
-      nvfp4_quantize_cols(x, rows, K, had, had ? given_h : given, rnd, s, c_cpu, s_cpu);
+    for (int p = 0; p < 2; p++) {
+      const int rot = p ? FP4_ROT_H16_PLAIN : FP4_ROT_H16;
+      nvfp4_amax_hadamard_cuda(damax, dx, rows, K, rot);
+      const float amax_r = nvfp4_amax_hadamard(x, rows, K, rot), gamax_r = download_float(damax);
+      CHECK(same_float_bits(gamax_r, amax_r), "%s: hadamard (rot %d) amax gpu %.9g cpu %.9g", tag, rot, gamax_r,
+            amax_r);
+    }
+    const float amax_h = nvfp4_amax_hadamard(x, rows, K, FP4_ROT_H16);
+    const float amax_p = nvfp4_amax_hadamard(x, rows, K, FP4_ROT_H16_PLAIN);
+    for (int v = 0; v < 5; v++) {
+      const int had = v < 2 ? FP4_ROT_H16 : v == 2 ? FP4_ROT_NONE : FP4_ROT_H16_PLAIN;
+      const NvRound rnd = v == 1 || v == 4 ? NV_SR : NV_RNE;
+      const float a = had == FP4_ROT_H16 ? amax_h : had == FP4_ROT_H16_PLAIN ? amax_p : amax;
+      const float given_v = stale ? a / 8 : a;
+      CUDA_CHECK(cudaMemcpy(dgiven, &given_v, sizeof(float), cudaMemcpyHostToDevice));
+      nvfp4_quantize_cols(x, rows, K, had, given_v, rnd, s, c_cpu, s_cpu);
       nvfp4_quantize_cols_cuda(dx, rows, K, had, dgiven, rnd, s, dc, ds);
       download(c_gpu, dc, n / 2);
       download(s_gpu, ds, n / 16);
@@ -289,11 +296,11 @@ static void bench(void) {
       double ms_sr = time_ms([&] { nvfp4_quantize_rows_cuda(x, T, C, amax, NV_SR, ps, c, s); }, it);
       row("rows 1x16 SR (given amax)", T, C, ms_sr, 2 * n + q);
       row("amax + rows SR (effective)", T, C, ms_amax + ms_sr, 2 * n + q);
-      double ms_hamax = time_ms([&] { nvfp4_amax_hadamard_cuda(amax, x, T, C); }, it);
+      double ms_hamax = time_ms([&] { nvfp4_amax_hadamard_cuda(amax, x, T, C, FP4_ROT_H16); }, it);
       row("amax of R16 x (cols)", T, C, ms_hamax, 2 * n);
-      double ms_col = time_ms([&] { nvfp4_quantize_cols_cuda(x, T, C, 1, amax, NV_RNE, ps, c, s); }, it);
+      double ms_col = time_ms([&] { nvfp4_quantize_cols_cuda(x, T, C, FP4_ROT_H16, amax, NV_RNE, ps, c, s); }, it);
       row("cols R16 + 16x1 RNE, transposed", T, C, ms_col, 2 * n + q);
-      double ms_colsr = time_ms([&] { nvfp4_quantize_cols_cuda(x, T, C, 1, amax, NV_SR, ps, c, s); }, it);
+      double ms_colsr = time_ms([&] { nvfp4_quantize_cols_cuda(x, T, C, FP4_ROT_H16, amax, NV_SR, ps, c, s); }, it);
       row("cols R16 + 16x1 SR, transposed", T, C, ms_colsr, 2 * n + q);
       row("R16 amax + cols SR (effective)", T, C, ms_hamax + ms_colsr, 2 * n + q);
       double ms_dq = time_ms([&] { nvfp4_dequant_bf16_unscaled(c, s, T, C, y); }, it);

@@ -276,21 +276,42 @@ static void test_cols(void) {
   fp4_hadamard_cols(hx, T, C, 16);
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) ht[c * T + t] = hx[t * C + c];
-  const float amax_h = nvfp4_amax_hadamard(x, T, C);
+  const float amax_h = nvfp4_amax_hadamard(x, T, C, FP4_ROT_H16);
   CHECK(amax_h == nvfp4_amax(hx, T * C), "amax_hadamard %g vs amax(R16 x) %g", amax_h, nvfp4_amax(hx, T * C));
   CHECK(amax_h < nvfp4_amax(x, T * C), "R16 spreads the outlier: %g vs %g", amax_h, nvfp4_amax(x, T * C));
   uint8_t c1[T * C / 2], s1[T * C / 16], c2[T * C / 2], s2[T * C / 16];
   for (int sr = 0; sr < 2; sr++) {
     PhiloxStream s = philox_stream(99, 1, 2, 3, 4);
-    nvfp4_quantize_cols(x, T, C, 1, amax_h, sr ? NV_SR : NV_RNE, s, c1, s1);
+    nvfp4_quantize_cols(x, T, C, FP4_ROT_H16, amax_h, sr ? NV_SR : NV_RNE, s, c1, s1);
     nvfp4_quantize_rows(ht, C, T, amax_h, sr ? NV_SR : NV_RNE, s, c2, s2);
     CHECK(memcmp(c1, c2, sizeof(c1)) == 0 && memcmp(s1, s2, sizeof(s1)) == 0, "sr = %d: bytes differ", sr);
+  }
+  // The plain H16 (no sign flips): the row copy of (H16 X / 4)^T.
+  memcpy(hx, x, sizeof(x));
+  for (int t0 = 0; t0 < T; t0 += 16)
+    for (int c = 0; c < C; c++) {
+      float v[16];
+      for (int i = 0; i < 16; i++) v[i] = hx[(t0 + i) * C + c];
+      fp4_h16_plain(v);
+      for (int i = 0; i < 16; i++) hx[(t0 + i) * C + c] = v[i];
+    }
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < C; c++) ht[c * T + t] = hx[t * C + c];
+  const float amax_p = nvfp4_amax_hadamard(x, T, C, FP4_ROT_H16_PLAIN);
+  CHECK(amax_p == nvfp4_amax(hx, T * C), "amax_hadamard (plain) %g vs amax(H16 x / 4) %g", amax_p,
+        nvfp4_amax(hx, T * C));
+  CHECK(amax_p != amax_h, "the plain and the fixed-sign rotations differ on this data (%g, %g)", amax_p, amax_h);
+  for (int sr = 0; sr < 2; sr++) {
+    PhiloxStream s = philox_stream(99, 1, 2, 3, 5);
+    nvfp4_quantize_cols(x, T, C, FP4_ROT_H16_PLAIN, amax_p, sr ? NV_SR : NV_RNE, s, c1, s1);
+    nvfp4_quantize_rows(ht, C, T, amax_p, sr ? NV_SR : NV_RNE, s, c2, s2);
+    CHECK(memcmp(c1, c2, sizeof(c1)) == 0 && memcmp(s1, s2, sizeof(s1)) == 0, "plain H16, sr = %d: bytes differ", sr);
   }
   // Without the rotation: the plain transpose.
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) ht[c * T + t] = x[t * C + c];
   const float amax = nvfp4_amax(x, T * C);
-  nvfp4_quantize_cols(x, T, C, 0, amax, NV_RNE, S0, c1, s1);
+  nvfp4_quantize_cols(x, T, C, FP4_ROT_NONE, amax, NV_RNE, S0, c1, s1);
   nvfp4_quantize_rows(ht, C, T, amax, NV_RNE, S0, c2, s2);
   CHECK(memcmp(c1, c2, sizeof(c1)) == 0 && memcmp(s1, s2, sizeof(s1)) == 0, "hadamard = 0: bytes differ");
 }
