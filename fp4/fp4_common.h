@@ -11,8 +11,10 @@
 //   fp4_f2u / fp4_u2f            float <-> bits
 //   fp4_exp2i(n)                 exact 2^n, n in [-149, 127]
 //   fp4_ldexp(x, n)              x * 2^n in one correctly rounded multiply, n in [-149, 127]
+//   fp4_fma(a, b, c)             a * b + c rounded once (fmaf on the host, __fmaf_rn on the GPU)
 //   fp4_floor_log2 / fp4_ceil_log2(a)   exact, from the exponent bits; a > 0 finite
 #pragma once
+#include <math.h>  // fmaf
 #include <stdint.h>
 #include <string.h>
 
@@ -76,6 +78,15 @@ static inline FP4_HD float fp4_exp2i(int n) {
 
 // x * 2^n: exact unless the result is subnormal (then correctly rounded, the same on both sides).
 static inline FP4_HD float fp4_ldexp(float x, int n) { return FP4_MUL(x, fp4_exp2i(n)); }
+
+// a * b + c with one rounding: the C library's fmaf is correctly rounded, as the GPU's FFMA.
+static inline FP4_HD float fp4_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return fmaf(a, b, c);
+#endif
+}
 
 // floor(log2 a) and ceil(log2 a) of a positive finite float, exactly.
 static inline FP4_HD int fp4_floor_log2(float a) {

@@ -81,7 +81,7 @@ static __device__ __forceinline__ void store_fp8(uint8_t *q, const uint32_t *pk,
 
 // The FP8 embedding of one block straight from its values (the activation and gradient producers'
 // path), given sb and c (mx_block32_scale) and the group exponent Et: per 4 elements the code
-// accumulator (mx_acc4; mx_acc4_bf16, the prescale folded in, for BF16 values), the sign bytes and one
+// accumulator (mx_acc4; mx_acc4_bf16, SR's prescale folded in, for BF16 values), the sign bytes and one
 // permute + one logic op into E4M3 bytes, stored 16
 // bytes at a time. BF16: the values are the 16 pair words w (unpacked 4 at a time, signs straight from
 // the words), else the floats v. The reference rule for the rare tiny blocks (c == 0, sb != 0xFF).

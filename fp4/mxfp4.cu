@@ -125,8 +125,9 @@ __global__ void __launch_bounds__(256)
     }
     uint32_t pk[4] = {0, 0, 0, 0};
     if (sb != 0xFF) {
-      // mx_quantize_weight's element rule with the tile's exponent: fl(|w| * c) is mx_prescale (see
-      // mx_block_mul; the 0.87 rule only makes y larger, which the saturating RNE covers).
+      // mx_quantize_weight's element rule with the tile's exponent: the codes of the exact |w| * c, as
+      // mx_prescale's (see mx_block_mul and mx_acc4; the 0.87 rule only makes y larger, which the
+      // saturating RNE covers).
       const float c = mx_block_mul(e, mode);
       if (c != 0.0f) {
         mx_rne_words(v[it], c, pk);

@@ -1,9 +1,9 @@
 // fp4/mxfp4.h: MXFP4 quantization (OCP MX: 32-element blocks, one E8M0 scale each).
 //
 // Scale conventions (MxScale):
-//   MX_SCALE_UP   the paper's encode-centric scale: e = ceil(log2 amax), q = E2M1(6 z / 2^e),
-//                 value = q * 2^e / 6. Nothing clips; the 1/6 per operand (1/36 per product) belongs in
-//                 the GEMM's alpha (mx_unit() = 1/6).
+//   MX_SCALE_UP   the paper's encode-centric scale: e = ceil(log2 amax), q = E2M1(6 z / 2^e) of the
+//                 exact quotient (mx_prescale), value = q * 2^e / 6. Nothing clips; the 1/6 per operand
+//                 (1/36 per product) belongs in the GEMM's alpha (mx_unit() = 1/6).
 //   MX_SCALE_DOWN OCP: e = floor(log2 amax) - 2, q = E2M1(z / 2^e) (values above 6 * 2^e clip),
 //                 value = q * 2^e (mx_unit() = 1).
 // e is clamped to the E8M0 range [-127, 127]; an all-zero block gets e = -127 and zero codes.
@@ -54,18 +54,33 @@ static inline FP4_HD int mx_weight_exp(float amax, MxScale mode, int rule087) {
 static inline FP4_HD uint32_t mx_abs_bits(float x) { return fp4_f2u(x) & 0x7fffffffu; }
 #define MX_NAN_BITS 0x7f800000u
 
-// The value handed to the E2M1 rounding: 6 z / 2^e (UP) or z / 2^e (DOWN). -e is in [-127, 127].
+// The value handed to the E2M1 rounding: 6 z / 2^e (UP) or z / 2^e (DOWN), -e in [-127, 127], as a
+// float that the E2M1 rules (e2m1.h) round exactly as they would round the exact quotient, so that
+// q = Q_E2M1(6 z / s_b) (docs/formats.md §1) for float z, not only for BF16 z.
+//   t = z 2^-e is exact (a power-of-two scaling) unless subnormal, and then |6 t| < 6 * 2^-126 gives
+//   code 0 under every rule, as the exact value does. DOWN returns t.
+//   UP: 6 t needs up to 26 significant bits. Rounded to nearest it can land on a threshold that the
+//   exact value does not reach (z = 0x3d955555, e = -2: 6 t = 1.74999994 rounds to the tie 1.75, code 4
+//   instead of 3). So 6 t is rounded to odd: an inexact product becomes whichever of its two float
+//   neighbours has an odd last bit (the error fma(t, 6, -p) is exact, its sign says which side). Every
+//   threshold the rules compare with (RNE's 0.25 .. 5, SR's lo + (2 r + 1) / 512 of a step, the grid
+//   points) has at most 12 significant bits, so it is never that odd float, and every comparison with
+//   it comes out as for the exact 6 t. For BF16 z (8 bits) 6 t is exact: the product itself.
 static inline FP4_HD float mx_prescale(float z, int e, MxScale mode) {
-  float y = fp4_ldexp(z, -e);
-  return mode == MX_SCALE_UP ? FP4_MUL(y, 6.0f) : y;
+  const float t = fp4_ldexp(z, -e);
+  if (mode == MX_SCALE_DOWN) return t;
+  const float p = FP4_MUL(t, 6.0f), err = fp4_fma(t, 6.0f, -p);
+  const uint32_t u = fp4_f2u(p);
+  if (err == 0.0f || (u & 1u) || (u & 0x7fffffffu) >= 0x7f800000u) return p;  // exact, odd, or Inf/NaN
+  // else the neighbour toward 6 t, in magnitude: up where the error has p's sign
+  return fp4_u2f((err > 0.0f) == (p > 0.0f) ? u + 1u : u - 1u);
 }
 
 // Quantizes one 32-block v[0..31] (fp32). rnd: 8 Philox words (bytes 0..31 = elements 0..31), used
 // only when sr. Writes the 32 codes packed as 4 little-endian words (code i at bits 4*(i%8) of word
 // i/8, i.e. the packed byte layout) and returns the E8M0 byte (0xFF for a NaN block, codes then 0).
-// Per element: |z| prescaled (the same two exact-or-once-rounded multiplies as mx_prescale, on |z|:
-// rounding is sign-symmetric), the magnitude code from its bits (e2m1.h), the sign bit of z, and an
-// add into the packed word (the nibbles do not overlap, so + is |).
+// Per element: mx_prescale of |z| (rounding is sign-symmetric), the magnitude code from its bits
+// (e2m1.h), the sign bit of z, and an add into the packed word (the nibbles do not overlap, so + is |).
 static inline FP4_HD uint8_t mx_quantize_block32(const float *v, MxScale mode, int sr, const uint32_t *rnd,
                                                  uint32_t *pk) {
   uint32_t am = 0;
@@ -88,11 +103,15 @@ static inline FP4_HD uint8_t mx_code_of(const uint32_t *pk, int i) {
   return (uint8_t)((pk[i >> 3] >> (4 * (i & 7))) & 15u);
 }
 
-// Dequantized value of a code under scale byte b: q * 2^e (* 1/6 for MX_SCALE_UP, one rounding).
+// Dequantized value of a code under scale byte b: q * 2^e (MX_SCALE_DOWN), or q * 2^e / 6 rounded once
+// (MX_SCALE_UP), formed as (q * 2^(e-2)) / 1.5: q * 2^(e-2) is exact for every code and e in [-127, 127]
+// (2 significant bits, between 2^-130 and 1.5 * 2^127), where q * 2^e overflows for e = 126, 127 (a
+// valid -6.107e37 quantizes to code 0xE at e = 126 and decodes to -4 * 2^126 / 6 = -5.67e37, not -Inf).
 static inline FP4_HD float mx_decode(uint8_t code, uint8_t b, MxScale mode) {
   if (b == 0xFF) return fp4_u2f(0x7fc00000u);
-  float v = fp4_ldexp(e2m1_decode(code), (int)b - 127);
-  return mode == MX_SCALE_UP ? FP4_DIV(v, 6.0f) : v;
+  const int e = (int)b - 127;
+  if (mode == MX_SCALE_UP) return FP4_DIV(fp4_ldexp(e2m1_decode(code), e - 2), 1.5f);
+  return fp4_ldexp(e2m1_decode(code), e);
 }
 
 #ifdef __cplusplus

@@ -5,8 +5,9 @@
 // bound by the integer pipe, so the per-element work here moves to exact float arithmetic:
 //   - E2M1 RNE as three magic adds and saturating FMAs (fp4_rne_acc below), accumulated straight into
 //     the packed word as a float (exact: small integers);
-//   - MXFP4 prescale (MX_SCALE_UP) as one multiply by fl(6 * 2^-e) instead of two (proof at
-//     mx_block32_dev);
+//   - the MXFP4 prescale by c = 6 * 2^-e (or 2^-e) folded into the rounding: RNE's magic adds are
+//     FMAs with |z| * c, SR takes |z| * c rounded up, and both give the codes of the exact 6 z / 2^e,
+//     as the reference's rounding to odd does (proof at mx_acc4);
 //   - the block amax as a NaN-propagating float max of |x| (one FMNMX per element instead of a mask
 //     and an integer max);
 //   - E2M1 SR (e2m1_sr_mag's rule) as saturating FMAs and adds rounded toward +Inf, the random threshold
@@ -30,13 +31,6 @@ static inline FP4_HD float fp4_fma_sat(float a, float b, float c) {
 #else
   float d = fmaf(a, b, c);
   return d > 0.0f ? (d < 1.0f ? d : 1.0f) : 0.0f;
-#endif
-}
-static inline FP4_HD float fp4_fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return fmaf(a, b, c);
 #endif
 }
 
@@ -67,6 +61,14 @@ static inline FP4_HD float fp4_add_ru(float a, float b) {
   return __fadd_ru(a, b);
 #else
   return fp4_fma_ru(a, 1.0f, b);  // a * 1 is exact: the same single rounding of a + b
+#endif
+}
+// fl(a * b) rounded toward +Inf (PTX mul.rp.f32); a * b >= 0 here (a + 0 adds nothing to a product >= 0).
+static inline FP4_HD float fp4_mul_ru(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_ru(a, b);
+#else
+  return fp4_fma_ru(a, b, 0.0f);
 #endif
 }
 
@@ -205,20 +207,21 @@ static inline FP4_HD uint32_t fp4_sr_word(const float *v, float c, const uint32_
   return fp4_pack_acc(fp4_sr_nibbles4(y, rnd[0]), fp4_sr_nibbles4(y + 4, rnd[1]), fp4_sign_word(v));
 }
 
-// The per-block multiplier c with y = fl(|z| * c) == mx_prescale(|z|, e, mode) for every z of a block
-// whose amax gave e. MX_SCALE_DOWN: c = 2^-e, the reference's one multiply. MX_SCALE_UP: the reference
-// computes fl(fl(|z| 2^-e) * 6); for e >= -125, c = 6 * 2^-e = 1.5 * 2^(2-e) is a normal float, and
-// either |z| 2^-e is exact (a normal result), so both are the one rounding of |z| * 6 * 2^-e, or it is
-// subnormal, so both results are below 6 * 2^-126 and every rounding rule gives code 0 (RNE: below
-// 0.25; SR: y + 1 rounds to 1, so e2m1_sr_mag's carry never happens). Returns 0 for UP with e < -125
-// (c would overflow): the caller then runs the reference rule (a uniform branch, never taken in
-// practice).
+// The per-block multiplier c with |z| * c == the exact quotient mx_prescale rounds (6 |z| / 2^e or
+// |z| / 2^e) for every z of a block whose amax gave e: c = 2^-e (MX_SCALE_DOWN) or 6 * 2^-e = 1.5 *
+// 2^(2-e), a normal float for e >= -125 (MX_SCALE_UP). The producers never round |z| * c on its own:
+// RNE adds it to its magic constants in one FMA each, SR rounds it toward +Inf (mx_acc4), and both
+// then give the codes of the exact quotient, as the reference does (where |z| 2^-e would be subnormal,
+// every result is below 6 * 2^-126 and every rule gives code 0 on both sides). Returns 0 for UP with
+// e < -125 (c would overflow): the caller then runs the reference rule (a uniform branch, never taken
+// in practice).
 static inline FP4_HD float mx_block_mul(int e, MxScale mode) {
   if (mode == MX_SCALE_DOWN) return fp4_exp2i(-e);
   return e >= -125 ? fp4_u2f(((uint32_t)(129 - e) << 23) | 0x400000u) : 0.0f;
 }
 
-// The RNE codes of 8 values v[0..8) under the multiplier c as one packed word (element j in nibble j).
+// The RNE codes of 8 values v[0..8) under the multiplier c as one packed word (element j in nibble j),
+// of the rounded products fl(|v| c): NVFP4's element rule (nv_encode).
 static inline FP4_HD uint32_t fp4_rne_word(const float *v, float c) {
   float lo = 8388608.0f, hi = 8388608.0f;
   FP4_UNROLL
@@ -227,12 +230,6 @@ static inline FP4_HD uint32_t fp4_rne_word(const float *v, float c) {
     hi = fp4_rne_acc(FP4_MUL(fabsf(v[j + 4]), c), (float)(1 << (4 * j)), hi);
   }
   return fp4_pack_acc(lo, hi, fp4_sign_word(v));
-}
-
-// The RNE codes of 32 values under the block multiplier c (mx_block_mul) as 4 packed words.
-static inline FP4_HD void mx_rne_words(const float *v, float c, uint32_t *pk) {
-  FP4_UNROLL
-  for (int w = 0; w < 4; w++) pk[w] = fp4_rne_word(v + 8 * w, c);
 }
 
 // The running max of |x| over BF16 pairs (two lanes per word), NaN-propagating: fold word w into m (start
@@ -291,25 +288,45 @@ static inline FP4_HD uint8_t mx_block32_scale(const float *v, MxScale mode, floa
 // The magnitude codes of v[0..3] under the multiplier c as a float accumulator: the codes in the low 16
 // bits of its float bits, element j in nibble j (RNE: 2^23 + the nibbles, bit 3 of each nibble clear;
 // SR: M + the nibbles, bit 3 of nibble 0 set by M's + 8, see fp4_sr_acc; rnd: the 4 random bytes).
+// The codes are those of the exact y = |v| c (docs/formats.md §1), for any float v:
+//   RNE: fp4_rne_acc's three magic adds fl(y + 2^k) as fma(|v|, c, 2^k), each one rounding of the exact
+//        sum, which is all the argument at fp4_rne_acc3 asks of them (y need not be a float);
+//   SR:  y rounded toward +Inf. A code moves up exactly where y exceeds a threshold T (the SR grid
+//        lo + (2 r + 1) / 512 of a step, or a grid point), and T is a float: y > T iff fl_ru(y) > T (the
+//        least float >= y is <= T whenever y <= T). So fp4_sr_acc of fl_ru(y) is the exact rule.
+// For BF16 v the products are exact, so both are the codes of fl(|v| c) (tests/unit/test_quant_dev.cpp).
 template <bool SR>
 static inline FP4_HD float mx_acc4(const float *v, float c, uint32_t rnd) {
-  float y[4];
-  FP4_UNROLL
-  for (int j = 0; j < 4; j++) y[j] = FP4_MUL(fabsf(v[j]), c);
-  if (SR) return fp4_sr_nibbles4(y, rnd);
+  if (SR) {
+    float y[4];
+    FP4_UNROLL
+    for (int j = 0; j < 4; j++) y[j] = fp4_mul_ru(fabsf(v[j]), c);
+    return fp4_sr_nibbles4(y, rnd);
+  }
   float a = 8388608.0f;
   FP4_UNROLL
-  for (int j = 0; j < 4; j++) a = fp4_rne_acc(y[j], (float)(1 << (4 * j)), a);
+  for (int j = 0; j < 4; j++) {
+    const float ax = fabsf(v[j]);
+    a = fp4_rne_acc3(fp4_fma(ax, c, 4194304.0f), fp4_fma(ax, c, 8388608.0f), fp4_fma(ax, c, 16777216.0f),
+                     (float)(1 << (4 * j)), a);
+  }
   return a;
 }
 
-// mx_acc4 for BF16 values x (any float whose significand fits in 8 bits), with the prescale folded into
-// the rounding's first operations (one multiply less per element): y = fl(|x| c) is exact (at most 8 + 2
-// significant bits, c = 2^k or 1.5 * 2^k) unless it is subnormal, so RNE's magic adds fl(y + 2^k) are
-// fma(|x|, c, 2^k), and SR's sat(y/2 - k) are sat(fma(|x|, c/2, -k)) (ch = c/2 exact: a power of two or
-// 1.5 * 2^k >= 1.5 * 2^-126). Where y is subnormal, RNE's sums are swamped either way and SR's halves may
-// differ in the last bit of a subnormal, which moves no SR result (checked on every BF16 magnitude, scale
-// and random byte: tests/unit/test_quant_dev.cpp).
+// The RNE codes of 32 values under the block multiplier c (mx_block_mul) as 4 packed words.
+static inline FP4_HD void mx_rne_words(const float *v, float c, uint32_t *pk) {
+  FP4_UNROLL
+  for (int w = 0; w < 4; w++)
+    pk[w] =
+        fp4_pack_acc(mx_acc4<false>(v + 8 * w, c, 0u), mx_acc4<false>(v + 8 * w + 4, c, 0u), fp4_sign_word(v + 8 * w));
+}
+
+// mx_acc4 for BF16 values x (any float whose significand fits in 8 bits), with SR's prescale folded into
+// the rounding's first operations (one multiply less per element; RNE is mx_acc4's): y = |x| c is exact
+// (at most 8 + 2 significant bits, c = 2^k or 1.5 * 2^k) unless it is subnormal, so SR's sat(y/2 - k) are
+// sat(fma(|x|, c/2, -k)) (ch = c/2 exact: a power of two or 1.5 * 2^k >= 1.5 * 2^-126). Where y is
+// subnormal, SR's halves may differ in the last bit of a subnormal, which moves no SR result (checked on
+// every BF16 magnitude, scale and random byte: tests/unit/test_quant_dev.cpp).
 template <bool SR>
 static inline FP4_HD float mx_acc4_bf16(const float *x, float c, float ch, uint32_t rnd) {
   if (SR) {
@@ -323,14 +340,7 @@ static inline FP4_HD float mx_acc4_bf16(const float *x, float c, float ch, uint3
     }
     return a;
   }
-  float a = 8388608.0f;
-  FP4_UNROLL
-  for (int j = 0; j < 4; j++) {
-    const float ax = fabsf(x[j]);
-    a = fp4_rne_acc3(fp4_fma(ax, c, 4194304.0f), fp4_fma(ax, c, 8388608.0f), fp4_fma(ax, c, 16777216.0f),
-                     (float)(1 << (4 * j)), a);
-  }
-  return a;
+  return mx_acc4<false>(x, c, 0u);
 }
 
 // mx_quantize_block32's magnitude codes, bit for bit, as 8 accumulators (acc[k]: v[4k..4k+3], as

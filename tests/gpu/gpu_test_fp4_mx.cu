@@ -14,7 +14,9 @@
 #include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
+#include "fp4/quant_dev.cuh"
 #include "common/cuda_common.h"
+#include "tests/mx_near.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"
 
@@ -303,6 +305,153 @@ static void test_hadamard(int rows, int cols) {
   free(x), free(h);
 }
 
+// ---- float inputs and the decode range (issue 32 point 3) -------------------------------------------
+// The producers' inputs are BF16 except the rotated column copies (H32 of BF16 is a float) and the fp32
+// weight producer, whose rules must give the codes of the exact 6 z / s_b as the reference does. Blocks
+// of floats next to every threshold of RNE and SR at every e (tests/mx_near.h), then random float blocks: per block the
+// device rules as the producers run them: 0 packed RNE, 1 packed SR, 2 the fp32 weight producer's RNE words, 3/4 the
+// FP8 path's RNE/SR code accumulators.
+static __global__ void block_rules_kernel(const float *v, const uint32_t *rnd, int nblk, MxScale mode, uint32_t *out,
+                                          uint8_t *scales) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= nblk) return;
+  float x[32], acc[8], c;
+  uint32_t r[8], pk[4];
+  for (int i = 0; i < 32; i++) x[i] = v[(size_t)b * 32 + i];
+  for (int i = 0; i < 8; i++) r[i] = rnd[(size_t)b * 8 + i];
+  uint32_t *o = out + (size_t)b * 20;
+  scales[3 * b] = mx_block32_dev<false>(x, mode, r, pk);
+  for (int w = 0; w < 4; w++) o[w] = pk[w];
+  scales[3 * b + 1] = mx_block32_dev<true>(x, mode, r, pk);
+  for (int w = 0; w < 4; w++) o[4 + w] = pk[w];
+  mx_block32_scale(x, mode, &c);
+  scales[3 * b + 2] = c != 0.0f;  // else the weight producer takes the reference rule, not these words
+  if (c != 0.0f) mx_rne_words(x, c, pk);
+  for (int w = 0; w < 4; w++) o[8 + w] = pk[w];
+  for (int sr = 0; sr < 2; sr++) {
+    if (sr) mx_block32_acc<true>(x, mode, r, acc);
+    else mx_block32_acc<false>(x, mode, r, acc);
+    for (int w = 0; w < 4; w++)
+      o[12 + 4 * sr + w] = sr ? mx_acc_codes4<true>(acc[2 * w]) | mx_acc_codes4<true>(acc[2 * w + 1]) << 16
+                              : mx_acc_codes4<false>(acc[2 * w]) | mx_acc_codes4<false>(acc[2 * w + 1]) << 16;
+  }
+}
+
+static void test_float_blocks(void) {
+  const int n_near = 255 * MX_NEAR_KINDS, n_rand = 1 << 15, nblk = n_near + n_rand;
+  float *v = (float *)xmalloc((size_t)nblk * 32 * 4);
+  uint32_t *rnd = (uint32_t *)xmalloc((size_t)nblk * 8 * 4);
+  int b = 0;
+  for (int e = -127; e <= 127; e++)
+    for (int k = 0; k < MX_NEAR_KINDS; k++, b++) mx_near_block(e, k, v + (size_t)b * 32, rnd + (size_t)b * 8);
+  for (; b < nblk; b++) {  // random float bits over a narrow spread, an Inf now and then
+    const int top = (int)(rng_u64(&rng) % 280) - 150;
+    for (int i = 0; i < 32; i++) {
+      const uint64_t w = rng_u64(&rng);
+      const int be = top + 127 - (int)((w >> 40) % 3);
+      const float x = be < 1 ? fp4_u2f((uint32_t)(w & 0x7fffffu))
+                             : fp4_u2f((uint32_t)(be > 254 ? 254 : be) << 23 | (w & 0x7fffffu));
+      v[(size_t)b * 32 + i] = (w >> 63) ? -x : x;
+    }
+    if (b % 101 == 0) v[(size_t)b * 32 + b % 32] = INFINITY;
+    for (int i = 0; i < 8; i++) rnd[(size_t)b * 8 + i] = (uint32_t)rng_u64(&rng);
+  }
+  float *dv;
+  uint32_t *drnd, *dout;
+  uint8_t *dsc;
+  CUDA_CHECK(cudaMalloc(&dv, (size_t)nblk * 128));
+  CUDA_CHECK(cudaMalloc(&drnd, (size_t)nblk * 32));
+  CUDA_CHECK(cudaMalloc(&dout, (size_t)nblk * 80));
+  CUDA_CHECK(cudaMalloc(&dsc, (size_t)nblk * 3));
+  CUDA_CHECK(cudaMemcpy(dv, v, (size_t)nblk * 128, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(drnd, rnd, (size_t)nblk * 32, cudaMemcpyHostToDevice));
+  uint32_t *out = (uint32_t *)xmalloc((size_t)nblk * 80);
+  uint8_t *sc = (uint8_t *)xmalloc((size_t)nblk * 3);
+  static const char *part[5] = {"packed RNE", "packed SR", "fp32 weight RNE words", "FP8 RNE codes", "FP8 SR codes"};
+  for (int mode = 0; mode < 2; mode++) {
+    block_rules_kernel<<<(nblk + 127) / 128, 128>>>(dv, drnd, nblk, (MxScale)mode, dout, dsc);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(out, dout, (size_t)nblk * 80, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(sc, dsc, (size_t)nblk * 3, cudaMemcpyDeviceToHost));
+    long bad[5] = {0}, first = -1;
+    for (b = 0; b < nblk; b++) {
+      uint32_t want[2][4];
+      const uint8_t s0 = mx_quantize_block32(v + (size_t)b * 32, (MxScale)mode, 0, rnd + (size_t)b * 8, want[0]);
+      const uint8_t s1 = mx_quantize_block32(v + (size_t)b * 32, (MxScale)mode, 1, rnd + (size_t)b * 8, want[1]);
+      const uint32_t *o = out + (size_t)b * 20;
+      int d[5] = {sc[3 * b] != s0, sc[3 * b + 1] != s1, 0, 0, 0};
+      for (int w = 0; w < 4; w++) {
+        d[0] |= o[w] != want[0][w];
+        d[1] |= o[4 + w] != want[1][w];
+        d[2] |= sc[3 * b + 2] && o[8 + w] != want[0][w];
+        if (s0 != 0xFF)
+          d[3] |= o[12 + w] != (want[0][w] & 0x77777777u), d[4] |= o[16 + w] != (want[1][w] & 0x77777777u);
+      }
+      for (int p = 0; p < 5; p++) {
+        bad[p] += d[p];
+        if (d[p] && first < 0) first = b;
+      }
+    }
+    if (first >= 0) printf("  first differing block %ld (%s)\n", first, first < n_near ? "near a threshold" : "random");
+    for (int p = 0; p < 5; p++)
+      CHECK(bad[p] == 0, "float blocks, %s, %s: %ld of %d blocks differ from mx_quantize_block32", mode ? "down" : "up",
+            part[p], bad[p], nblk);
+  }
+  // The fp32 weight producer end to end on such floats: every row of a 32x32 tile is a near-threshold
+  // block of the tile's exponent (v[0] = 2^e in each, so the tile's scale is e), thresholds mixed.
+  enum { N = 256, K = 256 };
+  float *w = (float *)xmalloc((size_t)N * K * 4), *dw;
+  for (int n = 0; n < N; n++)
+    for (int jb = 0; jb < K / 32; jb++) {
+      const int t = (n / 32) * (K / 32) + jb, e = t * 37 % 255 - 127, k = (n * 131 + jb * 17) % MX_NEAR_KINDS;
+      memcpy(w + (size_t)n * K + jb * 32, v + ((size_t)(e + 127) * MX_NEAR_KINDS + k) * 32, 128);
+    }
+  CUDA_CHECK(cudaMalloc(&dw, (size_t)N * K * 4));
+  CUDA_CHECK(cudaMemcpy(dw, w, (size_t)N * K * 4, cudaMemcpyHostToDevice));
+  uint8_t *c = (uint8_t *)xmalloc(N * K / 2), *s2 = (uint8_t *)xmalloc(N * K / 32), *ct = (uint8_t *)xmalloc(N * K / 2),
+          *st = (uint8_t *)xmalloc(N * K / 32);
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    mx_quantize_weight(w, N, K, MX_SCALE_UP, 0, c, s2, ct, st);
+    MxOut wo = fp8 ? fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f) : packed_out(N, K);
+    MxOut wto = fp8 ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f) : packed_out(K, N);
+    mx_quantize_weight_cuda(dw, N, K, MX_SCALE_UP, 0, wo, wto);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(check_out(fp8 ? "weight fp32 near thresholds fp8: W" : "weight fp32 near thresholds packed: W", wo, c, s2, N,
+                    K, 1),
+          "fp32 weights near the thresholds (%s): W", fp8 ? "fp8" : "packed");
+    CHECK(check_out(fp8 ? "weight fp32 near thresholds fp8: W^T" : "weight fp32 near thresholds packed: W^T", wto, ct,
+                    st, K, N, 1),
+          "fp32 weights near the thresholds (%s): W^T", fp8 ? "fp8" : "packed");
+    free_out(wo), free_out(wto);
+  }
+  cudaFree(dw), cudaFree(dv), cudaFree(drnd), cudaFree(dout), cudaFree(dsc);
+  free(w), free(c), free(s2), free(ct), free(st), free(v), free(rnd), free(out), free(sc);
+}
+
+// mx_decode on the device for every code, scale byte and mode: the host's value bit for bit, and finite
+// for every UP scale byte but 0xFF (e = 126 and 127 overflowed when q * 2^e was formed first).
+static __global__ void decode_kernel(float *out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 2 * 256 * 16) out[i] = mx_decode((uint8_t)(i % 16), (uint8_t)((i / 16) % 256), (MxScale)(i / 4096));
+}
+static void test_decode(void) {
+  float *d, h[2 * 256 * 16];
+  CUDA_CHECK(cudaMalloc(&d, sizeof h));
+  decode_kernel<<<32, 256>>>(d);
+  CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  long bad = 0, inf = 0;
+  for (int i = 0; i < 2 * 256 * 16; i++) {
+    const float want = mx_decode((uint8_t)(i % 16), (uint8_t)((i / 16) % 256), (MxScale)(i / 4096));
+    bad += fp4_f2u(h[i]) != fp4_f2u(want);
+    inf += i < 4096 && (i / 16) % 256 != 255 && isinf(h[i]);
+  }
+  CHECK(bad == 0 && inf == 0, "mx_decode on the device: %ld of 8192 differ from the host, %ld UP values infinite", bad,
+        inf);
+  CHECK(h[(126 + 127) * 16 + 0xE] == (float)(-4 * ldexp(1, 126) / 6), "code 0xE at e = 126 decodes to %g (-5.67e37)",
+        h[(126 + 127) * 16 + 0xE]);
+  cudaFree(d);
+}
+
 // ---- benchmark ------------------------------------------------------------------------------------
 typedef void (*BenchFn)(void *);
 
@@ -425,6 +574,9 @@ int main(int argc, char **argv) {
   for (int kind = 0; kind < IN_NKINDS; kind++)
     for (int i = 0; i < 4; i++) test_weight(kind, wn[i], wk[(kind + i) % 4]);
   test_weight(IN_NORMAL, 512, 4096);
+  TEST_SECTION("float inputs near every threshold (exact 6 z / s_b), decode at e = 126, 127");
+  test_float_blocks();
+  test_decode();
   TEST_SECTION("Hadamard kernels");
   test_hadamard(64, 96);
   test_hadamard(160, 4096);

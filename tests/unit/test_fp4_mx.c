@@ -9,6 +9,7 @@
 #include "fp4/hadamard.h"
 #include "fp4/mxfp4.h"
 #include "fp4/philox.h"
+#include "tests/mx_near.h"
 #include "tests/test.h"
 
 static uint8_t code_at(const uint8_t *codes, size_t i) { return (i & 1) ? codes[i / 2] >> 4 : codes[i / 2] & 15; }
@@ -447,6 +448,178 @@ static void test_embed_lut(void) {
   CHECK(bad == 0, "%ld mismatches in %ld (scale byte, group exponent, code) lookups", bad, n);
 }
 
+// ---- MXFP4 against the exact rule (issue 32 point 3) --------------------------------------------------
+// q = Q_E2M1(6 z / s_b) (UP) or Q_E2M1(z / s_b) (DOWN) of the exact quotient, in double: |z| 2^-e * 6 is
+// exact there (24 + 2 significant bits, exponents far inside double's range); RNE counts the thresholds
+// (docs/formats.md §1), SR compares (y - lo) / step * 512 with 2 r + 1 (y - lo is exact: y < 0.5 has
+// lo = 0, and y >= 0.5 has its last bit at 2^-26 or above).
+static uint8_t exact_code(float z, int e, MxScale mode, int sr, uint32_t r) {
+  const double y = fabs((double)z) * ldexp(mode == MX_SCALE_UP ? 6.0 : 1.0, -e);
+  static const double grid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  uint32_t m;
+  if (!sr) {
+    m = (y > 0.25) + (y >= 0.75) + (y > 1.25) + (y >= 1.75) + (y > 2.5) + (y >= 3.5) + (y > 5.0);
+  } else if (y >= 6.0) {
+    m = 7;
+  } else {
+    m = 0;
+    while (m < 6 && y >= grid[m + 1]) m++;
+    m += (y - grid[m]) / (grid[m + 1] - grid[m]) * 512.0 > 2.0 * r + 1.0;
+  }
+  return (uint8_t)((signbit(z) ? 8u : 0u) | m);
+}
+
+// The block exponent from the amax by frexp: UP ceil(log2 a), DOWN floor(log2 a) - 2, clamped.
+static int exact_exp(float amax, MxScale mode) {
+  if (!(amax > 0.0f)) return -127;
+  if (isinf(amax)) return 127;
+  int k;
+  double m = frexp(amax, &k);  // amax = m 2^k, m in [0.5, 1)
+  int e = mode == MX_SCALE_UP ? (m == 0.5 ? k - 1 : k) : k - 1 - 2;
+  return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+
+// The rule before the fix: 6 z 2^-e rounded to nearest as a float, then the E2M1 rounding of that.
+static float rounded_prescale(float z, int e) { return fp4_ldexp(z, -e) * 6.0f; }
+
+// Quantizes the block v under (mode, sr, all random bytes = r) and counts the codes that differ from
+// exact_code (bad) and, for UP, those the rounded prescale would have got wrong (old).
+static void check_block(const float *v, MxScale mode, int sr, uint32_t r, long *bad, long *old) {
+  uint32_t rnd[8], pk[4], am = 0;
+  for (int i = 0; i < 8; i++) rnd[i] = r * 0x01010101u;
+  uint8_t b = mx_quantize_block32(v, mode, sr, rnd, pk);
+  for (int i = 0; i < 32; i++) am = mx_abs_bits(v[i]) > am ? mx_abs_bits(v[i]) : am;
+  int e = exact_exp(fp4_u2f(am), mode);
+  *bad += b != e8m0_encode(e);
+  for (int i = 0; i < 32; i++) {
+    uint8_t want = exact_code(v[i], e, mode, sr, r);
+    *bad += mx_code_of(pk, i) != want;
+    if (mode == MX_SCALE_UP && old) {
+      float y = rounded_prescale(fabsf(v[i]), e);
+      uint32_t m = sr ? e2m1_sr_mag(fp4_f2u(y), r) : e2m1_rne_mag(fp4_f2u(y));
+      *old += (m | (signbit(v[i]) ? 8u : 0u)) != want;
+    }
+  }
+}
+
+static void test_exact_quotient(void) {
+  TEST_SECTION("MXFP4 codes == Q_E2M1(6 z / s_b) of the exact quotient, float inputs");
+  // The issue's example: z = 0x3d955555 at e = -2 (amax 0.25): 6 z 2^2 = 1.74999994 -> code 3, where the
+  // product rounded to a float is the tie 1.75 (code 4). Through the row, weight and column quantizers.
+  const float z = fp4_u2f(0x3d955555u);
+  CHECK(rounded_prescale(z, -2) == 1.75f && e2m1_rne_mag(fp4_f2u(1.75f)) == 4, "the rounded product is the tie 1.75");
+  CHECK(exact_code(z, -2, MX_SCALE_UP, 0, 0) == 3, "the exact rule gives code 3");
+  float v[32 * 32] = {0};
+  uint8_t c[32 * 16], s[32];
+  v[0] = 0.25f, v[1] = z, v[2] = -z;
+  mx_quantize_rows(v, 1, 32, MX_SCALE_UP, MX_RNE, philox_stream(0, 0, 0, 0, 0), c, s);
+  CHECK(s[0] == 127 - 2 && code_at(c, 1) == 3 && code_at(c, 2) == 0xB, "rows: scale %d, codes %x %x, want 125, 3, B",
+        s[0], code_at(c, 1), code_at(c, 2));
+  memset(v, 0, sizeof v);
+  v[0] = 0.25f, v[5 * 32 + 7] = z, v[7] = 0.25f;  // tile (weights) and column 7 (cols) both have amax 0.25
+  mx_quantize_weight(v, 32, 32, MX_SCALE_UP, 0, c, s, NULL, NULL);
+  CHECK(s[5] == 125 && code_at(c, 5 * 32 + 7) == 3, "weight tile: code %x, want 3", code_at(c, 5 * 32 + 7));
+  mx_quantize_cols(v, 32, 32, 0, MX_SCALE_UP, c, s);
+  CHECK(s[7] == 125 && code_at(c, 7 * 32 + 5) == 3, "column copy: code %x, want 3", code_at(c, 7 * 32 + 5));
+
+  // Targeted: the floats next to every threshold of the rules, every exponent e (tests/mx_near.h),
+  // each block under RNE and SR (every random byte the threshold's r).
+  long bad = 0, old = 0, n = 0;
+  for (int e = -127; e <= 127; e++)
+    for (int k = 0; k < MX_NEAR_KINDS; k++)
+      for (int sr = 0; sr < 2; sr++) {
+        float b[32];
+        uint32_t rnd[8];
+        mx_near_block(e, k, b, rnd);
+        check_block(b, MX_SCALE_UP, sr, rnd[0] & 255u, &bad, &old);
+        n += 32;
+      }
+  CHECK(bad == 0, "near every threshold, every e in [-127, 127]: %ld of %ld codes differ from the exact rule", bad, n);
+  CHECK(old > 0, "the search reaches the cases the rounded product got wrong (%ld of them)", old);
+  printf("  near the thresholds: %ld codes checked, %ld of them wrong under the rounded product\n", n, old);
+
+  // 10M random float elements: half the blocks normal draws at a random scale 2^-140 .. 2^120 (as
+  // activations and gradients are), half random bits over a spread of 0-2 binades (0-24 in every fourth
+  // block), with subnormals, zeros and +-Inf; each block through both scale modes, RNE and SR (one
+  // random byte per block).
+  Rng rng;
+  rng_seed(&rng, 32);
+  bad = old = 0;
+  long old_rne = 0;
+  const long nblk = 10000000 / 32;
+  for (long t = 0; t < nblk; t++) {
+    float b[32];
+    const int top = (int)(rng_u64(&rng) % 290) - 150, spread = (int)(rng_u64(&rng) % (t % 4 == 1 ? 25 : 3));
+    for (int i = 0; i < 32; i++) {
+      const uint64_t w = rng_u64(&rng);
+      const int ex = top - (int)((w >> 32) % (uint64_t)(spread + 1)), be = ex + 127 > 254 ? 254 : ex + 127;
+      float x = be < 1 ? fp4_u2f((uint32_t)(w & 0x7fffffu)) : fp4_u2f((uint32_t)be << 23 | (uint32_t)(w & 0x7fffffu));
+      if (t % 2 == 0) x = ldexpf(rng_normal(&rng), top < 120 ? top : 120);
+      if (w >> 58 == 0) x = 0.0f;
+      b[i] = (w >> 57) & 1 ? -x : x;
+    }
+    if (t % 997 == 0) b[t % 32] = t % 2 ? INFINITY : -INFINITY;
+    const uint32_t r = (uint32_t)rng_u64(&rng) & 255u;
+    long o = 0;
+    check_block(b, MX_SCALE_UP, 0, 0, &bad, &o);
+    old_rne += o;
+    check_block(b, MX_SCALE_UP, 1, r, &bad, &old);
+    check_block(b, MX_SCALE_DOWN, 0, 0, &bad, NULL);
+    check_block(b, MX_SCALE_DOWN, 1, r, &bad, NULL);
+  }
+  CHECK(bad == 0, "%ld random float elements x (up, down) x (RNE, SR): %ld codes or scales differ", nblk * 32, bad);
+  printf("  10M random floats: the rounded product departed from the exact rule %ld times (RNE) and %ld (SR)\n",
+         old_rne, old);
+  CHECK(old_rne + old > 0, "the random set holds cases the rounded product got wrong (%ld)", old_rne + old);
+
+  // BF16 inputs keep their bytes: for every BF16 value (NaN excepted) and every e, the prescale is the
+  // rounded product bit for bit; where it is not (6 z 2^-e subnormal, the rounded product below
+  // 6 * 2^-126), the RNE code and the SR codes for all 256 bytes are equal.
+  long diff_bits = 0, diff_codes = 0, cases = 0;
+  for (uint32_t h = 0; h < 0x10000u; h++) {
+    const float x = fp4_u2f(h << 16);
+    if (isnan(x)) continue;
+    for (int e = -127; e <= 127; e++, cases++) {
+      const float a = mx_prescale(fabsf(x), e, MX_SCALE_UP), o2 = rounded_prescale(fabsf(x), e);
+      if (fp4_f2u(a) == fp4_f2u(o2)) continue;
+      diff_bits++;
+      diff_codes += !(o2 < 6 * 1.17549435e-38f) || e2m1_rne_mag(fp4_f2u(a)) != e2m1_rne_mag(fp4_f2u(o2));
+      for (uint32_t r = 0; r < 256; r++) diff_codes += e2m1_sr_mag(fp4_f2u(a), r) != e2m1_sr_mag(fp4_f2u(o2), r);
+    }
+  }
+  printf("  BF16 x every e: %ld of %ld prescales differ in bits (all below 6 * 2^-126), %ld codes\n", diff_bits, cases,
+         diff_codes);
+  CHECK(diff_codes == 0, "BF16 x every e: %ld prescales differ in bits (all tiny), %ld codes differ, of %ld", diff_bits,
+        diff_codes, cases);
+}
+
+// mx_decode over every code and scale byte: q * 2^e / 6 rounded once for UP (no overflow at e = 126,
+// 127), q * 2^e for DOWN. The double quotient rounds to the float that the exact one does: q / 6 is
+// k/12, k/6, k/4 or k/3 (k small), whose bits beyond a float's are never a midpoint pattern.
+static void test_decode_range(void) {
+  TEST_SECTION("MXFP4 decode: every code and scale byte, e = 126 and 127 included");
+  float x[32] = {0}, d[32];
+  x[0] = -6.107e37f;
+  uint8_t c[16], s;
+  mx_quantize_rows(x, 1, 32, MX_SCALE_UP, MX_RNE, philox_stream(0, 0, 0, 0, 0), c, &s);
+  mx_dequantize(c, &s, 1, 32, MX_SCALE_UP, d);
+  CHECK(s == 127 + 126 && code_at(c, 0) == 0xE, "-6.107e37: e = 126, code 0xE (byte %d, code %x)", s, code_at(c, 0));
+  CHECK(isfinite(d[0]) && d[0] == (float)(-4 * ldexp(1, 126) / 6), "decodes to %g, want -5.67e37", d[0]);
+  long bad = 0, inf = 0;
+  for (int b = 0; b < 255; b++)
+    for (int code = 0; code < 16; code++) {
+      const double q = e2m1_decode((uint8_t)code), p = ldexp(q, b - 127);
+      const float up = mx_decode((uint8_t)code, (uint8_t)b, MX_SCALE_UP);
+      const float dn = mx_decode((uint8_t)code, (uint8_t)b, MX_SCALE_DOWN);
+      inf += isinf(up);
+      bad += fp4_f2u(up) != fp4_f2u((float)(p / 6)) || (fabs(p) < 3.4e38 && fp4_f2u(dn) != fp4_f2u((float)p));
+    }
+  CHECK(bad == 0 && inf == 0,
+        "UP: every (code, byte) is the once-rounded q 2^e / 6 (%ld differ, %ld infinite); DOWN q 2^e", bad, inf);
+  CHECK(mx_decode(7, 254, MX_SCALE_UP) == 0x1p127f && mx_decode(0xF, 253, MX_SCALE_UP) == -0x1p126f,
+        "6 * 2^127 / 6 = 2^127, -6 * 2^126 / 6 = -2^126");
+}
+
 int main(void) {
   test_e2m1();
   test_scales();
@@ -458,5 +631,7 @@ int main(void) {
   test_codec_bits();
   test_block_equivalence();
   test_embed_lut();
+  test_exact_quotient();
+  test_decode_range();
   TEST_END();
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fp4/quant_dev.cuh"
+#include "tests/mx_near.h"
 
 static int passed, failed;
 static void check(int ok, const char *what, long bad, long total) {
@@ -107,9 +108,11 @@ int main(void) {
   }
   // The prescale folded into the rounding for BF16 inputs (mx_acc4_bf16), for every BF16 magnitude (NaN
   // excluded: its block takes the NaN path), every block exponent and both scale modes: RNE's three
-  // magic adds are equal; SR's three saturated halves are equal except where y is subnormal (a last-bit
-  // difference), and there the SR step's results are, for all 256 random bytes, at the first nibble and
-  // after 0xFFF.
+  // magic adds are equal (so mx_acc4's FMA form gives BF16 values the codes of the rounded product
+  // fl(|x| c), as before it was made exact for floats); SR's three saturated halves are equal except
+  // where y is subnormal (a last-bit difference), and there the SR step's results are, for all 256
+  // random bytes, at the first nibble and after 0xFFF. mx_acc4's SR product rounded up is fl(|x| c)
+  // too, except where that is subnormal, and there the SR codes agree for all 256 bytes.
   {
     long bad = 0, total = 0, subn = 0;
     const float after = fp4_fma(FP4_SR_M + 0xFFF, 16.0f, FP4_SR_HORNER);
@@ -126,6 +129,11 @@ int main(void) {
             diff |= fp4_f2u(FP4_ADD(y, mk[i])) != fp4_f2u(fp4_fma(x, c, mk[i]));
             s_ref[i] = fp4_fma_sat(y, 0.5f, sk[i]), s_fold[i] = fp4_fma_sat(x, ch, sk[i]);
             sdiff |= fp4_f2u(s_ref[i]) != fp4_f2u(s_fold[i]);
+          }
+          const float yu = fp4_mul_ru(x, c);
+          if (fp4_f2u(yu) != fp4_f2u(y)) {
+            diff |= !(y < 1.17549435e-38f);
+            for (uint32_t r = 0; r < 256; r++) diff |= e2m1_sr_mag(fp4_f2u(yu), r) != e2m1_sr_mag(fp4_f2u(y), r);
           }
           if (sdiff) {
             subn++;
@@ -182,6 +190,38 @@ int main(void) {
     }
   check(bad == 0, "MX SR, BF16 magnitudes x all 256 random bytes", bad, total);
 
+  // Float values (not BF16) next to every threshold of the rules, every e (tests/mx_near.h), under RNE
+  // and SR: the device forms give the reference's codes, which are those of the exact quotient
+  // (tests/unit/test_fp4_mx.c): the packed RNE and SR blocks, their FP8 accumulators, and the RNE words
+  // of the fp32 weight producer (mx_rne_words).
+  {
+    long bad = 0, total = 0;
+    for (int e = -127; e <= 127; e++)
+      for (int k = 0; k < MX_NEAR_KINDS; k++)
+        for (int sr = 0; sr < 2; sr++) {
+          float v[32];
+          uint32_t rnd[8], a[4], b[4];
+          mx_near_block(e, k, v, rnd);
+          const uint8_t sa = mx_quantize_block32(v, MX_SCALE_UP, sr, rnd, a);
+          const uint8_t sb =
+              sr ? mx_block32_dev<true>(v, MX_SCALE_UP, rnd, b) : mx_block32_dev<false>(v, MX_SCALE_UP, rnd, b);
+          int diff = sa != sb || memcmp(a, b, sizeof a);
+          float acc[8], c;
+          sr ? mx_block32_acc<true>(v, MX_SCALE_UP, rnd, acc) : mx_block32_acc<false>(v, MX_SCALE_UP, rnd, acc);
+          for (int q = 0; q < 8; q++)
+            diff |= (sr ? mx_acc_codes4<true>(acc[q]) : mx_acc_codes4<false>(acc[q])) !=
+                    ((a[q >> 1] >> (16 * (q & 1))) & 0x7777u);
+          mx_block32_scale(v, MX_SCALE_UP, &c);
+          if (!sr && c != 0.0f) {
+            mx_rne_words(v, c, b);
+            diff |= memcmp(a, b, sizeof a) != 0;
+          }
+          bad += diff, total++;
+        }
+    check(bad == 0, "MX float blocks near every threshold, every e: device RNE/SR, FP8 accumulators, weight words", bad,
+          total);
+  }
+
   // Whole blocks.
   long bad_mx = 0, bad_nv = 0, n_mx = 0, n_nv = 0, bad_fp8 = 0, n_fp8 = 0, n_bf16 = 0;
   for (long it = 0; it < 400000; it++) {
@@ -197,6 +237,11 @@ int main(void) {
         uint8_t sb =
             sr ? mx_block32_dev<true>(v, (MxScale)mode, rnd, b) : mx_block32_dev<false>(v, (MxScale)mode, rnd, b);
         bad_mx += sa != sb || memcmp(a, b, sizeof a), n_mx++;
+        float cw;
+        if (!sr && sa != 0xFF && (mx_block32_scale(v, (MxScale)mode, &cw), cw != 0.0f)) {
+          mx_rne_words(v, cw, b);  // the fp32 weight producer's words
+          bad_mx += memcmp(a, b, sizeof a) != 0;
+        }
         // The FP8 path (code accumulators, sign bytes, mx_embed_word4) against mx_embed_value of the
         // reference's signed codes, at a group exponent 0..20 above the block's (the embedding's
         // normal range and its subnormal and flush-to-zero cases).
