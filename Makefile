@@ -7,6 +7,7 @@ CXX     ?= g++
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDNN_FE ?= .deps/cudnn_fe/include
+CUTLASS_HOME ?= .deps/cutlass
 CFLAGS  ?= -O2 -g
 # -ffp-contract=off here, -fmad=false for CUDA: every operation rounds as written (an FMA only where
 # the code calls one), the rule that keeps the FP4 quantizers bit-identical to their C references
@@ -17,11 +18,14 @@ BUILD   := build
 # All cores unless -j is given.
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
-# build/deps.mk (scripts/deps.sh build): DEPS_ROOT, CUDA_BUILD, CUDA_WHY. DEPS=prefix takes the C
-# libraries from an unpacked prefix (scripts/deps.sh fetch writes .deps/root; the GPU machine has no
-# internet); without it the system's are used, or .deps/root when the system lacks them.
+# build/deps.mk (scripts/deps.sh build): DEPS_ROOT, CUDA_BUILD, CUDA_WHY, PARQUET_BUILD, PARQUET_WHY,
+# ARROW_HOME. DEPS=prefix takes the C libraries from an unpacked prefix (scripts/deps.sh fetch writes
+# .deps/root; the GPU machine has no internet); without it the system's are used, or .deps/root when
+# the system lacks them. PARQUET=0 builds no parquet reader.
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
-DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)" BUILD="$(BUILD)"
+DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)" BUILD="$(BUILD)" \
+            PARQUET="$(PARQUET)"
+DEPS_ENV += CUTLASS_HOME="$(CUTLASS_HOME)"
 DEPS_OUT := $(shell $(DEPS_ENV) bash scripts/deps.sh build)
 ifneq ($(.SHELLSTATUS),0)
 $(error missing build dependencies (see above))
@@ -39,6 +43,19 @@ endif
 ifneq ($(strip $(DEPS_ROOT)),)
 CFLAGS  += -I$(DEPS_ROOT)/usr/include
 LDLIBS  := -L$(DEPS_ROOT)/usr/lib/$(shell $(CC) -dumpmachine) -Wl,-Bstatic -lyaml -lzstd -lpcre2-8 -lz -Wl,-Bdynamic -lm -fopenmp
+endif
+
+# Parquet inputs to ./train tokenize (optional, like the CUDA backend): data/parquet_text.cc over
+# Apache Arrow's C++ libraries (scripts/deps.sh unpacks them from the pyarrow wheel into ARROW_HOME),
+# built as a shared library with an rpath to them, which ./train dlopens when it meets a .parquet
+# input (data/text_input.c). Without it, .parquet inputs are refused saying why.
+PQ_SO   :=
+ifeq ($(PARQUET_BUILD),1)
+PQ_SO   := $(BUILD)/libparquet_text.so
+CFLAGS  += -DHAVE_PARQUET -DPARQUET_TEXT_SO='"$(abspath $(PQ_SO))"'
+LDLIBS  += -ldl
+else ifneq ($(strip $(PARQUET_WHY)),)
+$(info note: ./train tokenize reads no parquet: $(PARQUET_WHY))
 endif
 
 LIB_C   := $(wildcard common/*.c fp4/*.c model/*.c model/cpu/*.c parallel/*.c run/*.c data/*.c)
@@ -66,10 +83,23 @@ $(info note: the CUDA backend is not built, ./train runs on the CPU only: $(CUDA
 endif
 
 .PHONY: all test clean gpu-tests
-all: train $(TESTS) $(GPU_TESTS)
+all: train $(TESTS) $(GPU_TESTS) $(PQ_SO)
 gpu-tests: $(GPU_TESTS)
 
-train: $(BUILD)/train.o $(BUILD)/libengine.a
+# CUTLASS, header-only, for fp4/gemm_cutlass.cu alone (scripts/deps.sh unpacks it into .deps/cutlass;
+# CUTLASS_HOME=dir takes another copy); without it that file builds a stub that says so. CUTLASS's
+# headers need --expt-relaxed-constexpr, and NDEBUG: a device assert is a call, across which ptxas
+# serializes the wgmma pipeline (warning C7510).
+ifeq ($(CUDA_BUILD),1)
+ifneq ($(wildcard $(CUTLASS_HOME)/include/cutlass/cutlass.h),)
+$(BUILD)/fp4/gemm_cutlass.cu.o: NVFLAGS += -DFP4_HAVE_CUTLASS -DNDEBUG -I$(CUTLASS_HOME)/include --expt-relaxed-constexpr
+$(BUILD)/fp4/gemm_cutlass.cu.o: $(CUTLASS_HOME)/include/cutlass/version.h
+else
+$(info note: no CUTLASS in $(CUTLASS_HOME)/include (scripts/deps.sh fetch gets it): fp4_gemm fp8 tunes between cuBLASLt and our own kernel only)
+endif
+endif
+
+train: $(BUILD)/train.o $(BUILD)/libengine.a | $(PQ_SO)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libengine.a: $(LIB_OBJ) $(CU_OBJ)
@@ -83,6 +113,12 @@ $(BUILD)/%.o: %.c $(BUILD)/deps.mk
 $(BUILD)/%.cu.o: %.cu $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+ifeq ($(PARQUET_BUILD),1)
+$(PQ_SO): data/parquet_text.cc $(BUILD)/deps.mk
+	$(CXX) -O2 -std=c++17 -Wall -fPIC -shared -I. -I$(ARROW_HOME)/include -MMD -MP -o $@ $< \
+	  -L$(ARROW_HOME)/lib -Wl,-rpath,$(abspath $(ARROW_HOME)/lib) -lparquet -larrow
+endif
 
 $(BUILD)/%.cpp.o: %.cpp $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)

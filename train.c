@@ -33,10 +33,13 @@
 #include "parallel/comm.h"   // comm_env, comm_init, comm_allreduce_sum_f64, comm_barrier
 #include "parallel/zero.h"   // zero_create, zero_begin_micro, zero_note_tokens, zero_reduce_grads
 #include "run/bench.h"       // bench_main (--bench)
+#include "run/bench_attention.h"
 #include "run/checkpoint.h"  // ckpt_probe_dir
 #include "run/config.h"      // TrainConfig: config_load, config_set, config_validate
 #include "run/dgrad_diag.h"  // dgrad_diagnostic (--dgrad-diagnostic)
 #include "run/mc_eval.h"     // mc_task_*: multiple-choice scoring with the model
+#include "run/metrics.h"     // MetricsLog: the JSONL log and TensorBoard event files
+#include "run/mfu.h"         // the two MFU conventions
 #include "run/run.h"         // Run: resume, init_from, save_checkpoint, optimizer_step
 #include "run/schedule.h"    // lr_at
 
@@ -64,6 +67,9 @@ static void usage(FILE *f) {
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
           "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n"
+          "  --bench-attention [--bench-steps N]\n"
+          "                            time attention fwd+bwd at the config's shapes, plain causal beside\n"
+          "                            document-masked (model.doc_mask) on web-like document lengths\n"
           "  --dgrad-diagnostic N [--dgrad-draws K]\n"
           "                            the paper's Dgrad diagnostic on N micro-batches of the (resumed or\n"
           "                            init_from) model: MXFP4 vs CTA-local NVFP4 error energy per block\n"
@@ -227,14 +233,17 @@ static void window_push(LossWindow *w, double loss) {
 
 // A skipped step: said on stdout and in the JSONL log (non-finite values as strings, which JSON
 // allows); at reliability.max_bad_steps in a row the run stops, naming the checkpoint to go back to.
-static void report_bad_step(const Run *r, FILE *log, double loss, float norm, int bad_steps) {
+static void report_bad_step(const Run *r, MetricsLog *log, double loss, float norm, int bad_steps) {
   printf("step %6lld: loss %g, grad norm %g: not finite, skipping the update (%d in a row, limit %d)\n",
          (long long)r->step, loss, norm, bad_steps, r->cfg.max_bad_steps);
-  if (log) {
-    fprintf(log, "{\"step\": %lld, \"event\": \"skipped\", \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
-            (long long)r->step, loss, norm);
-    fflush(log);
-  }
+  char l[32], g[32];
+  snprintf(l, sizeof l, "%g", loss), snprintf(g, sizeof g, "%g", norm);
+  metrics_begin(log, r->step, "skipped");
+  metrics_text(log, "loss", l);
+  metrics_text(log, "grad_norm", g);
+  metrics_num(log, "in_a_row", "%.0f", bad_steps);  // TensorBoard's "skipped/in_a_row"
+  metrics_end(log);
+  metrics_flush(log);
   if (bad_steps < r->cfg.max_bad_steps) return;
   fflush(stdout);
   die("%d consecutive non-finite steps (reliability.max_bad_steps), the last at step %lld: stopping; none of them "
@@ -246,14 +255,16 @@ static void report_bad_step(const Run *r, FILE *log, double loss, float norm, in
 
 // Logs (stdout and JSONL) a loss above factor x the mean of the last window's losses; logged, not
 // acted on: a spike is worth a look, not a stop. The check starts once the window is full.
-static void check_spike(LossWindow *w, float factor, int64_t step, double loss, FILE *log) {
+static void check_spike(LossWindow *w, float factor, int64_t step, double loss, MetricsLog *log) {
   if (w->n == w->window && loss > factor * window_mean(w)) {
     double mean = window_mean(w);
     printf("step %6lld: loss spike %.4f > %g x running mean %.4f of the last %d steps\n", (long long)step, loss, factor,
            mean, w->window);
-    if (log)
-      fprintf(log, "{\"step\": %lld, \"event\": \"spike\", \"loss\": %.9g, \"running_mean\": %.9g, \"factor\": %g}\n",
-              (long long)step, loss, mean, factor);
+    metrics_begin(log, step, "spike");
+    metrics_num(log, "loss", "%.9g", loss);
+    metrics_num(log, "running_mean", "%.9g", mean);
+    metrics_num(log, "factor", "%g", factor);
+    metrics_end(log);
   }
   window_push(w, loss);
 }
@@ -302,7 +313,15 @@ static void open_tasks(Run *r) {
 // Scores every task and logs accuracy (and length-normalized accuracy) beside the training loss;
 // MMLU adds its categories and subjects to the log. With more than one task, a table of each task's
 // paper metric and their mean.
-static void run_tasks(Run *r, FILE *log) {
+// One number of an eval record, keyed "eval/<task>[_<group>]/<metric>" (group: an MMLU category or subject).
+static void eval_num(MetricsLog *log, const char *task, const char *group, const char *metric, const char *fmt,
+                     double v) {
+  char key[192];
+  snprintf(key, sizeof key, "eval/%.40s%s%.64s/%.16s", task, group ? "_" : "", group ? group : "", metric);
+  metrics_num(log, key, fmt, v);
+}
+
+static void run_tasks(Run *r, MetricsLog *log) {
   char err[512];
   EvalResult res[8];
   double secs[8];
@@ -319,17 +338,15 @@ static void run_tasks(Run *r, FILE *log) {
       if (e->category[c].n)
         printf("step %6lld |   %s %-16s acc %.4f (%d docs)\n", (long long)r->step, e->name, e->category[c].name,
                e->category[c].acc, e->category[c].n);
-    if (log) {
-      fprintf(log, "{\"step\": %lld, \"eval/%s/acc\": %.6f", (long long)r->step, e->name, e->acc);
-      if (e->has_norm) fprintf(log, ", \"eval/%s/acc_norm\": %.6f", e->name, e->acc_norm);
-      fprintf(log, ", \"eval/%s/n\": %d", e->name, e->n);
-      for (int c = 0; e->n_subjects && c < EVAL_MMLU_CATEGORIES; c++)
-        if (e->category[c].n)
-          fprintf(log, ", \"eval/%s_%s/acc\": %.6f", e->name, e->category[c].name, e->category[c].acc);
-      for (int k = 0; k < e->n_subjects; k++)
-        fprintf(log, ", \"eval/%s_%s/acc\": %.6f", e->name, e->subject[k].name, e->subject[k].acc);
-      fprintf(log, "}\n");
-    }
+    metrics_begin(log, r->step, NULL);
+    eval_num(log, e->name, NULL, "acc", "%.6f", e->acc);
+    if (e->has_norm) eval_num(log, e->name, NULL, "acc_norm", "%.6f", e->acc_norm);
+    eval_num(log, e->name, NULL, "n", "%.0f", e->n);
+    for (int c = 0; e->n_subjects && c < EVAL_MMLU_CATEGORIES; c++)
+      if (e->category[c].n) eval_num(log, e->name, e->category[c].name, "acc", "%.6f", e->category[c].acc);
+    for (int k = 0; k < e->n_subjects; k++)
+      eval_num(log, e->name, e->subject[k].name, "acc", "%.6f", e->subject[k].acc);
+    metrics_end(log);
     if (r->cfg.eval_samples[0]) {
       char path[2 * CFG_PATH];
       if (snprintf(path, sizeof path, "%s/%s.jsonl", r->cfg.eval_samples, e->name) >= (int)sizeof path)
@@ -346,17 +363,21 @@ static void run_tasks(Run *r, FILE *log) {
              res[i].paper_norm ? "acc_norm" : "acc", eval_paper_metric(&res[i]), res[i].n, secs[i]);
     }
     printf("%-14s %6s %-9s %8.4f\n", "mean", "", "", sum / r->n_tasks);
-    if (log) fprintf(log, "{\"step\": %lld, \"eval/mean\": %.6f}\n", (long long)r->step, sum / r->n_tasks);
+    metrics_begin(log, r->step, NULL);
+    metrics_num(log, "eval/mean", "%.6f", sum / r->n_tasks);
+    metrics_end(log);
   }
   fflush(stdout);
 }
 
 // The validation loss (when a validation split is set) and the downstream tasks, logged as above.
-static void evaluate(Run *r, FILE *log) {
+static void evaluate(Run *r, MetricsLog *log) {
   if (r->val) {
     float vl = eval_loss(r);
     printf("step %6lld | val loss %.4f\n", (long long)r->step, vl);
-    if (log) fprintf(log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)r->step, vl);
+    metrics_begin(log, r->step, NULL);
+    metrics_num(log, "val_loss", "%.9g", vl);
+    metrics_end(log);
   }
   run_tasks(r, log);
 }
@@ -370,7 +391,7 @@ static void format_eta(double s, char *buf, size_t len) {
 
 // The command line beyond the config: what to do with it.
 typedef struct {
-  int print_config, dry_run, eval_only, bench_steps;
+  int print_config, dry_run, eval_only, bench_steps, bench_attention;
   int diag_batches, diag_draws;         // --dgrad-diagnostic N, --dgrad-draws K
   const char *dump_dir, *bench_layers;  // --compare-dump DIR; --bench / --layers A,B
   int64_t max_steps;                    // --max-steps (-1: the schedule's total_steps)
@@ -402,6 +423,7 @@ static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
     else if (!strcmp(argv[i], "--bench")) cli->bench_layers = "2,4";
     else if (!strcmp(argv[i], "--layers") && i + 1 < argc) cli->bench_layers = argv[++i];
     else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) cli->bench_steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--bench-attention")) cli->bench_attention = 1;
     else if (!strcmp(argv[i], "--dgrad-diagnostic") && i + 1 < argc) cli->diag_batches = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--dgrad-draws") && i + 1 < argc) cli->diag_draws = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
@@ -446,6 +468,17 @@ static void print_sizes(const TrainConfig *cfg) {
   printf("route %s: %s\n", cfg->recipe, contract);
 }
 
+// The backend's options from the config; bench: --bench (no record unless parallel.gemm_plans names
+// one). plans (n bytes) holds the record's path, which the options point at.
+static BackendOptions backend_options(const TrainConfig *cfg, int rank, int world, int local_rank, int bench,
+                                      char *plans, size_t n) {
+  int choice = gemm_plans_choice(cfg->deterministic, cfg->gemm_plans, cfg->ckpt_dir, world, rank, bench, plans, n);
+  if (choice < 0)
+    die("parallel.gemm_plans: the record's path (from '%s') is too long",
+        cfg->gemm_plans[0] ? cfg->gemm_plans : cfg->ckpt_dir);
+  return (BackendOptions){cfg->deterministic, cfg->dgrad_transposed, local_rank, cfg->nvtx, (GemmChoice)choice, plans};
+}
+
 // Everything a run needs before its first step: the rank (parallel/comm.h), the backend, the recipe,
 // the model, ZeRO-1, the data, the downstream tasks, then the resume or checkpoint.init_from.
 static void open_run(Run *run, const Cli *cli) {
@@ -467,7 +500,9 @@ static void open_run(Run *run, const Cli *cli) {
   else snprintf(probe, sizeof probe, "%s", cfg->ckpt_dir);
   if (cfg->ckpt_dir[0] && !cli->dump_dir && ckpt_probe_dir(probe, err, sizeof err)) die("checkpoint.dir: %s", err);
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-  run->ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, env.local_rank});
+  char plans[CFG_PATH + 64];
+  BackendOptions bo = backend_options(cfg, env.rank, env.world, env.local_rank, 0, plans, sizeof plans);
+  run->ops = backend_open(cfg->backend, &bo);
   run->comm = comm_init(&env, cfg->rendezvous, cfg->timeout_s, !run->ops->host_memory);
   const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len;
   const LlamaConfig *mc = &cfg->model;
@@ -476,6 +511,9 @@ static void open_run(Run *run, const Cli *cli) {
   Recipe recipe = apply_recipe(cfg, run->ops, mc->n_layers);
   run->model = llama_create_ex(mc, B, T, run->ops, llama_recompute_parse(cfg->recompute));
   llama_init(run->model, cfg->seed);
+  llama_set_docs(run->model, &(LlamaDocs){.block_causal = !strcmp(cfg->doc_mask, "block_causal"),
+                                          .restart_positions = !strcmp(cfg->doc_positions, "restart"),
+                                          .bos_id = cfg->bos_id});
   run->recipe = recipe_meta(&recipe);
   recipe_route_key(&recipe, run->route, sizeof run->route);
   run->saved_step = -1;
@@ -538,16 +576,24 @@ static void print_run(const Run *run) {
     printf("master weights: %.2f GB of fp32 parameters given back per rank (%.2f GB kept)\n", run->zero->released / 1e9,
            4.0 * n / 1e9 - run->zero->released / 1e9);
   printf("activations: %.1f MB (recompute %s)\n", llama_activation_bytes(run->model) / 1e6, cfg->recompute);
+  const int n_src = loader_n_sources(run->train);
   if (loader_synthetic_entropy(run->train) > 0)
     printf("data: synthetic Markov corpus, entropy floor %.4f nats/token\n", loader_synthetic_entropy(run->train));
-  else
+  else if (n_src == 1)
     printf("data: %s (%llu tokens/epoch)\n", cfg->train_data, (unsigned long long)loader_tokens_per_epoch(run->train));
+  else printf("data: a blend of %d sources (logged as tokens/NAME)\n", n_src);
+  for (int i = 0; n_src > 1 && i < n_src; i++) {
+    LoaderSourceInfo s = loader_source_info(run->train, i);
+    printf("  %-12s weight %.4f, %llu tokens/epoch%s: %s\n", s.name, s.weight, (unsigned long long)s.tokens_per_epoch,
+           s.tokens_per_epoch ? "" : " (synthetic: no epochs)", s.paths);
+  }
   fflush(stdout);
 }
 
-// One log line (stdout, and the JSONL log on rank 0): loss, lr, norm, throughput, MFU, memory, ETA.
-// seconds: since the last line; avg_step_s: over this process's steps so far.
-static void log_step(const Run *run, FILE *log, double loss, float lr, float norm, double seconds, double avg_step_s) {
+// One log line (stdout, and the metrics log on rank 0): loss, lr, norm, throughput, MFU, memory, ETA.
+// seconds: since the last line; avg_step_s: over this process's steps so far. mfu: NULL on the CPU.
+static void log_step(const Run *run, MetricsLog *log, const Mfu *mfu, double loss, float lr, float norm, double seconds,
+                     double avg_step_s) {
   const TrainConfig *cfg = &run->cfg;
   const int world = run->world;
   const double tps = (double)cfg->global_batch * cfg->seq_len * cfg->log_interval / seconds;
@@ -559,28 +605,35 @@ static void log_step(const Run *run, FILE *log, double loss, float lr, float nor
   printf("step %6lld/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)run->step, cfg->total_steps,
          loss, lr, norm, tps);
   if (world > 1) printf(" (%.0f/GPU)", tps / world);
-  // MFU by the paper's formula (BF16-equivalent FLOPs per token over the BF16 peak); GPU runs only
-  double mfu =
-      on_host(run) ? 0 : 100.0 * tps / world * llama_flops_per_token(&cfg->model, cfg->seq_len) / PEAK_BF16_FLOPS;
-  if (mfu > 0) printf(" | MFU %.1f%%", mfu);
+  // MFU by the two conventions of run/mfu.h (the banner and the log's header name them); GPU runs only
+  double mfu_bf16 = mfu ? mfu_paper(mfu, tps / world) : 0, mfu_own = mfu ? mfu_own_peak(mfu, tps / world) : 0;
+  if (mfu_bf16 > 0) printf(" | MFU %.1f%%", 100 * mfu_bf16);
+  if (mfu_own > 0 && mfu->bf16_flops < mfu->flops_per_token) printf(" (own peak %.1f%%)", 100 * mfu_own);
   if (dev_gb > 0) printf(" | mem %.1f GB", dev_gb);
   printf(" | eta %s\n", eta);
   fflush(stdout);
-  if (log) {
-    fprintf(
-        log,
-        "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"tok_per_s\": %.1f, "
-        "\"tok_per_s_gpu\": %.1f",
-        (long long)run->step, loss, lr, norm, (long long)run->meta.tokens_seen, tps, tps / world);
-    if (mfu > 0) fprintf(log, ", \"mfu\": %.4f", mfu / 100);
-    if (dev_gb > 0) fprintf(log, ", \"mem_peak_gb\": %.2f, \"dev_mem_gb\": %.2f", mem_gb, dev_gb);
-    fprintf(log, "}\n");
+  metrics_begin(log, run->step, NULL);
+  metrics_num(log, "loss", "%.9g", loss);
+  metrics_num(log, "lr", "%.9g", lr);
+  metrics_num(log, "grad_norm", "%.9g", norm);
+  metrics_num(log, "tokens", "%.0f", (double)run->meta.tokens_seen);
+  for (int i = 0; loader_n_sources(run->train) > 1 && i < loader_n_sources(run->train); i++) {
+    LoaderSourceInfo s = loader_source_info(run->train, i);  // drawn by all ranks, skipped steps included
+    char key[64];
+    snprintf(key, sizeof key, "tokens/%s", s.name);
+    metrics_num(log, key, "%.0f", (double)s.tokens);
   }
+  metrics_num(log, "tok_per_s", "%.1f", tps);
+  metrics_num(log, "tok_per_s_gpu", "%.1f", tps / world);
+  if (mfu_bf16 > 0) metrics_num(log, "mfu", "%.4f", mfu_bf16);
+  if (mfu_own > 0) metrics_num(log, "mfu_own_peak", "%.4f", mfu_own);
+  if (dev_gb > 0) metrics_num(log, "mem_peak_gb", "%.2f", mem_gb), metrics_num(log, "dev_mem_gb", "%.2f", dev_gb);
+  metrics_end(log);
 }
 
 // The training loop: accumulate micro-batches, reduce, agree across ranks, step (or skip a bad
 // step), log, evaluate, checkpoint, and stop or save on a signal.
-static void train(Run *run, FILE *log, int64_t max_steps) {
+static void train(Run *run, MetricsLog *log, const Mfu *mfu, int64_t max_steps) {
   const TrainConfig *cfg = &run->cfg;
   const int world = run->world, B = cfg->micro_batch, T = cfg->seq_len, accum = cfg->global_batch / (B * world);
   const NanInjection inject = parse_nan_injection();
@@ -625,14 +678,17 @@ static void train(Run *run, FILE *log, int64_t max_steps) {
       if (cfg->spike_factor > 0) check_spike(&spikes, cfg->spike_factor, run->step, loss, log);
       double now = now_seconds();
       if (run->step % cfg->log_interval == 0 || run->step == cfg->total_steps) {
-        log_step(run, log, loss, lr, norm, now - t_last, (now - t_start) / (run->step - first_step));
+        log_step(run, log, mfu, loss, lr, norm, now - t_last, (now - t_start) / (run->step - first_step));
         t_last = now;
       }
       if (cfg->eval_interval > 0 && run->step % cfg->eval_interval == 0) evaluate(run, log);
     }
-    if (log) fflush(log);
     int last = run->step == cfg->total_steps || run->step == max_steps;
-    if ((cfg->ckpt_interval > 0 && run->step % cfg->ckpt_interval == 0) || last) save_checkpoint(run);
+    int save = (cfg->ckpt_interval > 0 && run->step % cfg->ckpt_interval == 0) || last;
+    // The logs reach the disk before a checkpoint that a resume would continue after them.
+    if (save || save_now || stop_now) metrics_sync(log);
+    else metrics_flush(log);
+    if (save) save_checkpoint(run);
     if (save_now) {
       save_request = 0;
       printf("received SIGUSR1%s: saving a checkpoint and continuing\n", world > 1 ? " (on some rank)" : "");
@@ -646,6 +702,39 @@ static void train(Run *run, FILE *log, int64_t max_steps) {
     }
   }
   free(spikes.loss);
+}
+
+// Rank 0's metrics log (run/metrics.h; NULL on other ranks or when logging names no file), opened
+// with its header record: the MFU conventions of the figures (printed too, on a GPU), the backend
+// and the effective config as YAML (what scripts/wandb_follow.py gives W&B as the run's config).
+static MetricsLog *open_log(const Run *run, Mfu *mfu) {
+  const TrainConfig *cfg = &run->cfg;
+  char err[512], desc[1024], conv[1200];
+  Recipe r;
+  RecipeSpec spec = config_recipe_spec(cfg);
+  int cc = run->ops->device_cc ? run->ops->device_cc(run->ops->ctx) : 0;
+  if (recipe_resolve(&r, &spec, cc, err, sizeof err)) die("%s", err);  // apply_recipe resolved it already
+  *mfu = mfu_model(&cfg->model, cfg->seq_len, &r);
+  mfu_describe(mfu, desc, sizeof desc);
+  if (!on_host(run)) printf("MFU: %s\n", desc);
+  snprintf(conv, sizeof conv, "%s%s", on_host(run) ? "not computed on the CPU backend; on a GPU: " : "", desc);
+  MetricsLog *log = run->rank == 0 ? metrics_open(cfg->log_file, cfg->tensorboard, run->step) : NULL;
+  if (!log) return NULL;
+  char *yaml = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&yaml, &len);
+  if (!f) die("open_memstream: out of memory");
+  config_write_yaml(cfg, f);
+  fclose(f);
+  metrics_begin(log, -1, "header");
+  metrics_text(log, "backend", run->ops->name);
+  metrics_text(log, "mfu_conventions", conv);
+  metrics_num(log, "flops_per_token", "%.9g", mfu->flops_per_token);
+  metrics_text(log, "config", yaml);
+  metrics_end(log);
+  metrics_flush(log);
+  free(yaml);
+  return log;
 }
 
 static void close_run(Run *run) {
@@ -688,19 +777,22 @@ int main(int argc, char **argv) {
     print_sizes(cfg);
     return 0;
   }
-  if (cli.bench_layers) {  // synthetic tokens; no data, checkpoints or multi-process launch needed
+  if (cli.bench_layers || cli.bench_attention) {  // synthetic tokens; no data, checkpoints or multi-process launch
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    const Ops *ops = backend_open(cfg->backend, &(BackendOptions){cfg->deterministic, cfg->dgrad_transposed, 0});
+    char plans[CFG_PATH + 64];
+    BackendOptions bo = backend_options(cfg, 0, 1, 0, 1, plans, sizeof plans);
+    const Ops *ops = backend_open(cfg->backend, &bo);
     apply_recipe(cfg, ops, cfg->model.n_layers);
+    if (cli.bench_attention) return bench_attention_main(cfg, ops, cli.bench_steps);
     return bench_main(cfg, ops, cli.bench_layers, cli.bench_steps);
   }
 
   open_run(&run, &cli);
   if (cli.eval_only) {  // validation loss and downstream tasks of the initial or resumed model, then exit
-    FILE *elog = cfg->log_file[0] ? xfopen(cfg->log_file, "a") : NULL;
+    MetricsLog *elog = metrics_open_append(cfg->log_file);
     evaluate(&run, elog);
-    if (elog) fclose(elog);
+    metrics_close(elog);
     return 0;
   }
   if (cli.diag_batches) return dgrad_diagnostic(&run, cli.diag_batches, cli.diag_draws, cfg->seed ^ 0xd9a4u, stdout);
@@ -709,19 +801,18 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  FILE *log = NULL;  // one JSONL log for the job, written by rank 0
-  if (cfg->log_file[0] && run.rank == 0) log = xfopen(cfg->log_file, run.step > 0 ? "a" : "w");
-  // A resumed run appends: mark where, so a reader knows that lines for the steps after the
-  // checkpoint may appear twice (the later ones win; on the CPU backend they are identical).
-  if (log && run.step > 0) fprintf(log, "{\"step\": %lld, \"event\": \"resumed\"}\n", (long long)run.step);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
   signal(SIGUSR1, on_signal);
   signal(SIGXFSZ, SIG_IGN);  // a file-size limit then fails the write (EFBIG), which we report
   print_run(&run);
-  train(&run, log, cli.max_steps);
+  Mfu mfu;
+  MetricsLog *log = open_log(&run, &mfu);  // one for the job, written by rank 0
+  train(&run, log, on_host(&run) ? NULL : &mfu, cli.max_steps);
   if (run.ops->end_report) run.ops->end_report(run.ops->ctx, run.rank);
   close_run(&run);
-  if (log) fclose(log);
+  metrics_begin(log, run.step, "end");  // a follower (scripts/wandb_follow.py) may stop here
+  metrics_end(log);
+  metrics_close(log);
   return 0;
 }

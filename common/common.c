@@ -3,12 +3,14 @@
 #include "common/common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void die_at(const char *file, int line, const char *fmt, ...) {
   fflush(stdout);
@@ -165,6 +167,59 @@ int make_dirs(const char *dir, char *err, size_t errlen) {
     p[i] = c;
   }
   free(p);
+  return rc;
+}
+
+int write_all_fd(int fd, const void *buf, uint64_t n) {
+  const uint64_t chunk = (uint64_t)64 << 20;
+  const char *p = buf;
+  while (n) {
+    ssize_t r = write(fd, p, n < chunk ? n : chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = ENOSPC;
+      return -1;
+    }
+    p += r, n -= (uint64_t)r;
+  }
+  return 0;
+}
+
+int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  if (rc && errno == EINVAL) rc = 0;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return rc;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen) {
+  const size_t n = strlen(path);
+  char *tmp = xmalloc(n + 5), *dir = xmalloc(n + 2);
+  snprintf(tmp, n + 5, "%s.tmp", path);
+  const char *slash = strrchr(path, '/');  // the directory whose entry the rename changes
+  if (!slash) snprintf(dir, n + 2, ".");
+  else snprintf(dir, n + 2, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = set_err(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+  } else {
+    if (write_all_fd(fd, data, bytes) || fsync(fd))
+      rc = set_err(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+    if (close(fd) && !rc) rc = set_err(err, errlen, "cannot close '%s': %s", tmp, strerror(errno));
+    if (rc) unlink(tmp);
+  }
+  if (!rc && rename(tmp, path)) {
+    rc = set_err(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    unlink(tmp);
+  }
+  if (!rc && fsync_dir(dir))
+    rc = set_err(err, errlen, "'%s' was written but syncing its directory failed: %s", path, strerror(errno));
+  free(dir);
+  free(tmp);
   return rc;
 }
 

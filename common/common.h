@@ -53,6 +53,18 @@ int set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((forma
 // mkdir -p: creates dir and its missing parents. Returns 0, or -1 with a message naming the path.
 int make_dirs(const char *dir, char *err, size_t errlen);
 
+// Durable writes (run/checkpoint.c's saves and common/gemm_plans.c's record use them).
+// write_all_fd: n bytes to fd, looping over partial writes and EINTR, at most 64 MiB per call (Linux
+// caps one write near 2 GiB). 0, or -1 with errno set (ENOSPC for a write of zero bytes).
+int write_all_fd(int fd, const void *buf, uint64_t n);
+// fsync of a directory: makes a rename in it durable. File systems that cannot sync a directory
+// answer EINVAL; that counts as done. 0, or -1 with errno set.
+int fsync_dir(const char *dir);
+// A small whole file written atomically: path.tmp, fsync, rename over path, fsync of its folder (which
+// must exist). A crash leaves the old file or the new one, never a torn one. 0, or -1 with err
+// naming the path.
+int write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,17 @@ int cuda_sm_count(void) {
   return g_sms;
 }
 
+int cuda_device_cc(void) {
+  int dev, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 int cuda_grid(size_t work, int threads) {
   size_t blocks = (work + threads - 1) / threads, full = (size_t)cuda_sm_count() * (2048 / threads);
   if (blocks > full) blocks = full;

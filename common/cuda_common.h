@@ -50,6 +50,9 @@ void cuda_set_stream(cudaStream_t s);
 int cuda_grid(size_t work, int threads);
 // Multiprocessors of the current device (read once).
 int cuda_sm_count(void);
+// The current device's compute capability as major * 10 + minor, 0 without a usable device (the
+// error is cleared): for kernels that run on one architecture only.
+int cuda_device_cc(void);
 // n BF16 values uniform in [-1, 1) from cuda_hash24 (benchmark operands: tensor-core power, hence
 // clocks, depends on the data), queued on cuda_stream().
 void cuda_fill_uniform_bf16(void *p, size_t n, uint32_t seed);

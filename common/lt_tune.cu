@@ -9,12 +9,23 @@
 
 static LtContext g_ctx;
 
-const LtContext *lt_context(void) {
-  if (g_ctx.handle) return &g_ctx;
+static_assert(sizeof(cublasLtMatmulAlgo_t) == GEMM_PLAN_VALUE_WORDS * sizeof(uint64_t),
+              "a recorded value holds one cublasLtMatmulAlgo_t");
+static_assert((int)LT_KEY_INTS == (int)GEMM_PLAN_KEY_INTS, "a record's key is a plan's key");
+
+// GEMM_AUTOTUNE=0 in the environment: heuristic #0 whatever the choice.
+static int autotune_env(void) {
   const char *e = getenv("GEMM_AUTOTUNE");
   if (e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
     die("environment variable GEMM_AUTOTUNE='%s': expected 0 (heuristic #0) or 1 (time the top candidates)", e);
-  g_ctx.autotune = !(e && strcmp(e, "0") == 0);
+  return !(e && strcmp(e, "0") == 0);
+}
+
+const LtContext *lt_context(void) {
+  if (g_ctx.handle) return &g_ctx;
+  g_ctx.autotune = autotune_env();
+  g_ctx.untimed = g_ctx.autotune ? NULL : "GEMM_AUTOTUNE=0";
+  g_ctx.choice = GEMM_TIMED;
   g_ctx.ws_bytes = 64u << 20;
   CUBLAS_CHECK(cublasLtCreate(&g_ctx.handle));
   CUDA_CHECK(cudaMalloc(&g_ctx.ws, g_ctx.ws_bytes));
@@ -25,7 +36,65 @@ void lt_context_release(void) {
   if (!g_ctx.handle) return;
   CUDA_CHECK(cudaFree(g_ctx.ws));
   CUBLAS_CHECK(cublasLtDestroy(g_ctx.handle));
+  gemm_plans_free(&g_ctx.plans);
   memset(&g_ctx, 0, sizeof g_ctx);
+}
+
+int lt_set_choice(GemmChoice choice, const char *path, char *err, size_t errlen) {
+  lt_context();
+  GemmPlans plans = {};
+  if (choice == GEMM_RECORDED && !path[0]) return set_err(err, errlen, "lt_set_choice: a record needs a path");
+  if (choice == GEMM_RECORDED && gemm_plans_load(&plans, path, err, errlen)) return -1;
+  gemm_plans_free(&g_ctx.plans);
+  g_ctx.plans = plans;
+  g_ctx.choice = choice;
+  g_ctx.autotune = autotune_env() && choice != GEMM_HEURISTIC;
+  g_ctx.untimed = g_ctx.autotune             ? NULL
+                  : choice == GEMM_HEURISTIC ? "parallel.deterministic without a record: heuristic #0"
+                                             : "GEMM_AUTOTUNE=0";
+  // The record's device: the GPU's name (tabs and newlines would break the file's lines) and
+  // compute capability, and cuBLASLt's version (an algorithm is valid for the library that made it).
+  int dev;
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  GemmPlanDevice *d = &g_ctx.device;
+  snprintf(d->gpu, sizeof d->gpu, "%s", prop.name[0] ? prop.name : "unnamed GPU");
+  for (char *c = d->gpu; *c; c++)
+    if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
+  d->cc = prop.major * 10 + prop.minor;
+  d->lib = (uint64_t)cublasLtGetVersion();
+  return 0;
+}
+
+// Takes the record's lock (nested within the process), merging what other processes saved since.
+static void record_lock(void) {
+  char err[2560];
+  if (gemm_plans_lock(&g_ctx.plans, err, sizeof err)) die("parallel.gemm_plans: %s", err);
+}
+
+const uint64_t *lt_recorded(const int *key) {
+  if (g_ctx.choice != GEMM_RECORDED) return NULL;
+  const uint64_t *v = gemm_plans_find(&g_ctx.plans, &g_ctx.device, key);
+  if (v) return v;
+  // Another process sharing the record may have chosen it since we read it: look again under the
+  // lock, and on a miss keep the lock until lt_record, so that no other process chooses it meanwhile.
+  record_lock();
+  v = gemm_plans_find(&g_ctx.plans, &g_ctx.device, key);
+  if (v) gemm_plans_unlock(&g_ctx.plans);
+  return v;
+}
+
+void lt_record(const int *key, const uint64_t *value) {
+  if (g_ctx.choice != GEMM_RECORDED) return;
+  if (g_ctx.plans.lock_depth == 0) die("lt_record: no miss of lt_recorded holds the record's lock");
+  char err[2560];
+  if (value && (gemm_plans_put(&g_ctx.plans, &g_ctx.device, key, value, err, sizeof err) ||
+                gemm_plans_save(&g_ctx.plans, err, sizeof err)))
+    die("%s: the GEMM choices could not be recorded, so a later process could not repeat this run; free the "
+        "space or fix the permissions (or set parallel.gemm_plans elsewhere)",
+        err);
+  gemm_plans_unlock(&g_ctx.plans);
 }
 
 // Up to `max` heuristic results with state SUCCESS, in the heuristic's order, for buffers aligned to
@@ -158,7 +227,34 @@ void lt_plans_release(void) {
   g_nplans = g_capplans = 0;
 }
 
-void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate) {
+// GEMM_RECORDED: takes the recorded algorithm of p's key when cuBLASLt accepts it for p's
+// descriptors and our workspace: returns 1. Else 0 with the record's lock held for lt_record: on a
+// miss (lt_recorded), or when cuBLASLt refuses it (reported; the new choice replaces it).
+static int use_recorded(LtPlan *p, const LtContext *lt) {
+  const uint64_t *v = lt_recorded(p->key);
+  if (!v) return 0;
+  cublasLtMatmulAlgo_t algo;
+  memcpy(&algo, v, sizeof algo);
+  cublasLtMatmulHeuristicResult_t r;
+  memset(&r, 0, sizeof r);
+  cublasStatus_t st = cublasLtMatmulAlgoCheck(lt->handle, p->desc, p->la, p->lb, p->lout, p->lout, &algo, &r);
+  if (st == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= lt->ws_bytes) {
+    p->algo = algo, p->n_candidates = 1, p->chosen = 0, p->untuned = "recorded";
+    return 1;
+  }
+  char key[160];
+  int o = 0;
+  for (int i = 0; i < LT_KEY_INTS; i++) o += snprintf(key + o, sizeof key - o, "%s%d", i ? " " : "", p->key[i]);
+  fprintf(stderr,
+          "warning: gemm_plans '%s': cuBLASLt refuses the recorded algorithm of plan [%s] (%s, workspace %zu of "
+          "%zu bytes): choosing and recording another; this process no longer repeats the ones that used it\n",
+          lt->plans.path, key, cublasLtGetStatusName(st), r.workspaceSize, lt->ws_bytes);
+  record_lock();
+  return 0;
+}
+
+// The choice without a record: heuristic #0, or the fastest timed (see lt_plan_choose).
+static void choose_fresh(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate) {
   cublasLtMatmulHeuristicResult_t res[16];
   const LtContext *lt = lt_context();
   if (max > 16) max = 16;
@@ -168,7 +264,7 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
   if (n == 0) return;
   p->algo = res[0].algo;
   if (!lt->autotune) {
-    p->untuned = "GEMM_AUTOTUNE=0";
+    p->untuned = lt->untimed;
     return;
   }
   if (!launch) {
@@ -207,6 +303,17 @@ void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, 
     return;
   }
   p->chosen = best, p->algo = res[best].algo, p->ms = ms[best], p->ms_h0 = ms[0];
+}
+
+void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate) {
+  const LtContext *lt = lt_context();
+  p->ms = p->ms_h0 = 0;
+  const int recording = lt->choice == GEMM_RECORDED;
+  if (recording && use_recorded(p, lt)) return;
+  choose_fresh(p, max, launch, ctx, out, out_bytes, accumulate);
+  // Whatever was chosen, timed or not (a first call inside a graph capture, one candidate, no call to
+  // time), is what this run computed with: later processes must take the same.
+  if (recording) lt_record(p->key, p->n_candidates > 0 ? p->algo.data : NULL);
 }
 
 double lt_plan_best_ms(const LtPlan *p, int max, LtLaunch launch, void *ctx, int rounds, double target_ms, int *n,

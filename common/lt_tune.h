@@ -5,19 +5,43 @@
 #include <cublasLt.h>
 #include <stddef.h>
 
+#include "common/gemm_plans.h"
+
 // The process's one cuBLASLt handle and GEMM workspace, created at first use (both GEMM layers use
-// them), and the GEMM_AUTOTUNE setting: 1 (default) lets the layers time the heuristic's top
-// candidates, 0 keeps heuristic #0. Dies on a GEMM_AUTOTUNE other than 0 or 1.
+// them), and how plans choose their algorithm: timed (the default), heuristic #0, or recorded
+// (lt_set_choice). GEMM_AUTOTUNE=0 in the environment keeps heuristic #0 whatever the choice (a
+// recording run then records it); dies on a GEMM_AUTOTUNE other than 0 or 1.
 typedef struct {
   cublasLtHandle_t handle;
   void *ws;
-  size_t ws_bytes;  // 64 MiB: split-K and Hopper kernels like 32 MiB+
-  int autotune;
+  size_t ws_bytes;        // 64 MiB: split-K and Hopper kernels like 32 MiB+
+  int autotune;           // 1: the layers may time candidates; 0: heuristic #0 (why: untimed)
+  const char *untimed;    // why nothing is timed ("GEMM_AUTOTUNE=0", ...), NULL when autotune is 1
+  GemmChoice choice;      // GEMM_TIMED, GEMM_RECORDED or GEMM_HEURISTIC (common/gemm_plans.h)
+  GemmPlans plans;        // GEMM_RECORDED: the record, read by lt_set_choice, saved at every new entry
+  GemmPlanDevice device;  // this GPU and cuBLASLt version: the record's entries are theirs
 } LtContext;
 const LtContext *lt_context(void);
-// Destroys the handle and frees the workspace (for leak checks at exit); the next lt_context()
-// creates them again. The callers' cached descriptors stay valid.
+// Destroys the handle and frees the workspace and the record (for leak checks at exit); the next
+// lt_context() creates them again, timing by default. The callers' cached descriptors stay valid.
 void lt_context_release(void);
+
+// How plans made from now on choose their algorithm (parallel.deterministic, docs/determinism.md):
+// GEMM_TIMED times the heuristic's top candidates in this process; GEMM_HEURISTIC keeps heuristic #0;
+// GEMM_RECORDED reads the record at path (a missing file is an empty record) and takes a plan's
+// recorded algorithm for this GPU and cuBLASLt version when cuBLASLt accepts it
+// (cublasLtMatmulAlgoCheck), else chooses as GEMM_TIMED and records the choice, saving the record at
+// once (atomically: a process killed later leaves it whole). -1 with err naming the file and what to
+// do when the record cannot be read. Creates the context.
+int lt_set_choice(GemmChoice choice, const char *path, char *err, size_t errlen);
+// GEMM_RECORDED: the value recorded under key (LT_KEY_INTS ints) for this GPU, looked up again in
+// the file (common/gemm_plans.h's gemm_plans_lock) when this process has none. NULL otherwise: when
+// recording, that miss holds the record's lock, and the caller must then call lt_record for key.
+const uint64_t *lt_recorded(const int *key);
+// GEMM_RECORDED, after a miss: records value under key (NULL: nothing was chosen), saves the record
+// and releases the miss's lock. Dies with the file's name when the record cannot be written (the run
+// could not be repeated). Otherwise does nothing.
+void lt_record(const int *key, const uint64_t *value);
 
 // Runs one call of the GEMM being tuned with `algo` on cuda_stream().
 typedef cublasStatus_t (*LtLaunch)(void *ctx, const cublasLtMatmulAlgo_t *algo);
@@ -38,8 +62,16 @@ int tune_pick_fastest(TuneRun run, void *ctx, int n, int rounds, double target_m
 // ---- the plan cache -----------------------------------------------------------------------------
 // A plan: one GEMM kind's descriptors at one key and the algorithm kept. The key is ints (compared
 // whole): key[0] the kind, then the kind's own fields (shape, layouts, types, beta != 0, alignment).
+// LT_FP8_KERNEL is no cuBLASLt plan: the key of fp4_gemm_fp8_on's kernel choice in the record.
 enum { LT_KEY_INTS = 12 };
-typedef enum { LT_BF16 = 1, LT_FP8 = 2, LT_FP4_NATIVE = 3, LT_BF16_DEV_ALPHA = 4, LT_FP8_TENSOR = 5 } LtKind;
+typedef enum {
+  LT_BF16 = 1,
+  LT_FP8 = 2,
+  LT_FP4_NATIVE = 3,
+  LT_BF16_DEV_ALPHA = 4,
+  LT_FP8_TENSOR = 5,
+  LT_FP8_KERNEL = 6
+} LtKind;
 typedef struct {
   int key[LT_KEY_INTS];  // zero-padded
   cublasLtMatmulDesc_t desc;
@@ -64,10 +96,11 @@ void lt_plan_destroy(LtPlan *p);
 void lt_plans_release(void);
 
 // Chooses p->algo among the first `max` (<= 16) heuristic candidates: heuristic #0, or with
-// autotuning the fastest on the call's own operands. launch(ctx) runs that call; *out is its output
-// pointer inside ctx: with accumulate (beta != 0) the timed calls would keep adding into it, so they
-// run on a scratch copy (out_bytes) swapped in there and back. launch NULL: no call to time. Sets
-// n_candidates (0: none, algo unset), chosen, ms, ms_h0, untuned. Syncs when it times.
+// autotuning the fastest on the call's own operands; with a record (lt_set_choice), the recorded one
+// if there is one (untuned then says "recorded"), and any other choice is recorded. launch(ctx) runs that call; *out is
+// its output pointer inside ctx: with accumulate (beta != 0) the timed calls would keep adding into it, so they run on
+// a scratch copy (out_bytes) swapped in there and back. launch NULL: no call to time. Sets n_candidates (0: none, algo
+// unset), chosen, ms, ms_h0, untuned. Syncs when it times.
 void lt_plan_choose(LtPlan *p, int max, LtLaunch launch, void *ctx, void **out, size_t out_bytes, int accumulate);
 
 // Benchmarks (allocates nothing, syncs): the best time per call in ms among the first `max` (<= 16)

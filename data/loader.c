@@ -1,5 +1,6 @@
-// data/loader.c: see loader.h. Two sources behind one window function: shards held in memory, and
-// a synthetic Markov-chain corpus generated per window from (seed, window index).
+// data/loader.c: see loader.h. Two kinds of source behind one window function: shards held in memory,
+// and a synthetic Markov-chain corpus generated per window from (seed, window index); a blend draws
+// from several sources by the schedule of data/blend.c.
 #include "data/loader.h"
 
 #include <glob.h>
@@ -25,22 +26,27 @@ typedef struct {
   uint64_t n_windows;
 } LoadedShard;
 
-struct DataLoader {
-  int B, T, rank, world, shuffle;
-  uint64_t seed;
-  uint32_t vocab_size;
-  uint64_t pos;      // window position of the next micro-batch's first row (rank 0), all ranks agree
-  uint32_t *window;  // T+1 scratch tokens
-
-  // shard source
+// One source: its windows (shards) or the synthetic corpus, read as one stream of windows.
+typedef struct {
+  uint64_t seed;  // its window order, and for "synthetic" its language
   LoadedShard *shards;
   int n_shards;
   uint64_t n_windows;  // over all shards; 0 marks the synthetic source
   uint64_t *perm;      // shuffle=1: window order of epoch perm_epoch (NULL until first built)
   uint64_t perm_epoch;
+  uint32_t *succ_base;  // synthetic: per context token, first of its successors (see synth_window)
+} Source;
 
-  // synthetic source
-  uint32_t *succ_base;  // per context token: first of its successors (see synth_window)
+struct DataLoader {
+  int B, T, rank, world, shuffle;
+  uint64_t seed;
+  uint32_t vocab_size;
+  uint32_t *window;  // T+1 scratch tokens
+  BlendSpec spec;    // the sources' names, weights and paths (one source of weight 1 if not a blend)
+  Source *src;       // spec.n of them
+  // sched.pos: window position of the next micro-batch's first row (rank 0), all ranks agree;
+  // sched.count: windows drawn so far from each source (all ranks)
+  BlendSchedule sched;
 };
 
 // Seeds an Rng from a tuple of 64-bit words, so distinct (seed, purpose, index) never share a stream.
@@ -60,16 +66,16 @@ static void rng_seed_tuple(Rng *r, uint64_t a, uint64_t b, uint64_t c) {
 enum { SYNTH_BOS = 0, SYNTH_EOS = 1, SYNTH_K = 4, SYNTH_MIN_VOCAB = 2 + SYNTH_K };
 static const uint64_t SYNTH_TRAIN_STREAM = 1, SYNTH_HELDOUT_STREAM = 2, PERM_STREAM = 3;
 
-static void synth_build(DataLoader *dl) {
-  dl->succ_base = xmalloc(sizeof(uint32_t) * dl->vocab_size);
+static void synth_build(const DataLoader *dl, Source *src) {
+  src->succ_base = xmalloc(sizeof(uint32_t) * dl->vocab_size);
   Rng r;
-  rng_seed_tuple(&r, dl->seed, 0, 0);  // the language depends on the seed only
-  for (uint32_t c = 0; c < dl->vocab_size; c++) dl->succ_base[c] = (uint32_t)(rng_u64(&r) % (dl->vocab_size - 2));
+  rng_seed_tuple(&r, src->seed, 0, 0);  // the language depends on the seed only
+  for (uint32_t c = 0; c < dl->vocab_size; c++) src->succ_base[c] = (uint32_t)(rng_u64(&r) % (dl->vocab_size - 2));
 }
 
-static void synth_window(const DataLoader *dl, uint64_t i, uint32_t *out, int n) {
+static void synth_window(const DataLoader *dl, const Source *src, uint64_t i, uint32_t *out, int n) {
   Rng r;
-  rng_seed_tuple(&r, dl->seed, dl->shuffle ? SYNTH_TRAIN_STREAM : SYNTH_HELDOUT_STREAM, i);
+  rng_seed_tuple(&r, src->seed, dl->shuffle ? SYNTH_TRAIN_STREAM : SYNTH_HELDOUT_STREAM, i);
   uint32_t prev = SYNTH_BOS, content = dl->vocab_size - 2;
   out[0] = prev;
   for (int t = 1; t < n; t++) {
@@ -80,7 +86,7 @@ static void synth_window(const DataLoader *dl, uint64_t i, uint32_t *out, int n)
     else {
       // Low 3 bits pick j with p = 4/8, 2/8, 1/8, 1/8: exact dyadic probabilities, no floats.
       static const int pick[8] = {0, 0, 0, 0, 1, 1, 2, 3};
-      next = 2 + (dl->succ_base[prev] + (uint32_t)pick[u & 7]) % content;
+      next = 2 + (src->succ_base[prev] + (uint32_t)pick[u & 7]) % content;
     }
     out[t] = prev = next;
   }
@@ -105,38 +111,49 @@ static void shard_window(const LoadedShard *s, uint64_t w, uint32_t *out, int n)
   else memcpy(out, s->tokens + w * (uint64_t)(n - 1), sizeof(uint32_t) * (size_t)n);
 }
 
-// Which shard holds global window w: binary search over first_window.
-static const LoadedShard *shard_of(const DataLoader *dl, uint64_t w) {
-  int lo = 0, hi = dl->n_shards - 1;
+// Which shard holds the source's window w: binary search over first_window.
+static const LoadedShard *shard_of(const Source *src, uint64_t w) {
+  int lo = 0, hi = src->n_shards - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (dl->shards[mid].first_window <= w) lo = mid;
+    if (src->shards[mid].first_window <= w) lo = mid;
     else hi = mid - 1;
   }
-  return &dl->shards[lo];
+  return &src->shards[lo];
 }
 
 // Fisher-Yates shuffle seeded by (seed, epoch). The modulo bias of rng_u64() % (i+1) is below
 // n/2^64, negligible next to anything a training run could notice.
-static void build_perm(DataLoader *dl, uint64_t epoch) {
-  if (!dl->perm) dl->perm = xmalloc(sizeof(uint64_t) * dl->n_windows);
-  for (uint64_t i = 0; i < dl->n_windows; i++) dl->perm[i] = i;
+static void build_perm(Source *src, uint64_t epoch) {
+  if (!src->perm) src->perm = xmalloc(sizeof(uint64_t) * src->n_windows);
+  for (uint64_t i = 0; i < src->n_windows; i++) src->perm[i] = i;
   Rng r;
-  rng_seed_tuple(&r, dl->seed, PERM_STREAM, epoch);
-  for (uint64_t i = dl->n_windows - 1; i > 0; i--) {
-    uint64_t j = rng_u64(&r) % (i + 1), t = dl->perm[i];
-    dl->perm[i] = dl->perm[j];
-    dl->perm[j] = t;
+  rng_seed_tuple(&r, src->seed, PERM_STREAM, epoch);
+  for (uint64_t i = src->n_windows - 1; i > 0; i--) {
+    uint64_t j = rng_u64(&r) % (i + 1), t = src->perm[i];
+    src->perm[i] = src->perm[j];
+    src->perm[j] = t;
   }
-  dl->perm_epoch = epoch;
+  src->perm_epoch = epoch;
 }
 
-// Global window id at position p of the endless epoch sequence.
-static uint64_t window_at(DataLoader *dl, uint64_t p) {
-  uint64_t epoch = p / dl->n_windows, k = p % dl->n_windows;
+// The source's window id at position p of its endless epoch sequence.
+static uint64_t window_at(const DataLoader *dl, Source *src, uint64_t p) {
+  uint64_t epoch = p / src->n_windows, k = p % src->n_windows;
   if (!dl->shuffle) return k;
-  if (!dl->perm || dl->perm_epoch != epoch) build_perm(dl, epoch);
-  return dl->perm[k];
+  if (!src->perm || src->perm_epoch != epoch) build_perm(src, epoch);
+  return src->perm[k];
+}
+
+// Window i of a source's stream into out (n = T+1 tokens).
+static void source_window(const DataLoader *dl, Source *src, uint64_t i, uint32_t *out, int n) {
+  if (src->succ_base) {
+    synth_window(dl, src, i, out, n);
+    return;
+  }
+  uint64_t w = window_at(dl, src, i);
+  const LoadedShard *s = shard_of(src, w);
+  shard_window(s, w - s->first_window, out, n);
 }
 
 // What to say when entry finds no file: that its directory does not exist, or that nothing in it
@@ -205,21 +222,21 @@ static int expand_spec(const char *spec, char ***paths, int *n_paths, char *err,
   return rc;
 }
 
-// Appends one source to dl->shards (its windows after the others').
-static LoadedShard *add_shard(DataLoader *dl, int *cap) {
-  dl->shards = grow_array(dl->shards, dl->n_shards, cap, sizeof *dl->shards);
-  LoadedShard *s = &dl->shards[dl->n_shards++];
+// Appends one shard to src->shards (its windows after the others').
+static LoadedShard *add_shard(Source *src, int *cap) {
+  src->shards = grow_array(src->shards, src->n_shards, cap, sizeof *src->shards);
+  LoadedShard *s = &src->shards[src->n_shards++];
   memset(s, 0, sizeof *s);
   return s;
 }
 
-static void count_windows(DataLoader *dl, LoadedShard *s) {
+static void count_windows(const DataLoader *dl, Source *src, LoadedShard *s) {
   s->n_windows = s->n_tokens > (uint64_t)dl->T ? (s->n_tokens - 1) / (uint64_t)dl->T : 0;
-  s->first_window = dl->n_windows;
-  dl->n_windows += s->n_windows;
+  s->first_window = src->n_windows;
+  src->n_windows += s->n_windows;
 }
 
-static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errlen) {
+static int load_shards(const DataLoader *dl, Source *src, const char *spec, char *err, size_t errlen) {
   char **paths;
   int n = 0, rc = expand_spec(spec, &paths, &n, err, errlen);
   // Each path is a packed-binary manifest (or its folder), a Megatron dataset (a glob over its folder
@@ -254,19 +271,19 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
       int nm;
       rc = packed_open(paths[i], dl->vocab_size, &maps, &nm, err, errlen);
       for (int j = 0; rc == 0 && j < nm; j++) {
-        LoadedShard *s = add_shard(dl, &cap);
+        LoadedShard *s = add_shard(src, &cap);
         s->mg = xmalloc(sizeof *s->mg);
         *s->mg = maps[j];
         size_t len = strlen(maps[j].bin_path);
         s->path = xmalloc(len + 1);
         memcpy(s->path, maps[j].bin_path, len + 1);
         s->n_tokens = maps[j].n_tokens;
-        count_windows(dl, s);
+        count_windows(dl, src, s);
       }
       if (rc == 0) free(maps);
       continue;
     }
-    LoadedShard *s = add_shard(dl, &cap);
+    LoadedShard *s = add_shard(src, &cap);
     ShardInfo info = {0};
     if (kind[i] == MEGATRON) {
       s->mg = xcalloc(1, sizeof *s->mg);
@@ -276,9 +293,9 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
     s->path = paths[i];
     paths[i] = NULL;  // owned by the shard now
     s->n_tokens = rc == 0 ? info.n_tokens : 0;
-    count_windows(dl, s);
+    count_windows(dl, src, s);
   }
-  if (rc == 0 && dl->n_windows == 0) {
+  if (rc == 0 && src->n_windows == 0) {
     set_err(err, errlen, "data spec '%s': no shard holds T+1 = %d tokens", spec, dl->T + 1);
     rc = -1;
   }
@@ -289,6 +306,33 @@ static int load_shards(DataLoader *dl, const char *spec, char *err, size_t errle
 
 // ---------------------------------------------------------------------------------------------
 // Public API.
+
+// A blend's source i reads its own order (and synthetic language): seeded by (seed, i). A single
+// source keeps the run's seed, so a plain spec reads exactly what it read before blends existed.
+static uint64_t source_seed(uint64_t seed, int i, int blend) {
+  if (!blend) return seed;
+  uint64_t words[2] = {seed, (uint64_t)i};
+  return hash64(words, sizeof(words), 0x626c656e64ull);  // "blend"
+}
+
+static int open_source(DataLoader *dl, Source *src, const char *spec, char *err, size_t errlen) {
+  while (*spec == ' ') spec++;
+  if (strcmp(spec, "synthetic") == 0) {
+    if (dl->vocab_size < SYNTH_MIN_VOCAB)
+      return set_err(err, errlen, "loader: synthetic data needs vocab_size >= %d, got %u", SYNTH_MIN_VOCAB,
+                     dl->vocab_size);
+    synth_build(dl, src);
+    return 0;
+  }
+  return load_shards(dl, src, spec, err, errlen);
+}
+
+// Windows over all sources (0 for synthetic ones): the state's n_windows.
+static uint64_t total_windows(const DataLoader *dl) {
+  uint64_t n = 0;
+  for (int i = 0; i < dl->spec.n; i++) n += dl->src[i].n_windows;
+  return n;
+}
 
 DataLoader *loader_open(const char *spec, int B, int T, int rank, int world, uint64_t seed, int shuffle,
                         uint32_t vocab_size, char *err, size_t errlen) {
@@ -304,90 +348,195 @@ DataLoader *loader_open(const char *spec, int B, int T, int rank, int world, uin
   *dl = (DataLoader){
       .B = B, .T = T, .rank = rank, .world = world, .shuffle = shuffle ? 1 : 0, .seed = seed, .vocab_size = vocab_size};
   dl->window = xmalloc(sizeof(uint32_t) * ((size_t)T + 1));
-  while (*spec == ' ') spec++;
-  if (strcmp(spec, "synthetic") == 0) {
-    if (vocab_size < SYNTH_MIN_VOCAB) {
-      set_err(err, errlen, "loader: synthetic data needs vocab_size >= %d, got %u", SYNTH_MIN_VOCAB, vocab_size);
-      loader_close(dl);
-      return NULL;
-    }
-    synth_build(dl);
-  } else if (load_shards(dl, spec, err, errlen) != 0) {
+  char msg[1024];
+  if (blend_parse(spec, &dl->spec, msg, sizeof msg)) {
+    set_err(err, errlen, "data spec '%s': %s", spec, msg);
     loader_close(dl);
     return NULL;
   }
+  const int n = dl->spec.n, blend = n > 1;
+  dl->src = xcalloc((size_t)n, sizeof *dl->src);
+  for (int i = 0; i < n; i++) {
+    dl->src[i].seed = source_seed(seed, i, blend);
+    // A plain spec is opened as written, so its messages quote it unchanged.
+    if (open_source(dl, &dl->src[i], dl->spec.weighted ? dl->spec.src[i].paths : spec, msg, sizeof msg)) {
+      if (blend) set_err(err, errlen, "source %d ('%s'): %s", i + 1, dl->spec.src[i].name, msg);
+      else set_err(err, errlen, "%s", msg);
+      loader_close(dl);
+      return NULL;
+    }
+  }
+  blend_schedule_init(&dl->sched, &dl->spec);
   return dl;
 }
 
 void loader_next(DataLoader *dl, int *inputs, int *targets) {
   const int T = dl->T;
-  for (int b = 0; b < dl->B; b++) {
-    uint64_t p = dl->pos + (uint64_t)dl->rank * (uint64_t)dl->B + (uint64_t)b;
-    if (dl->succ_base) {
-      synth_window(dl, p, dl->window, T + 1);
-    } else {
-      uint64_t w = window_at(dl, p);
-      const LoadedShard *s = shard_of(dl, w);
-      shard_window(s, w - s->first_window, dl->window, T + 1);
-    }
+  // Every rank follows the schedule over the whole micro-batch of all ranks and reads its own rows.
+  const uint64_t first = (uint64_t)dl->rank * (uint64_t)dl->B, all = (uint64_t)dl->B * (uint64_t)dl->world;
+  for (uint64_t q = 0; q < all; q++) {
+    uint64_t index;
+    int s = blend_next(&dl->sched, &index);
+    if (q < first || q >= first + (uint64_t)dl->B) continue;
+    source_window(dl, &dl->src[s], index, dl->window, T + 1);
+    size_t b = (size_t)(q - first);
     for (int t = 0; t < T; t++) {
-      inputs[(size_t)b * T + t] = (int)dl->window[t];
-      targets[(size_t)b * T + t] = (int)dl->window[t + 1];
+      inputs[b * T + t] = (int)dl->window[t];
+      targets[b * T + t] = (int)dl->window[t + 1];
     }
   }
-  dl->pos += (uint64_t)dl->B * (uint64_t)dl->world;
 }
 
 void loader_get_state(const DataLoader *dl, LoaderState *s) {
+  uint64_t n = total_windows(dl), pos = dl->sched.pos;
   s->seed = dl->seed;
-  s->n_windows = dl->n_windows;
-  s->epoch = dl->n_windows ? dl->pos / dl->n_windows : 0;
-  s->cursor = dl->n_windows ? dl->pos % dl->n_windows : dl->pos;
+  s->n_windows = n;
+  s->epoch = n ? pos / n : 0;
+  s->cursor = n ? pos % n : pos;
 }
 
-int loader_set_state(DataLoader *dl, const LoaderState *s, char *err, size_t errlen) {
-  if (s->seed != dl->seed || s->n_windows != dl->n_windows) {
+// The "blend" checkpoint section's layout, as docs/checkpoint_format.md gives it.
+_Static_assert(sizeof(LoaderSourceState) == 64 && sizeof(LoaderBlendState) == 8 + 64 * BLEND_MAX_SOURCES,
+               "LoaderBlendState is the documented 4104 bytes");
+
+int loader_get_blend(const DataLoader *dl, LoaderBlendState *b) {
+  memset(b, 0, sizeof *b);
+  b->version = LOADER_BLEND_VERSION;
+  b->n_sources = (uint32_t)dl->spec.n;
+  for (int i = 0; i < dl->spec.n; i++) {
+    LoaderSourceState *s = &b->src[i];
+    memcpy(s->name, dl->spec.src[i].name, sizeof s->name);
+    s->weight = dl->spec.src[i].weight;
+    s->n_windows = dl->src[i].n_windows;
+    s->samples = dl->sched.count[i];
+    s->tokens = s->samples * (uint64_t)dl->T;
+  }
+  return dl->spec.n;
+}
+
+// A weight as the shortest decimal that reads back as the same double.
+static const char *weight_text(double w, char *buf, size_t n) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, n, "%.*g", prec, w);
+    if (strtod(buf, NULL) == w) break;
+  }
+  return buf;
+}
+
+// "2 sources (web 0.75, code 0.25)" for messages.
+static void describe_sources(const LoaderBlendState *b, char *buf, size_t n) {
+  size_t o = (size_t)snprintf(buf, n, "%u source%s (", b->n_sources, b->n_sources == 1 ? "" : "s");
+  for (uint32_t i = 0; i < b->n_sources && o < n; i++) {
+    char w[32];
+    o += (size_t)snprintf(buf + o, n - o, "%s%.*s %s", i ? ", " : "", BLEND_NAME, b->src[i].name,
+                          weight_text(b->src[i].weight, w, sizeof w));
+  }
+  if (o < n) snprintf(buf + o, n - o, ")");
+}
+
+// The first difference between a checkpoint's blend (a) and this loader's (b), or 0.
+static int blend_mismatch(const LoaderBlendState *a, const LoaderBlendState *b, char *err, size_t errlen) {
+  char da[512], db[512], wa[32], wb[32];
+  if (a->version != LOADER_BLEND_VERSION)
+    return set_err(err, errlen, "the checkpoint's blend section has version %u, this build reads %u", a->version,
+                   LOADER_BLEND_VERSION);
+  describe_sources(a, da, sizeof da);
+  describe_sources(b, db, sizeof db);
+  if (a->n_sources != b->n_sources || a->n_sources > BLEND_MAX_SOURCES)
+    return set_err(err, errlen, "the checkpoint blends %s, this run %s", da, db);
+  for (uint32_t i = 0; i < a->n_sources; i++) {
+    const LoaderSourceState *x = &a->src[i], *y = &b->src[i];
+    if (strncmp(x->name, y->name, BLEND_NAME))
+      return set_err(err, errlen, "source %u is '%.*s' in the checkpoint, '%.*s' in this run (checkpoint: %s; run: %s)",
+                     i + 1, BLEND_NAME, x->name, BLEND_NAME, y->name, da, db);
+    if (x->weight != y->weight)
+      return set_err(err, errlen, "source '%.*s' has weight %s in the checkpoint, %s in this run (normalized weights)",
+                     BLEND_NAME, y->name, weight_text(x->weight, wa, sizeof wa), weight_text(y->weight, wb, sizeof wb));
+    if (x->n_windows != y->n_windows)
+      return set_err(err, errlen,
+                     "source '%.*s' has %llu windows in the checkpoint, %llu in this run (other shards or seq_len)",
+                     BLEND_NAME, y->name, (unsigned long long)x->n_windows, (unsigned long long)y->n_windows);
+  }
+  return 0;
+}
+
+int loader_set_state(DataLoader *dl, const LoaderState *s, const LoaderBlendState *blend, char *err, size_t errlen) {
+  // The blend first: a changed blend is named as such, not as "another data set".
+  LoaderBlendState mine;
+  loader_get_blend(dl, &mine);
+  char desc[512];
+  if (!blend && dl->spec.n > 1) {
+    describe_sources(&mine, desc, sizeof desc);
+    return set_err(err, errlen, "the checkpoint read one source, this run blends %s", desc);
+  }
+  if (blend && dl->spec.n == 1) {
+    describe_sources(blend, desc, sizeof desc);
+    return set_err(err, errlen, "the checkpoint blends %s, this run reads one source", desc);
+  }
+  if (blend && blend_mismatch(blend, &mine, err, errlen)) return -1;
+  const uint64_t n_windows = total_windows(dl);
+  if (s->seed != dl->seed || s->n_windows != n_windows) {
     set_err(err, errlen,
             "loader state is from another data set or seed (state: seed %llu, %llu windows; "
             "this loader: seed %llu, %llu windows)",
             (unsigned long long)s->seed, (unsigned long long)s->n_windows, (unsigned long long)dl->seed,
-            (unsigned long long)dl->n_windows);
+            (unsigned long long)n_windows);
     return -1;
   }
-  if (dl->n_windows == 0) {
+  uint64_t pos;
+  if (n_windows == 0) {
     if (s->epoch != 0) {
       set_err(err, errlen, "loader state: epoch %llu for synthetic data, which has no epochs",
               (unsigned long long)s->epoch);
       return -1;
     }
-    dl->pos = s->cursor;
-    return 0;
+    pos = s->cursor;
+  } else {
+    if (s->cursor >= n_windows || s->epoch > (UINT64_MAX - s->cursor) / n_windows) {
+      set_err(err, errlen, "loader state: cursor %llu / epoch %llu out of range for %llu windows",
+              (unsigned long long)s->cursor, (unsigned long long)s->epoch, (unsigned long long)n_windows);
+      return -1;
+    }
+    pos = s->epoch * n_windows + s->cursor;
   }
-  if (s->cursor >= dl->n_windows || s->epoch > (UINT64_MAX - s->cursor) / dl->n_windows) {
-    set_err(err, errlen, "loader state: cursor %llu / epoch %llu out of range for %llu windows",
-            (unsigned long long)s->cursor, (unsigned long long)s->epoch, (unsigned long long)dl->n_windows);
-    return -1;
-  }
-  dl->pos = s->epoch * dl->n_windows + s->cursor;
+  BlendSchedule sched = dl->sched;
+  sched.pos = pos;
+  for (int i = 0; i < dl->spec.n; i++) sched.count[i] = blend ? blend->src[i].samples : pos;
+  if (blend && blend_check(&sched, &dl->spec, err, errlen)) return -1;
+  dl->sched = sched;
   return 0;
 }
 
-void loader_reset(DataLoader *dl) { dl->pos = 0; }
+int loader_n_sources(const DataLoader *dl) { return dl->spec.n; }
 
-uint64_t loader_tokens_per_epoch(const DataLoader *dl) { return dl->n_windows * (uint64_t)dl->T; }
+LoaderSourceInfo loader_source_info(const DataLoader *dl, int i) {
+  return (LoaderSourceInfo){dl->spec.src[i].name, dl->spec.src[i].paths, dl->spec.src[i].weight,
+                            dl->src[i].n_windows * (uint64_t)dl->T, dl->sched.count[i] * (uint64_t)dl->T};
+}
 
-double loader_synthetic_entropy(const DataLoader *dl) { return dl->succ_base ? synth_entropy() : -1.0; }
+void loader_reset(DataLoader *dl) { blend_schedule_init(&dl->sched, &dl->spec); }
+
+uint64_t loader_tokens_per_epoch(const DataLoader *dl) { return total_windows(dl) * (uint64_t)dl->T; }
+
+double loader_synthetic_entropy(const DataLoader *dl) {
+  return dl->spec.n == 1 && dl->src[0].succ_base ? synth_entropy() : -1.0;
+}
 
 void loader_close(DataLoader *dl) {
   if (!dl) return;
-  for (int i = 0; i < dl->n_shards; i++) {
-    free(dl->shards[i].path);
-    free(dl->shards[i].tokens);
-    if (dl->shards[i].mg) token_map_close(dl->shards[i].mg), free(dl->shards[i].mg);
+  for (int k = 0; dl->src && k < dl->spec.n; k++) {
+    Source *src = &dl->src[k];
+    for (int i = 0; i < src->n_shards; i++) {
+      free(src->shards[i].path);
+      free(src->shards[i].tokens);
+      if (src->shards[i].mg) token_map_close(src->shards[i].mg), free(src->shards[i].mg);
+    }
+    free(src->shards);
+    free(src->perm);
+    free(src->succ_base);
   }
-  free(dl->shards);
-  free(dl->perm);
-  free(dl->succ_base);
+  free(dl->src);
+  blend_spec_free(&dl->spec);
   free(dl->window);
   free(dl);
 }

@@ -1,316 +1,364 @@
-// data/prepare.c: see prepare.h. Three parts: reading documents from the inputs (Source), writing
-// the train/val token streams into fixed-size shards (Split), and the batch loop that tokenizes
-// documents in parallel and writes them in input order.
+// data/prepare.c: see prepare.h. Four parts: the output (Split: the train and val token streams cut
+// into shards, each shard written by a task of its own), the work on one block of input (Chunk:
+// parse, cut into pieces, encode, write in order), the pipeline that runs that work on every thread,
+// and the command line.
 #include "data/prepare.h"
 
 #include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 #include <zstd.h>
 
 #include "common/common.h"
 #include "data/json.h"
 #include "data/shard.h"
+#include "data/text_input.h"
 #include "data/tokenizer.h"
 
-#define BATCH_BYTES (32u << 20)  // tokenize this much text per parallel batch
-#define BATCH_DOCS 4096
-#define READ_CHUNK (1u << 20)
-
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Source: the documents of one input file, in order.
-
-typedef enum { INPUT_TXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_JSONL_GZ } InputKind;
-
-typedef struct {
-  const char *path;
-  InputKind kind;
-  FILE *f;
-  int done;             // no more documents
-  long lineno;          // line of the last line read (.jsonl)
-  ZSTD_DCtx *zstd;      // .jsonl.zst: streaming decompressor
-  size_t zstd_pending;  // last ZSTD_decompressStream result: 0 iff the last frame is complete
-  z_stream *gz;         // .jsonl.gz / .json.gz: zlib's inflate (gzip members, one after another)
-  int gz_member_open;   // inside a gzip member (its end not reached yet)
-  char *in;             // compressed bytes read from the file
-  size_t in_len, in_pos;
-  char *buf;  // decoded bytes not yet split into lines
-  size_t buf_len, buf_pos;
-  char *line;  // the current line
-  size_t line_len, line_cap;
-} Source;
-
-static int input_kind(const char *path, InputKind *kind, char *err, size_t errlen) {
-  if (ends_with(path, ".jsonl.zst")) *kind = INPUT_JSONL_ZST;
-  else if (ends_with(path, ".jsonl.gz") || ends_with(path, ".json.gz")) *kind = INPUT_JSONL_GZ;  // Dolma: .json.gz
-  else if (ends_with(path, ".jsonl")) *kind = INPUT_JSONL;
-  else if (ends_with(path, ".txt")) *kind = INPUT_TXT;
-  else
-    return set_err(err, errlen, "%s: unsupported input (expected .txt, .jsonl, .jsonl.zst, .jsonl.gz or .json.gz)",
-                   path);
-  return 0;
-}
-
-static int source_open(Source *s, const char *path, char *err, size_t errlen) {
-  memset(s, 0, sizeof *s);
-  s->path = path;
-  if (input_kind(path, &s->kind, err, errlen)) return -1;
-  if (!(s->f = fopen(path, "rb"))) return set_err(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-  s->buf = xmalloc(READ_CHUNK);
-  if (s->kind == INPUT_JSONL_ZST) {
-    s->in = xmalloc(READ_CHUNK);
-    if (!(s->zstd = ZSTD_createDCtx())) die("out of memory creating a zstd context");
-  }
-  if (s->kind == INPUT_JSONL_GZ) {
-    s->in = xmalloc(READ_CHUNK);
-    s->gz = xcalloc(1, sizeof *s->gz);
-    if (inflateInit2(s->gz, 15 + 16) != Z_OK) die("out of memory creating a zlib inflate state");  // gzip only
-  }
-  return 0;
-}
-
-static void source_close(Source *s) {
-  if (s->f) fclose(s->f);
-  if (s->zstd) ZSTD_freeDCtx(s->zstd);
-  if (s->gz) inflateEnd(s->gz), free(s->gz);
-  free(s->in), free(s->buf), free(s->line);
-  memset(s, 0, sizeof *s);
-}
-
-// Compressed bytes for a decompressor: 1 when s->in has unread bytes, 0 at the end of the file, -1 on a
-// read error or when the file ends inside a frame (open: the decompressor is inside one).
-static int fill_in(Source *s, int open, const char *codec, char *err, size_t errlen) {
-  if (s->in_pos < s->in_len) return 1;
-  s->in_len = fread(s->in, 1, READ_CHUNK, s->f), s->in_pos = 0;
-  if (s->in_len) return 1;
-  if (ferror(s->f)) return set_err(err, errlen, "%s: read error: %s", s->path, strerror(errno));
-  if (open) return set_err(err, errlen, "%s: truncated %s stream", s->path, codec);
-  return 0;
-}
-
-// gzip: inflate until some output appears or the file ends; a file may hold several gzip members
-// one after another (as concatenated .gz files do), each started afresh.
-static long gz_refill(Source *s, char *err, size_t errlen) {
-  for (;;) {
-    int more = fill_in(s, s->gz_member_open, "gzip", err, errlen);
-    if (more <= 0) return more;
-    if (!s->gz_member_open) {
-      if (inflateReset(s->gz) != Z_OK) die("zlib inflateReset failed");
-      s->gz_member_open = 1;
-    }
-    s->gz->next_in = (Bytef *)s->in + s->in_pos, s->gz->avail_in = (uInt)(s->in_len - s->in_pos);
-    s->gz->next_out = (Bytef *)s->buf, s->gz->avail_out = READ_CHUNK;
-    int r = inflate(s->gz, Z_NO_FLUSH);
-    if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR)
-      return set_err(err, errlen, "%s: corrupt gzip data near compressed byte %ld: %s", s->path,
-                     ftell(s->f) - (long)s->gz->avail_in, s->gz->msg ? s->gz->msg : "inflate failed");
-    s->in_pos = s->in_len - s->gz->avail_in;
-    if (r == Z_STREAM_END) s->gz_member_open = 0;
-    size_t got = READ_CHUNK - s->gz->avail_out;
-    if (got) return (long)(s->buf_len = got);
-  }
-}
-
-// Refills s->buf with decoded bytes. Returns the count (0 at the end of the input) or -1.
-static long source_refill(Source *s, char *err, size_t errlen) {
-  s->buf_pos = s->buf_len = 0;
-  if (s->kind == INPUT_JSONL) {
-    size_t got = fread(s->buf, 1, READ_CHUNK, s->f);
-    if (!got && ferror(s->f)) return set_err(err, errlen, "%s: read error: %s", s->path, strerror(errno));
-    return (long)(s->buf_len = got);
-  }
-  if (s->kind == INPUT_JSONL_GZ) return gz_refill(s, err, errlen);
-  for (;;) {  // zstd: decompress until some output appears or the file ends
-    int more = fill_in(s, s->zstd_pending != 0, "zstd", err, errlen);
-    if (more <= 0) return more;
-    ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
-    ZSTD_outBuffer out = {s->buf, READ_CHUNK, 0};
-    size_t r = ZSTD_decompressStream(s->zstd, &out, &in);
-    if (ZSTD_isError(r))
-      return set_err(err, errlen, "%s: corrupt zstd data near compressed byte %ld: %s", s->path,
-                     ftell(s->f) - (long)(s->in_len - in.pos), ZSTD_getErrorName(r));
-    s->in_pos = in.pos, s->zstd_pending = r;
-    if (out.pos) return (long)(s->buf_len = out.pos);
-  }
-}
-
-// Reads the next line (without its '\n') into s->line. Returns 1, 0 at the end, or -1.
-static int source_line(Source *s, char *err, size_t errlen) {
-  s->line_len = 0;
-  int any = 0;
-  for (;;) {
-    if (s->buf_pos == s->buf_len) {
-      long got = source_refill(s, err, errlen);
-      if (got < 0) return -1;
-      if (got == 0) break;
-    }
-    const char *start = s->buf + s->buf_pos;
-    size_t avail = s->buf_len - s->buf_pos;
-    const char *nl = memchr(start, '\n', avail);
-    size_t take = nl ? (size_t)(nl - start) : avail;
-    if (s->line_len + take + 1 > s->line_cap) {
-      s->line_cap = 2 * (s->line_len + take + 1);
-      char *bigger = xmalloc(s->line_cap);
-      if (s->line_len) memcpy(bigger, s->line, s->line_len);
-      free(s->line);
-      s->line = bigger;
-    }
-    memcpy(s->line + s->line_len, start, take);
-    s->line_len += take;
-    s->buf_pos += take + (nl != NULL);
-    any = 1;
-    if (nl) break;
-  }
-  if (!any) return 0;
-  s->lineno++;
-  if (s->line_len && s->line[s->line_len - 1] == '\r') s->line_len--;  // CRLF files
-  return 1;
-}
-
-// Next document of the input as a malloc'd text. Returns 1, 0 when the input is exhausted, or -1.
-static int source_next(Source *s, char **text, size_t *len, char *err, size_t errlen) {
-  if (s->done) return 0;
-  if (s->kind == INPUT_TXT) {
-    s->done = 1;
-    *text = read_file(s->path, len);
-    return 1;
-  }
-  for (;;) {
-    int rc = source_line(s, err, errlen);
-    if (rc <= 0) {
-      s->done = 1;
-      return rc;
-    }
-    size_t k = 0;
-    while (k < s->line_len && strchr(" \t\r", s->line[k])) k++;
-    if (k == s->line_len) continue;  // blank line
-    char jerr[200];
-    rc = json_get_string(s->line, s->line_len, "text", text, len, jerr, sizeof jerr);
-    if (rc < 0) return set_err(err, errlen, "%s:%ld: bad JSON: %s", s->path, s->lineno, jerr);
-    if (rc == 0) return set_err(err, errlen, "%s:%ld: object has no \"text\" member", s->path, s->lineno);
-    return 1;
-  }
-}
+#define CHUNK_BYTES (1u << 20)         // input the reader frames at a time
+#define PIECE_BYTES (64u << 10)        // text one encode task takes: whole documents, longer ones cut
+#define SLOTS_PER_THREAD 4             // chunks in flight per thread
+#define SHRINK_BYTES (16u << 20)       // a chunk's buffer grown past this (a huge line) is freed after use
+#define MIN_BACKLOG_TOKENS (4u << 20)  // tokens waiting for their shard's writer, at the least
 
 // ---------------------------------------------------------------------------------------------
 // Split: one output token stream (train or val), cut into shards of exactly shard_tokens tokens.
+// The ordered writer only appends tokens to the open shard's pending buffer; every so often they
+// move, as a Segment, to the shard's ShardOut, whose task feeds them to shard.c's writer (packing,
+// checksum, zstd, fwrite). One task per shard at a time keeps each shard's bytes those of one
+// sequential writer; several shards' tasks run at once when compression is slower than tokenizing.
+
+typedef struct Segment {
+  struct Segment *next;
+  size_t n;
+  uint32_t tokens[];
+} Segment;
+
+typedef struct ShardOut {
+  struct ShardOut *next;  // in the pipeline's list, in the order the shards were started
+  char *path;
+  uint32_t vocab_size;
+  int zstd_level;
+  ShardWriter *w;         // opened by its first task
+  Segment *head, **tail;  // tokens not written yet
+  int closed;             // every token of the shard has been queued
+  int running;            // a task is writing it
+  int listed;             // in the pipeline's list
+} ShardOut;
 
 typedef struct {
   const PrepareOptions *opt;
   const char *name;  // "train" or "val"
   uint32_t vocab_size;
-  ShardWriter *w;
-  int shards;         // shards opened so far
+  ShardOut *open;  // the shard being filled (NULL between shards)
+  uint32_t *pend;  // its tokens not yet handed over
+  size_t pend_n, pend_cap;
+  int shards;         // shards started so far
   uint64_t in_shard;  // tokens in the open shard
   uint64_t tokens, docs;
 } Split;
 
-static void split_write(Split *s, const uint32_t *tokens, size_t n) {
+// A Segment or a closed shard the writer hands over, applied under the pipeline's lock.
+typedef struct Handoff {
+  struct Handoff *next;
+  ShardOut *shard;
+  Segment *seg;  // may be NULL
+  int close;
+} Handoff;
+
+static void handoff(Split *s, int close, Handoff ***tail) {
+  if (!s->open) return;
+  Handoff *h = xcalloc(1, sizeof *h);
+  h->shard = s->open, h->close = close;
+  if (s->pend_n) {
+    h->seg = xmalloc(sizeof(Segment) + s->pend_n * sizeof(uint32_t));
+    h->seg->next = NULL, h->seg->n = s->pend_n;
+    memcpy(h->seg->tokens, s->pend, s->pend_n * sizeof(uint32_t));
+    s->pend_n = 0;
+  }
+  **tail = h, *tail = &h->next;
+  if (close) s->open = NULL;
+}
+
+static void split_write(Split *s, const uint32_t *tokens, size_t n, Handoff ***handoffs) {
   while (n) {
-    if (!s->w) {
+    if (!s->open) {
       char path[4096];
       if (s->opt->part_tag)
         snprintf(path, sizeof path, "%s_%s_%s_%06d.bin", s->opt->output_prefix, s->name, s->opt->part_tag, s->shards++);
       else snprintf(path, sizeof path, "%s_%s_%06d.bin", s->opt->output_prefix, s->name, s->shards++);
-      s->w = shard_writer_open(path, s->vocab_size, s->opt->zstd_level);
-      s->in_shard = 0;
+      ShardOut *o = xcalloc(1, sizeof *o);
+      o->path = xmalloc(strlen(path) + 1);
+      strcpy(o->path, path);
+      o->vocab_size = s->vocab_size, o->zstd_level = s->opt->zstd_level;
+      o->tail = &o->head;
+      s->open = o, s->in_shard = 0;
     }
     uint64_t room = s->opt->shard_tokens - s->in_shard;
     size_t k = n < room ? n : (size_t)room;
-    shard_writer_append(s->w, tokens, k);
-    tokens += k, n -= k, s->in_shard += k, s->tokens += k;
-    if (s->in_shard == s->opt->shard_tokens) {
-      shard_writer_close(s->w);
-      s->w = NULL;
+    if (s->pend_n + k > s->pend_cap) {
+      s->pend_cap = 2 * (s->pend_n + k);
+      uint32_t *bigger = realloc(s->pend, s->pend_cap * sizeof(uint32_t));
+      if (!bigger) die("out of memory for %zu pending tokens", s->pend_cap);
+      s->pend = bigger;
     }
+    memcpy(s->pend + s->pend_n, tokens, k * sizeof(uint32_t));
+    s->pend_n += k, tokens += k, n -= k, s->in_shard += k, s->tokens += k;
+    if (s->in_shard == s->opt->shard_tokens) handoff(s, 1, handoffs);
   }
 }
 
-static void split_finish(Split *s) {
-  if (s->w) shard_writer_close(s->w);
-  s->w = NULL;
+// Writes what a shard has queued, then, once it is closed and drained, finishes the file. Runs
+// without the pipeline's lock; `segs` were detached from the shard under it.
+static void shard_out_write(ShardOut *o, Segment *segs, int finish) {
+  if (!o->w) o->w = shard_writer_open(o->path, o->vocab_size, o->zstd_level);
+  while (segs) {
+    Segment *next = segs->next;
+    shard_writer_append(o->w, segs->tokens, segs->n);
+    free(segs);
+    segs = next;
+  }
+  if (finish) {
+    shard_writer_close(o->w);
+    o->w = NULL;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
-// The batch pipeline. Three batches are in flight: while batch k is tokenized (one OpenMP task per
-// document), one task reads batch k+1 and another writes batch k-1. Reading and writing are each a
-// single task, so documents keep their input order and the output does not depend on the thread
-// count; the pipeline only hides the serial decompress/parse/compress time behind tokenization.
+// Chunk: one block of input on its way through the pipeline. The reader fills the block; a parse
+// task turns it into documents (JSON decoding, validation, the val hash) and cuts them into pieces
+// of about PIECE_BYTES (whole documents, or stretches of a long one cut where the tokenizer allows);
+// encode tasks take the pieces; the ordered writer frames each document BOS ... EOS into its split.
 
 typedef struct {
-  char *text;
-  size_t len;
-  int val;  // goes to the validation split
-  uint32_t *ids;
-  size_t n_ids;
+  size_t off, len;  // its text: chunk->text (JSON lines) or the block's bytes
+  size_t n_ids;     // its token count, when its piece holds whole documents
+  int val;          // --val-fraction: its content hash falls below the fraction
 } Doc;
 
 typedef struct {
-  Doc docs[BATCH_DOCS];
-  size_t n, bytes;
-} Batch;
+  size_t doc0, doc1;  // whole documents [doc0, doc1), or, when part, document doc0 ...
+  int part, first, last;
+  size_t off, len;  // ... from byte off, len bytes (first/last: the piece starts/ends it)
+  uint32_t *ids;    // the piece's tokens (the buffer stays with the slot, reused)
+  size_t n_ids, cap;
+} Piece;
+
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READ, SLOT_PARSING, SLOT_PARSED, SLOT_ENCODED, SLOT_WRITING } SlotState;
+
+typedef struct {
+  SlotState state;
+  int input;          // index of its input file
+  uint64_t seq;       // its place in that input: blocks are written in (input, seq) order
+  uint64_t position;  // bytes of its input file consumed once it was read (progress, ETA)
+  TextBlock block;
+  char *text;  // decoded documents (JSON lines)
+  size_t text_cap;
+  Doc *docs;
+  size_t n_docs, docs_cap;
+  Piece *pieces;
+  size_t n_pieces, pieces_cap, next_piece, pieces_done;
+  long lines;      // lines in the block (JSON lines)
+  uint64_t empty;  // empty documents skipped
+  long err_line;   // > 0: parsing stopped at this line of the block, with err; the docs before it stand
+  char err[300];
+} Chunk;
+
+static const char *doc_text(const Chunk *c, const Doc *d) {
+  return (c->block.form == BLOCK_JSON_LINES ? c->text : c->block.bytes) + d->off;
+}
+
+static void add_doc(Chunk *c, size_t off, size_t len) {
+  if (len == 0) {  // nothing to learn from BOS EOS
+    c->empty++;
+    return;
+  }
+  if (c->n_docs == c->docs_cap) {
+    c->docs_cap = c->docs_cap ? 2 * c->docs_cap : 256;
+    Doc *bigger = realloc(c->docs, c->docs_cap * sizeof(Doc));
+    if (!bigger) die("out of memory for %zu documents", c->docs_cap);
+    c->docs = bigger;
+  }
+  c->docs[c->n_docs++] = (Doc){.off = off, .len = len};
+}
+
+static Piece *add_piece(Chunk *c) {
+  if (c->n_pieces == c->pieces_cap) {
+    size_t cap = c->pieces_cap ? 2 * c->pieces_cap : 64;
+    Piece *bigger = realloc(c->pieces, cap * sizeof(Piece));
+    if (!bigger) die("out of memory for %zu pieces", cap);
+    memset(bigger + c->pieces_cap, 0, (cap - c->pieces_cap) * sizeof(Piece));
+    c->pieces = bigger, c->pieces_cap = cap;
+  }
+  return &c->pieces[c->n_pieces++];
+}
+
+// JSON lines: each line's text member decoded into c->text (decoded strings are never longer than
+// their JSON). Stops at the first bad line, recording it.
+static void parse_lines(Chunk *c, const char *field, const char *path) {
+  const TextBlock *b = &c->block;
+  if (c->text_cap < b->len) {
+    free(c->text);
+    c->text_cap = b->len;
+    c->text = xmalloc(c->text_cap);
+  }
+  size_t used = 0;
+  for (size_t pos = 0; pos < b->len;) {
+    const char *line = b->bytes + pos, *nl = memchr(line, '\n', b->len - pos);
+    size_t n = nl ? (size_t)(nl - line) : b->len - pos;
+    pos += n + 1;
+    c->lines++;
+    if (n && line[n - 1] == '\r') n--;  // CRLF files
+    size_t k = 0;
+    while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\0')) k++;
+    if (k == n) continue;  // blank line
+    char jerr[200], *s;
+    size_t len;
+    int rc = json_get_string(line, n, field, &s, &len, jerr, sizeof jerr);
+    if (rc <= 0) {
+      c->err_line = c->lines;
+      if (rc < 0) snprintf(c->err, sizeof c->err, "bad JSON: %s", jerr);
+      else snprintf(c->err, sizeof c->err, "object has no \"%s\" member", field);
+      return;
+    }
+    if (used + len > c->text_cap) die("%s: decoded JSON string longer than its line", path);  // cannot happen
+    memcpy(c->text + used, s, len);
+    free(s);
+    add_doc(c, used, len);
+    used += len;
+  }
+}
+
+// Pieces of about PIECE_BYTES: runs of whole short documents, and long documents cut where
+// tokenizer_split_point allows (a document it cannot cut stays one piece).
+static void make_pieces(Chunk *c, const Tokenizer *tok) {
+  for (size_t i = 0; i < c->n_docs;) {
+    const Doc *d = &c->docs[i];
+    if (d->len > PIECE_BYTES) {
+      const char *text = doc_text(c, d);
+      for (size_t a = 0; a < d->len;) {
+        size_t b = d->len - a > 2 * PIECE_BYTES ? tokenizer_split_point(tok, text, d->len, a + PIECE_BYTES) : d->len;
+        Piece *pc = add_piece(c);
+        pc->part = 1, pc->doc0 = i, pc->off = a, pc->len = b - a, pc->first = a == 0, pc->last = b == d->len;
+        a = b;
+      }
+      i++;
+      continue;
+    }
+    size_t j = i, bytes = 0;
+    while (j < c->n_docs && c->docs[j].len <= PIECE_BYTES && (j == i || bytes + c->docs[j].len <= PIECE_BYTES))
+      bytes += c->docs[j++].len;
+    Piece *pc = add_piece(c);
+    pc->part = 0, pc->doc0 = i, pc->doc1 = j;
+    i = j;
+  }
+}
+
+static void piece_encode(Chunk *c, Piece *pc, const Tokenizer *tok, TokenizerScratch *sc) {
+  pc->n_ids = 0;
+  if (pc->part) {
+    tokenizer_encode_append(tok, sc, doc_text(c, &c->docs[pc->doc0]) + pc->off, pc->len, &pc->ids, &pc->n_ids,
+                            &pc->cap);
+    return;
+  }
+  for (size_t i = pc->doc0; i < pc->doc1; i++) {
+    Doc *d = &c->docs[i];
+    d->n_ids = tokenizer_encode_append(tok, sc, doc_text(c, d), d->len, &pc->ids, &pc->n_ids, &pc->cap);
+  }
+}
+
+// After the chunk is written: buffers that one huge document grew are given back.
+static void chunk_recycle(Chunk *c) {
+  if (c->block.cap > SHRINK_BYTES) text_block_free(&c->block);
+  if (c->text_cap > SHRINK_BYTES) free(c->text), c->text = NULL, c->text_cap = 0;
+  for (size_t i = 0; i < c->pieces_cap; i++)
+    if (c->pieces[i].cap > SHRINK_BYTES / sizeof(uint32_t))
+      free(c->pieces[i].ids), c->pieces[i].ids = NULL, c->pieces[i].cap = 0;
+  c->state = SLOT_FREE;
+}
+
+static void chunk_free(Chunk *c) {
+  text_block_free(&c->block);
+  free(c->text), free(c->docs);
+  for (size_t i = 0; i < c->pieces_cap; i++) free(c->pieces[i].ids);
+  free(c->pieces);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pipeline. Every thread runs worker(): under one lock it picks the most urgent task, runs it
+// without the lock, and records the result. Serial are: reading one input (file reads, decompression,
+// line framing: about 1/30 of the work for JSON lines; several inputs are read at once, up to
+// 1 + threads/8, as one gzip stream inflates at only a few hundred MB/s), the writer (one at a time,
+// in (input, block) order: copying each document's tokens into its split) and each shard's file.
+// Parsing and encoding run on any thread. Blocks wait in a pool of slots, SLOTS_PER_THREAD per
+// thread, at most half of them for inputs after the one being written, so that one always has room.
+// There is no barrier anywhere, and the output is the same for any thread count.
+
+enum { STAGE_READ, STAGE_PARSE, STAGE_ENCODE, STAGE_WRITE, STAGE_SHARDS, STAGE_WAIT, STAGES };
+static const char *const STAGE_NAMES[STAGES] = {"read (serial per input)",        "parse", "encode", "write (serial)",
+                                                "shard files (serial per shard)", "idle"};
+
+typedef struct {    // one input file's reading
+  TextInput *in;    // open from its first read to its end
+  uint64_t blocks;  // blocks read so far
+  uint64_t before;  // the sizes of the inputs before it (progress)
+  int busy;         // a task is reading it
+  int done;         // read to its end
+  char *err;        // a read failed after `blocks` blocks
+} Feed;
 
 typedef struct {
   const PrepareOptions *opt;
   const Tokenizer *tok;
-  Split split[2];  // train, val
-  Source src;      // the input being read
-  int next_input;  // index of the next input to open
+  const char *field;  // the JSON member or parquet column holding the text
+  Split split[2];     // train, val
+  Split *cur;         // the split of the document being written
   uint64_t doc_index, empty_docs, input_bytes;
+  int cur_input;  // input of the chunk last written, and its lines before that chunk
+  long line_base;
   double t0, last_report;
-  double report_s;                  // seconds between progress lines (TOKENIZE_REPORT_S, default 2)
-  uint64_t file_bytes, done_bytes;  // the inputs' sizes on disk, and those of the inputs read to the end
-  uint64_t read_bytes;              // file bytes read so far (written by the reader, read by the writer)
+  double report_s;                // seconds between progress lines (TOKENIZE_REPORT_S, default 2)
+  uint64_t file_bytes, position;  // the inputs' sizes on disk, and the bytes consumed by what is written
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  Chunk *slots;
+  size_t n_slots;
+  Feed *feeds;                      // one per input
+  int next_open, n_open, max_open;  // the next input to open; inputs open; how many may be
+  int w_input;                      // the writer's next block: (w_input, w_block)
+  uint64_t w_block;
+  int writing;                    // the writer (or the final flush) is running
+  int stop, finished;             // stop: an error; finished: the splits were flushed
+  ShardOut *shards;               // shards with tokens still to write, oldest first
+  uint64_t backlog, backlog_max;  // tokens queued for the shard tasks, and the writer's limit on them
+  char err[1024];
+  double stage_s[STAGES];  // thread-seconds per kind of task (TOKENIZE_STAGES=1 prints them)
 } Prep;
 
-// Fills b with the next documents (empty when the inputs are exhausted). Returns 0 or -1.
-static int read_batch(Prep *p, Batch *b, char *err, size_t errlen) {
-  const PrepareOptions *o = p->opt;
-  b->n = b->bytes = 0;
-  while (b->n < BATCH_DOCS && b->bytes < BATCH_BYTES) {
-    if (!p->src.f) {
-      if (p->next_input == o->n_inputs) break;
-      if (source_open(&p->src, o->inputs[p->next_input++], err, errlen)) return -1;
+static void chunk_parse(Chunk *c, const Prep *p) {
+  c->n_docs = c->n_pieces = c->next_piece = c->pieces_done = 0;
+  c->lines = 0, c->empty = 0, c->err_line = 0;
+  const TextBlock *b = &c->block;
+  if (b->form == BLOCK_JSON_LINES) parse_lines(c, p->field, p->opt->inputs[c->input]);
+  else if (b->form == BLOCK_DOCUMENT) add_doc(c, 0, b->len);
+  else
+    for (size_t i = 0; i < b->n_rows; i++) add_doc(c, i ? b->ends[i - 1] : 0, b->ends[i] - (i ? b->ends[i - 1] : 0));
+  if (p->opt->val_fraction > 0)
+    for (size_t i = 0; i < c->n_docs; i++) {
+      Doc *d = &c->docs[i];
+      d->val = (hash64(doc_text(c, d), d->len, PREPARE_VAL_HASH_SEED) >> 11) * 0x1p-53 < p->opt->val_fraction;
     }
-    char *text;
-    size_t len;
-    int got = source_next(&p->src, &text, &len, err, errlen);
-    if (got < 0) return -1;
-    if (got == 0) {
-      struct stat st;
-      if (!stat(p->src.path, &st)) p->done_bytes += (uint64_t)st.st_size;
-      source_close(&p->src);
-      __atomic_store_n(&p->read_bytes, p->done_bytes, __ATOMIC_RELAXED);
-      continue;
-    }
-    if (len == 0) {  // nothing to learn from BOS EOS
-      p->empty_docs++;
-      free(text);
-      continue;
-    }
-    int val = o->val_fraction > 0 ? (hash64(text, len, PREPARE_VAL_HASH_SEED) >> 11) * 0x1p-53 < o->val_fraction
-                                  : p->doc_index < o->val_docs;
-    p->doc_index++;
-    b->docs[b->n++] = (Doc){.text = text, .len = len, .val = val};
-    b->bytes += len;
-  }
-  long pos = p->src.f ? ftell(p->src.f) : 0;
-  __atomic_store_n(&p->read_bytes, p->done_bytes + (uint64_t)(pos > 0 ? pos : 0), __ATOMIC_RELAXED);
-  return 0;
+  make_pieces(c, p->tok);
 }
 
-// "eta 1h02m" from the share of the inputs' bytes read so far.
+// "eta 1h02m" from the share of the inputs' bytes consumed by what is written.
 static void eta_text(const Prep *p, double elapsed, char *buf, size_t len) {
-  uint64_t done = __atomic_load_n(&p->read_bytes, __ATOMIC_RELAXED);
+  uint64_t done = p->position;
   if (!p->file_bytes || !done || done >= p->file_bytes) {
     snprintf(buf, len, "%.0f%% of the input", done >= p->file_bytes ? 100.0 : 0.0);
     return;
@@ -322,19 +370,50 @@ static void eta_text(const Prep *p, double elapsed, char *buf, size_t len) {
            p->file_bytes / (gb ? 1e9 : 1e6), gb ? "GB" : "MB", s / 3600, s / 60 % 60, s % 60);
 }
 
-static void write_batch(Prep *p, Batch *b) {
-  uint32_t bos = tokenizer_bos(p->tok), eos = tokenizer_eos(p->tok);
-  for (size_t i = 0; i < b->n; i++) {
-    Doc *d = &b->docs[i];
-    Split *s = &p->split[d->val];
-    split_write(s, &bos, 1);
-    split_write(s, d->ids, d->n_ids);
-    split_write(s, &eos, 1);
-    s->docs++;
-    p->input_bytes += d->len;
-    free(d->text), free(d->ids);
+static void doc_begin(Prep *p, const Doc *d, Handoff ***h) {
+  const PrepareOptions *o = p->opt;
+  int val = o->val_fraction > 0 ? d->val : p->doc_index < o->val_docs;
+  p->doc_index++;
+  p->cur = &p->split[val];
+  uint32_t bos = tokenizer_bos(p->tok);
+  split_write(p->cur, &bos, 1, h);
+}
+
+static void doc_end(Prep *p, const Doc *d, Handoff ***h) {
+  uint32_t eos = tokenizer_eos(p->tok);
+  split_write(p->cur, &eos, 1, h);
+  p->cur->docs++;
+  p->input_bytes += d->len;
+}
+
+// The ordered writer: chunk c's documents into their splits. Returns -1 (p->err set) when the
+// chunk's parse stopped at a bad line, after writing the documents before it.
+static int chunk_write(Prep *p, Chunk *c, Handoff ***h) {
+  if (c->input != p->cur_input) p->cur_input = c->input, p->line_base = 0;
+  for (size_t k = 0; k < c->n_pieces; k++) {
+    const Piece *pc = &c->pieces[k];
+    if (pc->part) {
+      const Doc *d = &c->docs[pc->doc0];
+      if (pc->first) doc_begin(p, d, h);
+      split_write(p->cur, pc->ids, pc->n_ids, h);
+      if (pc->last) doc_end(p, d, h);
+      continue;
+    }
+    const uint32_t *ids = pc->ids;
+    for (size_t i = pc->doc0; i < pc->doc1; i++) {
+      const Doc *d = &c->docs[i];
+      doc_begin(p, d, h);
+      split_write(p->cur, ids, d->n_ids, h);
+      ids += d->n_ids;
+      doc_end(p, d, h);
+    }
   }
-  b->n = b->bytes = 0;
+  p->empty_docs += c->empty;
+  if (c->err_line)
+    return set_err(p->err, sizeof p->err, "%s:%ld: %s", p->opt->inputs[c->input], p->line_base + c->err_line, c->err);
+  p->line_base += c->lines;
+  p->position = p->feeds[c->input].before + c->position;
+  for (int k = 0; k < 2; k++) handoff(&p->split[k], 0, h);  // the shards' tasks get this chunk's tokens
 
   double now = now_seconds();
   if (!p->opt->quiet && now - p->last_report >= p->report_s) {
@@ -346,38 +425,222 @@ static void write_batch(Prep *p, Batch *b) {
             (unsigned long long)(p->split[0].docs + p->split[1].docs), tokens / 1e6, p->input_bytes / 1e6,
             p->input_bytes / 1e6 / (now - p->t0), tokens / (now - p->t0), eta);
   }
+  return 0;
 }
 
-static void free_batch(Batch *b) {  // after an error: documents read but never written
-  for (size_t i = 0; i < b->n; i++) free(b->docs[i].text), free(b->docs[i].ids);
-  b->n = 0;
-}
-
-// Runs the pipeline until the inputs are exhausted. Returns 0 or -1 (a read error).
-static int run_pipeline(Prep *p, int threads, char *err, size_t errlen) {
-  Batch *batch = xcalloc(3, sizeof(Batch));
-  int rc = read_batch(p, &batch[0], err, errlen);
-  for (int k = 0; rc == 0; k++) {
-    Batch *cur = &batch[k % 3], *next = &batch[(k + 1) % 3], *prev = &batch[(k + 2) % 3];
-    if (cur->n == 0 && prev->n == 0) break;  // everything read has been written
-    const Tokenizer *tok = p->tok;
-#pragma omp parallel num_threads(threads)
-#pragma omp single
-    {
-#pragma omp task
-      write_batch(p, prev);
-#pragma omp task
-      rc = read_batch(p, next, err, errlen);
-      for (size_t i = 0; i < cur->n; i++) {
-        Doc *d = &cur->docs[i];
-#pragma omp task
-        d->n_ids = tokenizer_encode(tok, d->text, d->len, &d->ids);
-      }
-    }  // the region's end waits for all three kinds of task
+// A reader: the next block of input i into c. Returns 1, 0 at the input's end, or -1 (f->err set).
+static int read_feed(Prep *p, int i, Chunk *c) {
+  Feed *f = &p->feeds[i];
+  char err[1024];
+  int got = -1;
+  if (f->in || (f->in = text_input_open(p->opt->inputs[i], p->field, err, sizeof err)))
+    got = text_input_read(f->in, &c->block, CHUNK_BYTES, err, sizeof err);
+  if (got < 0) {
+    f->err = xmalloc(strlen(err) + 1);
+    strcpy(f->err, err);
+  } else if (got > 0) {
+    c->input = i, c->position = text_input_position(f->in);
   }
-  for (int k = 0; k < 3; k++) free_batch(&batch[k]);
-  free(batch);
-  return rc;
+  if (got <= 0 && f->in) text_input_close(f->in), f->in = NULL;
+  return got;
+}
+
+// Applies the writer's handoffs to the shards' queues (under the lock).
+static void apply_handoffs(Prep *p, Handoff *h) {
+  while (h) {
+    Handoff *next = h->next;
+    ShardOut *o = h->shard;
+    if (!o->listed) {  // the list's new tail
+      ShardOut **at = &p->shards;
+      while (*at) at = &(*at)->next;
+      *at = o, o->listed = 1;
+    }
+    if (h->seg) *o->tail = h->seg, o->tail = &h->seg->next, p->backlog += h->seg->n;
+    if (h->close) o->closed = 1;
+    free(h);
+    h = next;
+  }
+}
+
+static int before(const Chunk *a, const Chunk *b) {
+  return a->input < b->input || (a->input == b->input && a->seq < b->seq);
+}
+
+// The writer's next block, once read; NULL before. Inputs read and written to their end are passed.
+static Chunk *next_to_write(Prep *p) {
+  while (p->w_input < p->opt->n_inputs && p->feeds[p->w_input].done && p->w_block == p->feeds[p->w_input].blocks)
+    p->w_input++, p->w_block = 0;
+  for (size_t i = 0; i < p->n_slots; i++) {
+    Chunk *c = &p->slots[i];
+    if (c->state >= SLOT_READ && c->input == p->w_input && c->seq == p->w_block) return c;
+  }
+  return NULL;
+}
+
+// The input a reader should take next (-1: none): the earliest open one that no task reads, else the
+// next one when fewer than max_open are open. A free slot is needed, and one for an input after the
+// writer's only while those hold under half the slots.
+static int next_to_read(Prep *p, Chunk **slot) {
+  const PrepareOptions *o = p->opt;
+  int i = p->w_input;
+  while (i < p->next_open && (p->feeds[i].busy || p->feeds[i].done || p->feeds[i].err)) i++;
+  if (i == p->next_open && (p->next_open == o->n_inputs || p->n_open >= p->max_open)) return -1;
+  size_t ahead = 0;  // slots held by later inputs
+  *slot = NULL;
+  for (size_t k = 0; k < p->n_slots; k++) {
+    Chunk *c = &p->slots[k];
+    if (c->state == SLOT_FREE) *slot = c;
+    else ahead += c->input != p->w_input;
+  }
+  if (!*slot || (i != p->w_input && 2 * (ahead + 1) > p->n_slots)) return -1;
+  return i;
+}
+
+// Runs `call` without the lock, adding its time to the thread's total for the stage.
+#define UNLOCKED(stage, call)             \
+  do {                                    \
+    double t_ = now_seconds();            \
+    pthread_mutex_unlock(&p->mu);         \
+    call;                                 \
+    pthread_mutex_lock(&p->mu);           \
+    stage_s[stage] += now_seconds() - t_; \
+  } while (0)
+
+// One thread's loop; see the section's comment. Task order: the writer (it gates everything), the
+// shards' tasks (they free memory), the reader, then encoding and parsing, oldest chunk first.
+static void worker(Prep *p) {
+  TokenizerScratch *sc = tokenizer_scratch_new(p->tok);
+  double stage_s[STAGES] = {0};
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    Chunk *c = next_to_write(p);
+    if (!p->stop && !p->writing && c && c->state == SLOT_ENCODED && p->backlog <= p->backlog_max) {
+      p->writing = 1, c->state = SLOT_WRITING;
+      Handoff *hs = NULL, **tail = &hs;
+      int rc;
+      UNLOCKED(STAGE_WRITE, rc = chunk_write(p, c, &tail));
+      apply_handoffs(p, hs);
+      chunk_recycle(c);
+      p->w_block++, p->writing = 0;
+      if (rc) p->stop = 1;
+      pthread_cond_broadcast(&p->cv);
+      continue;
+    }
+    const Feed *wf = p->w_input < p->opt->n_inputs ? &p->feeds[p->w_input] : NULL;
+    if (!p->stop && !p->writing && wf && wf->err && p->w_block == wf->blocks)  // errors in input order
+      p->stop = 1, snprintf(p->err, sizeof p->err, "%s", wf->err);
+    if (!p->finished && !p->writing && (p->stop || !wf)) {  // the open shards are closed
+      Handoff *hs = NULL, **tail = &hs;
+      for (int k = 0; k < 2; k++) handoff(&p->split[k], 1, &tail);
+      apply_handoffs(p, hs);
+      p->finished = 1;
+      pthread_cond_broadcast(&p->cv);
+      continue;
+    }
+    ShardOut *o = p->shards;
+    while (o && (o->running || (!o->head && !o->closed))) o = o->next;
+    if (o) {
+      Segment *segs = o->head;
+      size_t n = 0;
+      for (Segment *g = segs; g; g = g->next) n += g->n;
+      int finish = o->closed;
+      o->head = NULL, o->tail = &o->head, o->running = 1;
+      UNLOCKED(STAGE_SHARDS, shard_out_write(o, segs, finish));
+      o->running = 0, p->backlog -= n;
+      if (finish) {
+        ShardOut **at = &p->shards;
+        while (*at != o) at = &(*at)->next;
+        *at = o->next;
+        free(o->path), free(o);
+      }
+      pthread_cond_broadcast(&p->cv);
+      continue;
+    }
+    if (p->finished && !p->shards) break;
+    int i = p->stop ? -1 : next_to_read(p, &c);
+    if (i >= 0) {
+      Feed *f = &p->feeds[i];
+      if (i == p->next_open) p->next_open++, p->n_open++;
+      f->busy = 1, c->state = SLOT_FILLING;
+      int rc;
+      UNLOCKED(STAGE_READ, rc = read_feed(p, i, c));
+      f->busy = 0;
+      if (rc > 0) c->seq = f->blocks++, c->state = SLOT_READ;
+      else c->state = SLOT_FREE, f->done = rc == 0, p->n_open--;
+      pthread_cond_broadcast(&p->cv);
+      continue;
+    }
+    c = NULL;  // parse or encode the earliest block that has such work
+    for (size_t k = 0; k < p->n_slots && !p->stop; k++) {
+      Chunk *x = &p->slots[k];
+      if ((x->state == SLOT_READ || (x->state == SLOT_PARSED && x->next_piece < x->n_pieces)) && (!c || before(x, c)))
+        c = x;
+    }
+    if (!c) {
+      double t = now_seconds();
+      pthread_cond_wait(&p->cv, &p->mu);
+      stage_s[STAGE_WAIT] += now_seconds() - t;
+      continue;
+    }
+    if (c->state == SLOT_READ) {
+      c->state = SLOT_PARSING;
+      UNLOCKED(STAGE_PARSE, chunk_parse(c, p));
+      c->state = c->n_pieces ? SLOT_PARSED : SLOT_ENCODED;
+    } else {
+      Piece *pc = &c->pieces[c->next_piece++];
+      UNLOCKED(STAGE_ENCODE, piece_encode(c, pc, p->tok, sc));
+      if (++c->pieces_done == c->n_pieces) c->state = SLOT_ENCODED;
+    }
+    pthread_cond_broadcast(&p->cv);
+  }
+  for (int k = 0; k < STAGES; k++) p->stage_s[k] += stage_s[k];
+  pthread_mutex_unlock(&p->mu);
+  tokenizer_scratch_free(sc);
+}
+#undef UNLOCKED
+
+// Runs the pipeline on `threads` threads until the inputs are exhausted or an error stops it.
+// Returns 0 or -1 (p->err set).
+static int run_pipeline(Prep *p, int threads) {
+  const PrepareOptions *o = p->opt;
+  p->n_slots = (size_t)SLOTS_PER_THREAD * (size_t)threads + 2;
+  p->slots = xcalloc(p->n_slots, sizeof(Chunk));
+  p->feeds = xcalloc((size_t)o->n_inputs, sizeof(Feed));
+  for (int i = 0; i < o->n_inputs; i++) {
+    struct stat st;
+    p->feeds[i].before = p->file_bytes;
+    if (!stat(o->inputs[i], &st)) p->file_bytes += (uint64_t)st.st_size;
+  }
+  p->max_open = 1 + threads / 8;
+  p->cur_input = -1;
+  // Tokens may wait for their shards' tasks up to half a shard per thread: enough to keep several
+  // shards compressing at once when zstd is slower than tokenizing (4 bytes a token held in memory).
+  uint64_t shard = o->shard_tokens < (1ull << 40) ? o->shard_tokens : (1ull << 40);
+  uint64_t half = (uint64_t)(threads > 1 ? threads / 2 : 1) * shard;
+  p->backlog_max = half > MIN_BACKLOG_TOKENS ? half : MIN_BACKLOG_TOKENS;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+#pragma omp parallel num_threads(threads)
+  worker(p);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  for (size_t i = 0; i < p->n_slots; i++) chunk_free(&p->slots[i]);
+  free(p->slots);
+  for (int i = 0; i < o->n_inputs; i++) {
+    if (p->feeds[i].in) text_input_close(p->feeds[i].in);
+    free(p->feeds[i].err);
+  }
+  free(p->feeds);
+  for (int k = 0; k < 2; k++) free(p->split[k].pend);
+  const char *show = getenv("TOKENIZE_STAGES");  // where the threads' time went, to find what serializes
+  if (show && *show && strcmp(show, "0")) {
+    double busy = 0;
+    for (int k = 0; k < STAGE_WAIT; k++) busy += p->stage_s[k];
+    for (int k = 0; k < STAGES; k++)
+      fprintf(stderr, "tokenize stage %-31s %8.3f thread-s  %5.1f%% of the busy time\n", STAGE_NAMES[k], p->stage_s[k],
+              k == STAGE_WAIT ? 0.0 : 100.0 * p->stage_s[k] / (busy > 0 ? busy : 1));
+  }
+  return p->stop ? -1 : 0;
 }
 
 static int check_options(const PrepareOptions *o, char *err, size_t errlen) {
@@ -396,13 +659,12 @@ static int check_options(const PrepareOptions *o, char *err, size_t errlen) {
   if (o->val_fraction > 0 && o->val_docs > 0) return set_err(err, errlen, "give val_docs or val_fraction, not both");
   if (o->zstd_level < 0 || o->zstd_level > ZSTD_maxCLevel())
     return set_err(err, errlen, "zstd level %d is not in 0..%d", o->zstd_level, ZSTD_maxCLevel());
-  // Check every input before writing anything, so a typo in the last one costs nothing.
+  // Check every input before writing anything, so a typo in the last one costs nothing (a parquet
+  // file's footer is read: its text column must be there).
   for (int i = 0; i < o->n_inputs; i++) {
-    InputKind kind;
-    if (input_kind(o->inputs[i], &kind, err, errlen)) return -1;
-    FILE *f = fopen(o->inputs[i], "rb");
-    if (!f) return set_err(err, errlen, "cannot open '%s': %s", o->inputs[i], strerror(errno));
-    fclose(f);
+    TextInput *in = text_input_open(o->inputs[i], o->text_field ? o->text_field : "text", err, errlen);
+    if (!in) return -1;
+    text_input_close(in);
   }
   return 0;
 }
@@ -410,32 +672,31 @@ static int check_options(const PrepareOptions *o, char *err, size_t errlen) {
 int prepare_run(const PrepareOptions *opt, PrepareStats *stats, char *err, size_t errlen) {
   memset(stats, 0, sizeof *stats);
   if (check_options(opt, err, errlen)) return -1;
-  Prep p = {.opt = opt, .t0 = now_seconds()};
-  p.last_report = p.t0;
-  const char *rs = getenv("TOKENIZE_REPORT_S");  // a test hook: 0 reports after every batch
-  p.report_s = rs && *rs ? atof(rs) : 2.0;
-  for (int i = 0; i < opt->n_inputs; i++) {
-    struct stat st;
-    if (!stat(opt->inputs[i], &st)) p.file_bytes += (uint64_t)st.st_size;
-  }
+  Prep *p = xcalloc(1, sizeof *p);
+  p->opt = opt, p->field = opt->text_field ? opt->text_field : "text";
+  const char *rs = getenv("TOKENIZE_REPORT_S");  // a test hook: 0 reports after every chunk
+  p->report_s = rs && *rs ? atof(rs) : 2.0;
   Tokenizer *tok = tokenizer_load(opt->tokenizer_path, opt->pattern_path, err, errlen);
-  if (!tok) return -1;
-  p.tok = tok;
+  if (!tok) {
+    free(p);
+    return -1;
+  }
+  p->tok = tok;
+  p->t0 = p->last_report = now_seconds();  // rates leave out loading the tokenizer (~25 ms), a fixed cost
   for (int k = 0; k < 2; k++)
-    p.split[k] = (Split){.opt = opt, .name = k ? "val" : "train", .vocab_size = (uint32_t)tokenizer_vocab_size(tok)};
+    p->split[k] = (Split){.opt = opt, .name = k ? "val" : "train", .vocab_size = (uint32_t)tokenizer_vocab_size(tok)};
   stats->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
 
-  int rc = run_pipeline(&p, stats->threads, err, errlen);
-  source_close(&p.src);
-  if (rc == 0 && p.doc_index == 0) rc = set_err(err, errlen, "no non-empty documents in the inputs");
-  for (int k = 0; k < 2; k++) {
-    split_finish(&p.split[k]);
-    stats->docs[k] = p.split[k].docs, stats->tokens[k] = p.split[k].tokens, stats->shards[k] = p.split[k].shards;
-  }
-  stats->empty_docs = p.empty_docs;
-  stats->input_bytes = p.input_bytes;
-  stats->seconds = now_seconds() - p.t0;
+  int rc = run_pipeline(p, stats->threads);
+  if (rc) set_err(err, errlen, "%s", p->err);
+  if (rc == 0 && p->doc_index == 0) rc = set_err(err, errlen, "no non-empty documents in the inputs");
+  for (int k = 0; k < 2; k++)
+    stats->docs[k] = p->split[k].docs, stats->tokens[k] = p->split[k].tokens, stats->shards[k] = p->split[k].shards;
+  stats->empty_docs = p->empty_docs;
+  stats->input_bytes = p->input_bytes;
+  stats->seconds = now_seconds() - p->t0;
   tokenizer_free(tok);
+  free(p);
   return rc;
 }
 
@@ -447,11 +708,13 @@ static void usage(FILE *f) {
           "usage: train tokenize --tokenizer PATH [--pattern PATH] --text STRING\n"
           "       train tokenize --tokenizer PATH [--pattern PATH] --input F [--input F ...] --output PREFIX\n"
           "                      [--shard-tokens N] [--val-docs N | --val-fraction F] [--zstd L]\n"
-          "                      [--threads N] [--quiet]\n"
+          "                      [--text-field NAME] [--threads N] [--quiet]\n"
           "\n"
           "  --text STRING     print the token ids of STRING (no BOS/EOS) on one line\n"
           "  --input F         .txt (whole file = one document), .jsonl, .jsonl.zst, .jsonl.gz or .json.gz\n"
-          "                    (\"text\" of each line; a .gz may hold several gzip members)\n"
+          "                    (\"text\" of each line; a .gz may hold several gzip members), or .parquet\n"
+          "                    (the \"text\" column; null rows are skipped like empty documents)\n"
+          "  --text-field NAME the JSON member or parquet column holding the text (default \"text\")\n"
           "  --output PREFIX   writes PREFIX_train_000000.bin, ... and PREFIX_val_000000.bin, ...\n"
           "  --part I/N        the I-th (from 0) of N contiguous groups of the --input files, for one of N\n"
           "                    processes or nodes: writes PREFIX_train_pIII_000000.bin, ...; the parts' shards\n"
@@ -541,6 +804,7 @@ int tokenize_main(int argc, char **argv) {
     else if (!strcmp(a, "--pattern")) opt.pattern_path = v;
     else if (!strcmp(a, "--text")) text = v;
     else if (!strcmp(a, "--input")) inputs[n_inputs++] = v;
+    else if (!strcmp(a, "--text-field")) ok = *v != 0, opt.text_field = v;
     else if (!strcmp(a, "--output")) opt.output_prefix = v;
     else if (!strcmp(a, "--shard-tokens")) ok = !parse_count(v, &opt.shard_tokens) && opt.shard_tokens > 0;
     else if (!strcmp(a, "--val-docs")) ok = !parse_count(v, &opt.val_docs), have_val_docs = 1;

@@ -46,7 +46,8 @@ struct Tokenizer {
   uint32_t table_mask;    // table size - 1 (a power of two, at least twice the token count)
   uint32_t byte_id[256];  // the token of each single byte
   pcre2_code *re;
-  int jit;  // the pattern was JIT-compiled (pcre2_jit_match may be used)
+  int jit;         // the pattern was JIT-compiled (pcre2_jit_match may be used)
+  int splittable;  // the pattern is the built-in Llama-3 one, for which tokenizer_split_point holds
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -298,10 +299,12 @@ Tokenizer *tokenizer_load(const char *model_path, const char *pattern_path, char
     char *pat = slurp(pattern_path, &len, err, errlen);
     while (pat && len && (pat[len - 1] == '\n' || pat[len - 1] == '\r')) len--;
     ok = pat && compile_pattern(t, pat, len, pattern_path, err, errlen) == 0;
+    t->splittable = ok && len == strlen(TOKENIZER_LLAMA3_PATTERN) && !memcmp(pat, TOKENIZER_LLAMA3_PATTERN, len);
     free(pat);
   } else if (ok) {
     ok = compile_pattern(t, TOKENIZER_LLAMA3_PATTERN, strlen(TOKENIZER_LLAMA3_PATTERN), "built-in pattern", err,
                          errlen) == 0;
+    t->splittable = 1;
   }
   if (!ok) {
     tokenizer_free(t);
@@ -376,9 +379,9 @@ static size_t utf8_first_invalid(const uint8_t *p, size_t n) {
   return n;
 }
 
-// A malloc'd copy of p with each maximal ill-formed subpart replaced by U+FFFD.
-static char *utf8_repair(const uint8_t *p, size_t n, size_t *out_len) {
-  char *out = xmalloc(3 * n + 1);  // worst case: every byte becomes a 3-byte U+FFFD
+// Writes p with each maximal ill-formed subpart replaced by U+FFFD into out (room for 3 * n bytes:
+// at worst every byte becomes a 3-byte U+FFFD).
+static void utf8_repair(const uint8_t *p, size_t n, char *out, size_t *out_len) {
   size_t o = 0;
   for (size_t i = 0; i < n;) {
     int bad, k = utf8_sequence(p + i, n - i, &bad);
@@ -391,7 +394,6 @@ static char *utf8_repair(const uint8_t *p, size_t n, size_t *out_len) {
     }
   }
   *out_len = o;
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -481,18 +483,51 @@ static void bpe(const Tokenizer *t, const uint8_t *p, uint32_t n, BpeWork *w, ui
 // Encode: pretokenize with the regex, then each piece is one token or goes through BPE. As in
 // tiktoken, text the pattern does not match is skipped (the Llama-3 pattern matches everything).
 
-size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids) {
-  char *repaired = NULL;
-  if (utf8_first_invalid((const uint8_t *)text, len) != len)
-    text = repaired = utf8_repair((const uint8_t *)text, len, &len);
-  if (len >= UINT32_MAX) die("tokenizer_encode: text of %zu bytes is too long (limit 4 GB)", len);
+struct TokenizerScratch {
+  pcre2_match_data *md;
+  BpeWork bpe;
+  char *repair;  // the UTF-8-repaired text, when the input is ill-formed
+  size_t repair_cap;
+};
 
-  // Every piece yields at most one token per byte, so len + 1 bounds the output.
-  size_t n_out = 0;
-  uint32_t *out = xmalloc((len + 1) * sizeof(uint32_t));
-  BpeWork w = {0};
-  pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-  if (!md) die("tokenizer_encode: out of memory for PCRE2 match data");
+TokenizerScratch *tokenizer_scratch_new(const Tokenizer *t) {
+  TokenizerScratch *s = xcalloc(1, sizeof *s);
+  if (!(s->md = pcre2_match_data_create_from_pattern(t->re, NULL)))
+    die("tokenizer: out of memory for PCRE2 match data");
+  return s;
+}
+
+void tokenizer_scratch_free(TokenizerScratch *s) {
+  if (!s) return;
+  pcre2_match_data_free(s->md);
+  free(s->bpe.next), free(s->bpe.prev), free(s->bpe.id), free(s->bpe.rank), free(s->bpe.heap);
+  free(s->repair);
+  free(s);
+}
+
+static inline void reserve_ids(uint32_t **ids, size_t *cap, size_t need) {
+  if (*cap >= need) return;
+  size_t grown = 2 * *cap > need ? 2 * *cap : need;
+  uint32_t *bigger = realloc(*ids, grown * sizeof(uint32_t));
+  if (!bigger) die("tokenizer_encode: out of memory for %zu ids", grown);
+  *ids = bigger, *cap = grown;
+}
+
+size_t tokenizer_encode_append(const Tokenizer *t, TokenizerScratch *sc, const char *text, size_t len, uint32_t **ids,
+                               size_t *n_ids, size_t *cap) {
+  if (utf8_first_invalid((const uint8_t *)text, len) != len) {
+    if (sc->repair_cap < 3 * len) {
+      free(sc->repair);
+      sc->repair_cap = 3 * len;
+      sc->repair = xmalloc(sc->repair_cap);
+    }
+    utf8_repair((const uint8_t *)text, len, sc->repair, &len);
+    text = sc->repair;
+  }
+  if (len >= UINT32_MAX) die("tokenizer_encode: text of %zu bytes is too long (limit 4 GB)", len);
+  size_t n_out = *n_ids;
+  reserve_ids(ids, cap, n_out + len / 3 + 16);  // about 4 bytes a token; grown below when short
+  pcre2_match_data *md = sc->md;
   const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
   const uint8_t *s = (const uint8_t *)text;
 
@@ -513,18 +548,45 @@ size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32
       pos = a + (size_t)(k ? k : 1);
       continue;
     }
+    reserve_ids(ids, cap, n_out + (b - a));  // a piece gives at most one token per byte
     uint32_t id = lookup(t, s + a, b - a);
-    if (id != NO_RANK) out[n_out++] = id;
-    else bpe(t, s + a, (uint32_t)(b - a), &w, out, &n_out);
+    if (id != NO_RANK) (*ids)[n_out++] = id;
+    else bpe(t, s + a, (uint32_t)(b - a), &sc->bpe, *ids, &n_out);
     pos = b;
   }
+  size_t added = n_out - *n_ids;
+  *n_ids = n_out;
+  return added;
+}
 
-  pcre2_match_data_free(md);
-  free(w.next), free(w.prev), free(w.id), free(w.rank), free(w.heap);
-  free(repaired);
-  uint32_t *shrunk = realloc(out, (n_out ? n_out : 1) * sizeof(uint32_t));  // cap is ~4x too big
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids) {
+  TokenizerScratch *sc = tokenizer_scratch_new(t);
+  uint32_t *out = NULL;
+  size_t n = 0, cap = 0;
+  tokenizer_encode_append(t, sc, text, len, &out, &n, &cap);
+  tokenizer_scratch_free(sc);
+  uint32_t *shrunk = realloc(out, (n ? n : 1) * sizeof(uint32_t));
   *ids = shrunk ? shrunk : out;
-  return n_out;
+  return n;
+}
+
+// The Llama-3 pattern never matches across a newline followed by a letter: every alternative that
+// can hold a '\n' ends with a run of \s or [\r\n] (which a letter stops), and the one that starts
+// with a non-letter ([^\r\n\p{L}\p{N}]?\p{L}+) excludes '\n'. The matches before such a point do not
+// look past it either, but for \s+(?!\S), which is never reached there: \s*[\r\n]+ comes first and
+// takes any whitespace run that ends in '\n'. So the matches of the whole text are those of the
+// two sides, and so are the tokens. Only ASCII letters are tested, which needs no Unicode table.
+size_t tokenizer_split_point(const Tokenizer *t, const char *text, size_t len, size_t from) {
+  if (!t->splittable) return len;
+  for (size_t i = from ? from : 1; i < len;) {
+    const char *nl = memchr(text + i - 1, '\n', len - i);  // a '\n' at i - 1 .. len - 2
+    if (!nl) break;
+    size_t p = (size_t)(nl - text) + 1;
+    unsigned char c = (unsigned char)text[p];
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return p;
+    i = p + 1;
+  }
+  return len;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -35,6 +35,23 @@ void tokenizer_free(Tokenizer *t);
 // never NULL) and returns the count. Thread-safe: any number of threads may encode concurrently.
 size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids);
 
+// Working memory for encoding (PCRE2 match data, BPE arrays, the UTF-8 repair buffer), kept by a
+// thread across calls so that encoding many documents allocates almost nothing. One thread at a time.
+typedef struct TokenizerScratch TokenizerScratch;
+TokenizerScratch *tokenizer_scratch_new(const Tokenizer *t);
+void tokenizer_scratch_free(TokenizerScratch *s);
+
+// tokenizer_encode's ids appended to the growable array (*ids, *n_ids, *cap), realloc'd as needed
+// (start from NULL, 0, 0). Returns the number appended.
+size_t tokenizer_encode_append(const Tokenizer *t, TokenizerScratch *s, const char *text, size_t len, uint32_t **ids,
+                               size_t *n_ids, size_t *cap);
+
+// The first position p in [max(from, 1), len) where the text may be cut without changing its ids:
+// encode(text) == encode(text[0..p)) then encode(text[p..len)). With the built-in Llama-3 pattern
+// (or a pattern file holding it) that is after a '\n' followed by an ASCII letter; len when there is
+// none, and always len with another pattern. Lets one long document be encoded by several threads.
+size_t tokenizer_split_point(const Tokenizer *t, const char *text, size_t len, size_t from);
+
 // The bytes of one token (not NUL-terminated), or NULL if id >= vocab size.
 const char *tokenizer_token(const Tokenizer *t, uint32_t id, size_t *len);
 

@@ -117,18 +117,21 @@ const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
 // read), 5 no block sums at all (a per-tensor GEMM's mainloop: the MMAs accumulate over all of K).
 void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg cfg, int ablate);
 
-// ---- The FP8 embedding on the faster kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
-// or ours, per shape. FP8_KERNEL_TUNED times both on the shape's first call (its own operands, scratch
-// copies of out) and keeps our kernel only where its result has cuBLASLt's exact bits and it is
-// faster, so the timing-dependent choice never changes a result; CUBLASLT and OWN force one. Returns 1
-// when our kernel ran (Fp8Kernel: fp4/recipe.h). The choices are kept per process (reset: the next call of a shape
-// tunes again).
+// ---- The FP8 embedding on the fastest kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM,
+// ours or CUTLASS's (fp4/gemm_cutlass.h), per shape. FP8_KERNEL_TUNED times them on the shape's first
+// call (its own operands, scratch copies of out) and keeps ours or CUTLASS's only where the result has
+// cuBLASLt's exact bits and it is faster, so the timing-dependent choice never changes a result;
+// CUBLASLT, OWN and CUTLASS force one. Returns the kernel that ran: 0 cuBLASLt, 1 ours, 2 CUTLASS's
+// (Fp8Kernel: fp4/recipe.h). The choices are kept per process (reset: the next call of a shape tunes
+// again).
 typedef struct {
-  int key[7];            // out_fp32, A blk128, B blk128, M, N, K, beta != 0
-  int own;               // 1: our kernel, with cfg
-  Fp4WgmmaCfg cfg;       // our fastest configuration with cuBLASLt's bits (when ms_own > 0)
-  double ms_lt, ms_own;  // per call at tuning (0: not timed)
-  const char *why;       // why cuBLASLt was kept without a comparison, or NULL
+  int key[7];                        // out_fp32, A blk128, B blk128, M, N, K, beta != 0
+  int own;                           // 1: our kernel, with cfg; 2: CUTLASS's, configuration cutlass_cfg
+  Fp4WgmmaCfg cfg;                   // our fastest configuration with cuBLASLt's bits (when ms_own > 0)
+  int cutlass_cfg;                   // CUTLASS's fastest with cuBLASLt's bits (when ms_cutlass > 0)
+  double ms_lt, ms_own, ms_cutlass;  // per call at tuning (0: not timed)
+  const char *why;                   // why cuBLASLt was kept without a comparison, or NULL
+  const char *why_cutlass;           // why CUTLASS's kernel was no candidate, or NULL
   long calls;
 } Fp8Choice;
 int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,

@@ -701,14 +701,7 @@ void launch_cfg(int out_fp32, int mode, const CUtensorMap &ma, const CUtensorMap
 
 extern "C" int fp4_gemm_wgmma_available(void) {
   static int avail = -1;
-  if (avail < 0) {
-    int dev, major = 0, minor = 0;
-    avail = cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-            minor == 0;
-    if (!avail) (void)cudaGetLastError();
-  }
+  if (avail < 0) avail = cuda_device_cc() == 90;
   return avail;
 }
 

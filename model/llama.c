@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "model/doc_mask.h"
 
 // The parameter tensors, in layout order.
 enum {
@@ -89,6 +90,15 @@ struct Llama {
   void *tap_ctx;
   LlamaParamWait param_wait;  // asked before a forward reads a parameter group (or NULL)
   void *param_wait_ctx;
+  // Document masking (llama_set_docs): the options, the micro-batch's documents on the host and in
+  // backend memory (allocated only when an option is on, so the default arena is unchanged), and
+  // what the ops receive: docmask NULL for plain causal attention, rope_pos NULL for positions 0..T-1.
+  LlamaDocs doc_opts;
+  int *doc_start_h, *doc_pos_h, *doc_cu_h;  // [N], [N], [N + 1]
+  int *doc_start, *doc_pos, *doc_cu;        // the same in backend memory
+  DocMask docs;
+  const DocMask *docmask;
+  const int *rope_pos;
 };
 
 // ---- parameters ---------------------------------------------------------------------------------
@@ -359,6 +369,54 @@ Llama *llama_create_ex(const LlamaConfig *c, int B, int T, const Ops *ops, int r
   return m;
 }
 
+// ---- documents ----------------------------------------------------------------------------------
+
+static void free_docs(Llama *m) {
+  const Ops *op = m->ops;
+  int *dev[3] = {m->doc_start, m->doc_pos, m->doc_cu};
+  for (int i = 0; i < 3; i++)
+    if (dev[i]) op->release(op->ctx, dev[i]);
+  free(m->doc_start_h), free(m->doc_pos_h), free(m->doc_cu_h);
+  m->doc_start = m->doc_pos = m->doc_cu = m->doc_start_h = m->doc_pos_h = m->doc_cu_h = NULL;
+  m->docmask = NULL, m->rope_pos = NULL;
+}
+
+void llama_set_docs(Llama *m, const LlamaDocs *d) {
+  free_docs(m);
+  m->doc_opts = *d;
+  if (!d->block_causal && !d->restart_positions) return;
+  if (d->bos_id < 0 || d->bos_id >= m->c.vocab_size)
+    die("model.bos_id %d is outside the vocabulary [0, %d): document masking (model.doc_mask, model.doc_positions) "
+        "needs the id of the token that starts each document (128000 for Llama-3)",
+        d->bos_id, m->c.vocab_size);
+  const Ops *op = m->ops;
+  const size_t N = (size_t)m->N;
+  m->doc_start_h = xmalloc(N * sizeof(int)), m->doc_cu_h = xmalloc((N + 1) * sizeof(int));
+  if (d->restart_positions) m->doc_pos_h = xmalloc(N * sizeof(int));
+  if (d->block_causal) {
+    m->doc_start = op->alloc(op->ctx, N * sizeof(int));
+    m->doc_cu = op->alloc(op->ctx, (N + 1) * sizeof(int));
+    m->docmask = &m->docs;
+  }
+  if (d->restart_positions) m->rope_pos = m->doc_pos = op->alloc(op->ctx, N * sizeof(int));
+}
+
+// The micro-batch's documents from its input ids (host), uploaded for the ops; nothing when off.
+static void find_docs(Llama *m, const int *inputs) {
+  if (!m->doc_start_h) return;
+  const Ops *op = m->ops;
+  const size_t N = (size_t)m->N;
+  double pairs;
+  int n_docs =
+      doc_mask_build(inputs, m->B, m->T, m->doc_opts.bos_id, m->doc_start_h, m->doc_pos_h, m->doc_cu_h, &pairs);
+  if (m->doc_start) {
+    op->upload(op->ctx, m->doc_start, m->doc_start_h, N * sizeof(int));
+    op->upload(op->ctx, m->doc_cu, m->doc_cu_h, (size_t)(n_docs + 1) * sizeof(int));
+    m->docs = (DocMask){.start = m->doc_start, .cu = m->doc_cu, .n_docs = n_docs, .pairs = pairs};
+  }
+  if (m->doc_pos) op->upload(op->ctx, m->doc_pos, m->doc_pos_h, N * sizeof(int));
+}
+
 void llama_free(Llama *m) {
   if (!m) return;
   const Ops *op = m->ops;
@@ -367,6 +425,7 @@ void llama_free(Llama *m) {
   op->release(op->ctx, m->rope_cos);
   op->release(op->ctx, m->rope_sin);
   op->release(op->ctx, m->arena);
+  free_docs(m);
   free(m->attn_in_slot), free(m->ffn_in_slot), free(m->swi_slot), free(m->input_saved), free(m->attn_slot),
       free(m->ffn_slot);
   free(m);
@@ -473,9 +532,9 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
   op->matmul_fwd(op->ctx, lin(l, LIN_Q), s->q, s->attn_in, w->wq, N, D, Q);
   op->matmul_fwd(op->ctx, lin(l, LIN_K), s->k, s->attn_in, w->wk, N, D, K);
   op->matmul_fwd(op->ctx, lin(l, LIN_V), s->v, s->attn_in, w->wv, N, D, K);
-  op->rope_fwd(op->ctx, s->q, m->rope_cos, m->rope_sin, B, T, H, hd);
-  op->rope_fwd(op->ctx, s->k, m->rope_cos, m->rope_sin, B, T, KV, hd);
-  op->attention_fwd(op->ctx, s->att, s->lse, s->q, s->k, s->v, B, T, H, KV, hd);
+  op->rope_fwd(op->ctx, s->q, m->rope_cos, m->rope_sin, m->rope_pos, B, T, H, hd);
+  op->rope_fwd(op->ctx, s->k, m->rope_cos, m->rope_sin, m->rope_pos, B, T, KV, hd);
+  op->attention_fwd(op->ctx, s->att, s->lse, s->q, s->k, s->v, m->docmask, B, T, H, KV, hd);
   op->matmul_fwd(op->ctx, lin(l, LIN_O), m->a.tmp, s->att, w->wo, N, Q, D);
   op->residual_fwd(op->ctx, s->res_mid, s->res_in, m->a.tmp, (size_t)N * D);
 }
@@ -498,6 +557,19 @@ static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerAc
 // Embedding, the blocks and the final norm: fills every saved activation up to a->final.
 static void param_wait(const Llama *m, int group);
 
+// A range named "block <l+1> <what>" on a profiler's timeline around a block's ops (Ops.range_push:
+// NVTX with logging.nvtx on the CUDA backend; NULL otherwise, and then this is one test).
+static void range_push(const Llama *m, int l, const char *what) {
+  if (!m->ops->range_push) return;
+  char name[48];
+  snprintf(name, sizeof name, "block %d %s", l + 1, what);  // counted from 1, as the config counts blocks
+  m->ops->range_push(m->ops->ctx, name);
+}
+static void range_pop(const Llama *m) {
+  if (m->ops->range_pop) m->ops->range_pop(m->ops->ctx);
+}
+static void find_docs(Llama *m, const int *inputs);
+
 static void forward_blocks(Llama *m, const int *inputs) {
   const Ops *op = m->ops;
   const LlamaConfig *c = &m->c;
@@ -505,10 +577,12 @@ static void forward_blocks(Llama *m, const int *inputs) {
   const int N = m->N, D = c->dim, F = c->ffn_dim;
 
   op->upload(op->ctx, a->inputs, inputs, (size_t)N * sizeof(int));
+  find_docs(m, inputs);
   param_wait(m, 0);
   op->embed_fwd(op->ctx, a->res, a->inputs, whole(m, m->params, T_EMBED), N, D, c->vocab_size);
   for (int l = 0; l < c->n_layers; l++) {
     param_wait(m, 1 + l);
+    range_push(m, l, "fwd");
     LayerWeights w = layer_weights(m, m->params, l);
     LayerActs s = layer_acts(m, l);
     attention_half_fwd(m, l, &w, &s);
@@ -516,6 +590,7 @@ static void forward_blocks(Llama *m, const int *inputs) {
     ffn_hidden_fwd(m, l, &w, &s);
     op->matmul_fwd(op->ctx, lin(l, LIN_DOWN), a->tmp, s.swi, w.w_down, N, F, D);
     op->residual_fwd(op->ctx, s.res_out, s.res_mid, a->tmp, (size_t)N * D);
+    range_pop(m);
   }
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);
   param_wait(m, c->n_layers + 1);  // the final norm and the head (every caller's next op)
@@ -629,6 +704,7 @@ static void backward_blocks(Llama *m) {
   // dres holds d(res_out) of block l on entry and d(res_in) on exit: the residual adds pass it
   // through unchanged and each norm's backward adds its branch into it.
   for (int l = c->n_layers - 1; l >= 0; l--) {
+    range_push(m, l, "bwd");
     LayerWeights w = layer_weights(m, p, l), dw = layer_weights(m, g, l);
     LayerActs s = layer_acts(m, l);
     // refill the scratch slices of this block from its saved input (res_in, or res_mid for ffn)
@@ -642,15 +718,16 @@ static void backward_blocks(Llama *m) {
     op->rmsnorm_bwd(op->ctx, a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);
     // attention
     linear_bwd(m, lin(l, LIN_O), a->datt, dw.wo, a->dres, s.att, w.wo, N, Q, D, 0);
-    op->attention_bwd(op->ctx, a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, B, T, H, KV, hd);
-    op->rope_bwd(op->ctx, a->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
-    op->rope_bwd(op->ctx, a->dk, m->rope_cos, m->rope_sin, B, T, KV, hd);
+    op->attention_bwd(op->ctx, a->dq, a->dk, a->dv, a->datt, s.q, s.k, s.v, s.att, s.lse, m->docmask, B, T, H, KV, hd);
+    op->rope_bwd(op->ctx, a->dq, m->rope_cos, m->rope_sin, m->rope_pos, B, T, H, hd);
+    op->rope_bwd(op->ctx, a->dk, m->rope_cos, m->rope_sin, m->rope_pos, B, T, KV, hd);
     linear_bwd(m, lin(l, LIN_Q), a->dnorm, dw.wq, a->dq, s.attn_in, w.wq, N, D, Q, 0);
     linear_bwd(m, lin(l, LIN_K), a->dnorm, dw.wk, a->dk, s.attn_in, w.wk, N, D, K, 1);
     linear_bwd(m, lin(l, LIN_V), a->dnorm, dw.wv, a->dv, s.attn_in, w.wv, N, D, K, 1);
     op->rmsnorm_bwd(op->ctx, a->dres, dw.attn_norm, a->dnorm, s.res_in, w.attn_norm, s.attn_rstd, N, D);
     static const int block_tensors[] = {T_DOWN, T_GATE, T_UP, T_FFN_NORM, T_WO, T_WQ, T_WK, T_WV, T_ATTN_NORM};
     for (size_t i = 0; i < sizeof block_tensors / sizeof *block_tensors; i++) grad_ready(m, block_tensors[i], l);
+    range_pop(m);
   }
   op->embed_bwd(op->ctx, whole(m, g, T_EMBED), a->dres, a->inputs, N, D);
   grad_ready(m, T_EMBED, -1);

@@ -59,6 +59,20 @@ int llama_num_tensors(const Llama *m);
 const ParamTensor *llama_tensor(const Llama *m, int i);
 const ParamTensor *llama_find_tensor(const Llama *m, const char *name);  // NULL if no such tensor
 
+// Document masking (model.doc_mask, model.doc_positions, model.bos_id; docs/data.md "Document
+// masking"). Off by default: one document per row, plain causal attention, positions 0..T-1. With
+// block_causal, attention does not cross a document boundary: a document starts at every bos_id
+// token of a row and at the row's first token. With restart_positions, RoPE positions restart at 0
+// at each document's first token (the tokens before a row's first BOS keep their row positions).
+// Every forward from then on (training, evaluation, llama_logits) derives the documents from its
+// input ids, once per micro-batch (model/doc_mask.h). Dies on a bos_id outside the vocabulary.
+typedef struct {
+  int block_causal;       // model.doc_mask: block_causal (1) or none (0)
+  int restart_positions;  // model.doc_positions: restart (1) or continue (0)
+  int bos_id;             // model.bos_id: the token that starts a document
+} LlamaDocs;
+void llama_set_docs(Llama *m, const LlamaDocs *d);
+
 // Runs the micro-batch inputs [B*T] (host memory) through the model and returns the mean
 // cross-entropy over targets [B*T] that are not ignore_index (0 if none are). Positions restart
 // at 0 for every sequence. Saves what llama_backward needs; on its own it is the eval pass.

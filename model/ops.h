@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/gemm_plans.h"
 #include "fp4/recipe.h"
 #include "model/llama_config.h"
 
@@ -41,6 +42,19 @@ static inline const char *linear_kind_name(LinearKind k) {
   static const char *names[LIN_NKINDS] = {"q", "k", "v", "o", "gate", "up", "down", "head"};
   return (unsigned)k < LIN_NKINDS ? names[k] : "?";
 }
+
+// The documents of a micro-batch, for block-causal attention (model.doc_mask: block_causal; the rule
+// is docs/data.md's "Document masking"). A document is a run of consecutive tokens of one row: one
+// starts at every BOS token and at every row's first token (the rest of a document that began
+// before the window). Query t of a row sees the keys of its own document up to t: keys
+// start[n]..t for token n = b*T + t. model/doc_mask.c builds it from the input ids, once per
+// micro-batch; every backend reads what it needs (the CPU start, cuDNN cu and n_docs).
+typedef struct {
+  const int *start;  // [B*T] backend memory: the row position (0..t) where token n's document starts
+  const int *cu;     // [n_docs + 1] backend memory: flat index b*T + t of each document's first token, then B*T
+  int n_docs;        // documents in the micro-batch (>= B)
+  double pairs;      // (query, key) pairs attended to: the sum over documents of len * (len + 1) / 2
+} DocMask;
 
 typedef struct Ops {
   const char *name;  // "cpu", "cuda", ...
@@ -62,6 +76,10 @@ typedef struct Ops {
   void (*profile_report)(void *ctx, FILE *f, int steps);
   void (*library_report)(void *ctx, FILE *f);  // the run-time libraries it loaded (a line for the bench)
   void (*end_report)(void *ctx, int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
+  // Named ranges for a profiler's timeline (NVTX on the CUDA backend with logging.nvtx; NULL when off,
+  // and on the CPU): the graph brackets each block's forward and backward with them.
+  void (*range_push)(void *ctx, const char *name);
+  void (*range_pop)(void *ctx);
 
   // Memory: buffers the ops read and write live where the backend wants them (host or device).
   void *(*alloc)(void *ctx, size_t bytes);
@@ -137,16 +155,23 @@ typedef struct Ops {
                      int N, int in, int out_dim, int dx_accumulate);
 
   // In-place rotary embedding of x [B*T, n_heads*hd] with cos/sin tables [T, hd/2]; the backward
-  // rotates by the opposite angle (the transpose).
-  void (*rope_fwd)(void *ctx, void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
-  void (*rope_bwd)(void *ctx, void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+  // rotates by the opposite angle (the transpose). pos [B*T] (backend memory) is each token's
+  // position, a row of the tables (model.doc_positions: restart); NULL: token n's is n % T.
+  void (*rope_fwd)(void *ctx, void *x, const float *cos, const float *sin, const int *pos, int B, int T, int n_heads,
+                   int hd);
+  void (*rope_bwd)(void *ctx, void *dx, const float *cos, const float *sin, const int *pos, int B, int T, int n_heads,
+                   int hd);
 
-  // Causal GQA attention: q [N, H*hd], k, v [N, KV*hd] -> out [N, H*hd]; lse [B, H, T] is the
+  // Causal GQA attention: q [N, H*hd], k, v [N, KV*hd] -> out [N, H*hd]; lse (N*H floats) is the
   // log-sum-exp of each row's scaled scores, saved so the backward can rebuild the probabilities.
-  void (*attention_fwd)(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
-                        int H, int KV, int hd);
+  // docs NULL: plain causal, lse laid out [B, H, T]. docs set: block-causal (DocMask below), lse in
+  // the backend's own layout (the CPU's [B, H, T]; cuDNN's ragged one, [B*T, H]): only its own
+  // attention_bwd reads it.
+  void (*attention_fwd)(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
+                        const DocMask *docs, int B, int T, int H, int KV, int hd);
   void (*attention_bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                        const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd);
+                        const void *v, const void *out, const float *lse, const DocMask *docs, int B, int T, int H,
+                        int KV, int hd);
 
   // out = silu(gate) * up, elementwise over n values.
   void (*swiglu_fwd)(void *ctx, void *out, const void *gate, const void *up, size_t n);
@@ -185,11 +210,16 @@ const Ops *cpu_backend_open(void);
 // parallel.backend: "cpu", "cuda", or "auto" (the GPU when this build has the CUDA backend and one is
 // present, else the CPU, saying why). model/backend.c, the one place that knows which backends this
 // build has. The device (LOCAL_RANK's) is selected here, before anything (NCCL included) allocates
-// on it. deterministic: GEMM algorithms by heuristic, not timing, and cuDNN's deterministic attention
-// backward (a resumed run then repeats the original bit for bit). dgrad_transposed: keep W^T copies
-// for the dgrad GEMMs (parallel.dgrad_transposed).
+// on it. deterministic: cuDNN's deterministic attention backward (parallel.deterministic); with
+// gemm_choice (common/gemm_plans.h's gemm_plans_choice: recorded or heuristic GEMM algorithms, not
+// timed afresh) a resumed run then repeats the original bit for bit (docs/determinism.md). The CPU
+// backend is deterministic whatever they say. dgrad_transposed: keep W^T copies for the dgrad GEMMs
+// (parallel.dgrad_transposed).
 typedef struct {
   int deterministic, dgrad_transposed, local_rank;
+  int nvtx;                // logging.nvtx: NVTX ranges around each op of the table and each block (CUDA)
+  GemmChoice gemm_choice;  // GEMM_TIMED (0), GEMM_RECORDED or GEMM_HEURISTIC
+  const char *gemm_plans;  // GEMM_RECORDED: the record's path
 } BackendOptions;
 const Ops *backend_open(const char *want, const BackendOptions *o);
 
@@ -220,14 +250,17 @@ void matmul_backward(float *dx, float *dw, const float *dout, const float *x, co
 void rope_inv_freq(float *inv_freq, int hd, const LlamaConfig *c);
 // cos/sin [T, hd/2] of position * inv_freq (angle in double, stored as float).
 void rope_tables(float *cos, float *sin, int T, int hd, const LlamaConfig *c);
-void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
-void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd);
+// pos: as Ops.rope_fwd (host memory here), NULL for positions 0..T-1 in every row.
+void rope_forward(float *x, const float *cos, const float *sin, const int *pos, int B, int T, int n_heads, int hd);
+void rope_backward(float *dx, const float *cos, const float *sin, const int *pos, int B, int T, int n_heads, int hd);
 
-// model/cpu/attention.c
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                       int KV, int hd);
+// model/cpu/attention.c. doc_start: DocMask.start (host memory), NULL for plain causal. Masked keys
+// cost nothing: each query row loops over its own document's keys only.
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *doc_start,
+                       int B, int T, int H, int KV, int hd);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                        const float *v, const float *out, const float *lse, int B, int T, int H, int KV, int hd);
+                        const float *v, const float *out, const float *lse, const int *doc_start, int B, int T, int H,
+                        int KV, int hd);
 
 // model/cpu/swiglu.c
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);

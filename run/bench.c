@@ -13,6 +13,7 @@
 #include "common/common.h"
 #include "model/adamw.h"
 #include "model/llama.h"
+#include "run/bench_attention.h"
 #include "fp4/recipe.h"
 
 typedef struct {
@@ -69,6 +70,10 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   Rng r;
   rng_seed(&r, cfg->seed);
   for (int i = 0; i < N; i++) inputs[i] = (int)(rng_u64(&r) % mc.vocab_size);
+  LlamaDocs docs = {!strcmp(cfg->doc_mask, "block_causal"), !strcmp(cfg->doc_positions, "restart"), cfg->bos_id};
+  llama_set_docs(m, &docs);
+  if (docs.block_causal || docs.restart_positions)  // documents need BOS tokens: web-like lengths
+    bench_web_documents(inputs, N, mc.vocab_size, cfg->bos_id, WEB_DOC_MEAN, WEB_DOC_SIGMA, cfg->seed);
   for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? inputs[i + 1] : inputs[0];
 
   Timing tm = {.layers = layers,

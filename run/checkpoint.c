@@ -92,9 +92,9 @@ static void checksum_sections(const CkptSection *secs, int n, uint64_t chunk, ui
 }
 
 // ---------------------------------------------------------------------------------------------
-// Low-level I/O. Both loop over partial transfers and EINTR and move at most one chunk per call
-// (Linux caps a single read/write near 2 GiB). On failure they return -1 with errno set; an
-// unexpected end of file or a zero-byte write leaves errno 0 / ENOSPC.
+// Low-level I/O. read_at loops over partial transfers and EINTR and moves at most one chunk per call
+// (Linux caps a single read near 2 GiB), as common.h's write_all_fd does for writes. On failure it
+// returns -1 with errno set; an unexpected end of file leaves errno 0.
 
 static int read_at(int fd, void *buf, uint64_t n, uint64_t off) {
   char *p = buf;
@@ -111,20 +111,6 @@ static int read_at(int fd, void *buf, uint64_t n, uint64_t off) {
 }
 
 static const char *io_error(int e) { return e ? strerror(e) : "unexpected end of file"; }
-
-static int write_all(int fd, const void *buf, uint64_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t r = write(fd, p, n < CKPT_CHUNK ? n : CKPT_CHUNK);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      if (r == 0) errno = ENOSPC;
-      return -1;
-    }
-    p += r, n -= (uint64_t)r;
-  }
-  return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reading.
@@ -393,19 +379,6 @@ int ckpt_latest(const char *dir, char *path, size_t pathlen, int64_t *step) {
 // ---------------------------------------------------------------------------------------------
 // Writing.
 
-// fsync on the directory makes the rename itself durable. File systems that cannot sync a
-// directory answer EINVAL; there is nothing more to do on those.
-static int sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  if (rc && errno == EINVAL) rc = 0;
-  int e = errno;
-  close(fd);
-  errno = e;
-  return rc;
-}
-
 // A crash during an earlier save leaves a temp file as big as a checkpoint: remove it first.
 static void remove_stale_temps(const char *dir) {
   DIR *d = opendir(dir);
@@ -464,11 +437,11 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
   static const char zeros[CKPT_ALIGN];
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return set_err(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
-  int bad = write_all(fd, buf, head);
+  int bad = write_all_fd(fd, buf, head);
   uint64_t pos = head;
   long slow_ms = slow_write_ms();
   for (int i = 0; i < n && !bad; i++) {
-    bad = write_all(fd, zeros, e[i].offset - pos) || write_all(fd, secs[i].data, e[i].bytes);
+    bad = write_all_fd(fd, zeros, e[i].offset - pos) || write_all_fd(fd, secs[i].data, e[i].bytes);
     pos = e[i].offset + e[i].bytes;
     if (slow_ms > 0) nanosleep(&(struct timespec){slow_ms / n / 1000, slow_ms / n % 1000 * 1000000L}, NULL);
   }
@@ -531,7 +504,7 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
     rc = set_err(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
     unlink(tmp);
   }
-  if (!rc && sync_dir(dir))
+  if (!rc && fsync_dir(dir))
     rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final,
                  strerror(errno));
   if (!rc) prune(dir, step, keep);
@@ -554,7 +527,7 @@ int ckpt_probe_dir(const char *dir, char *err, size_t errlen) {
                  strerror(errno));
   } else {
     static const char bytes[CKPT_ALIGN];
-    if (write_all(fd, bytes, sizeof bytes) || fsync(fd))
+    if (write_all_fd(fd, bytes, sizeof bytes) || fsync(fd))
       rc = set_err(err, errlen, "checkpoint directory '%s' is not writable: cannot write '%s': %s", dir, probe,
                    strerror(errno));
     close(fd);

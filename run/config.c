@@ -5,6 +5,7 @@
 
 #include "fp4/recipe.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -16,6 +17,7 @@
 #include <yaml.h>
 
 #include "common/common.h"
+#include "data/blend.h"
 #include "data/evals.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -73,6 +75,14 @@ static const Key KEYS[] = {
            "scaling: high_freq_factor; must exceed low_freq_factor"),
     KINT("model.rope_original_max_pos", model.rope_original_max_pos, NULL, 1, BIG, "scaling: original context length"),
     KINT("model.ignore_index", ignore_index, "-1", INT_MIN, BIG, "target id that adds no loss; not a valid token id"),
+    KENUM("model.doc_mask", doc_mask, "none", "none|block_causal",
+          "block_causal: attention does not cross a document boundary (a document starts at each model.bos_id and "
+          "at each sequence's first token; docs/data.md); none: plain causal over the whole sequence"),
+    KENUM("model.doc_positions", doc_positions, "continue", "continue|restart",
+          "RoPE positions: continue through the sequence, or restart at 0 at each model.bos_id (with block_causal the "
+          "two agree up to rounding: attention sees only distances within a document)"),
+    KINT("model.bos_id", bos_id, "128000", 0, BIG,
+         "the token that starts a document (Llama-3's <|begin_of_text|>); read by doc_mask and doc_positions"),
 
     KFLOAT("optim.lr", lr, "3e-4", 0, INF, 0, "peak learning rate (AdamW)"),
     KFLOAT("optim.beta1", beta1, "0.9", 0, 1, OPEN_HI, "AdamW beta1"),
@@ -97,7 +107,9 @@ static const Key KEYS[] = {
          "sequences per optimizer step, all ranks; a multiple of micro_batch x data_parallel"),
     KINT("batch.seq_len", seq_len, "64", 1, BIG, "tokens per sequence; <= model.max_seq_len"),
 
-    KSTR("data.train", train_data, "synthetic", "\"synthetic\", or shard paths/globs separated by commas"),
+    KSTR("data.train", train_data, "synthetic",
+         "\"synthetic\", or shard paths/globs separated by commas, or a blend: [NAME=]WEIGHT:PATHS,... or a YAML "
+         "list of {path, weight, name} (docs/data.md)"),
     KSTR("data.val", val_data, "", "validation shards, same form; empty: no validation"),
     KSTR("data.tokenizer", tokenizer_path, "", "tiktoken-format tokenizer.model (needed by eval.tasks)"),
 
@@ -116,9 +128,9 @@ static const Key KEYS[] = {
     KENUM("precision.wgrad_2d", wgrad_2d, "auto", RECIPE_WGRAD_2D,
           "fp8 back end: embed one Wgrad operand per 128x128 tile for cuBLASLt's faster mode (auto = dy)"),
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
-          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the faster of "
-          "cuBLASLt and our wgmma kernel where their bits agree), fp8_cublaslt or fp8_own (one of the two), fp4 "
-          "(Blackwell native); auto: fp4 on Blackwell, fp8_cublaslt on Hopper"),
+          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the fastest of "
+          "cuBLASLt, our wgmma kernel and CUTLASS's where their bits agree), fp8_cublaslt, fp8_own or fp8_cutlass "
+          "(one of them), fp4 (Blackwell native); auto: fp4 on Blackwell, fp8_cublaslt on Hopper"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),
@@ -142,6 +154,12 @@ static const Key KEYS[] = {
 
     KINT("logging.interval", log_interval, "1", 1, BIG, "steps between log lines"),
     KSTR("logging.file", log_file, "", "JSONL metrics file; empty: none"),
+    KSTR("logging.tensorboard", tensorboard, "",
+         "folder for TensorBoard event files of the same metrics (rank 0 writes; a resume starts a new file); "
+         "empty: none"),
+    KBOOL("logging.nvtx", nvtx, "false",
+          "CUDA: NVTX ranges around each block and each op of the backend, named as the per-kernel table, for an "
+          "Nsight Systems timeline"),
 
     KINT("eval.interval", eval_interval, "0", 0, BIG, "steps between validation passes; 0: none"),
     KINT("eval.batches", eval_batches, "8", 1, BIG, "micro-batches per validation pass"),
@@ -164,9 +182,14 @@ static const Key KEYS[] = {
     KENUM("parallel.backend", backend, "auto", "auto|cpu|cuda", "compute backend; auto: cuda when a GPU is present"),
     KINT("parallel.threads", threads, "0", 0, BIG, "CPU backend OpenMP threads; 0: all cores"),
     KINT("parallel.data_parallel", data_parallel, "1", 1, BIG, "expected number of data-parallel ranks"),
-    KBOOL("parallel.deterministic", deterministic, "false",
-          "bit-reproducible GPU runs across processes (resume): deterministic cuDNN attention backward and "
-          "cuBLASLt's first heuristic instead of timing-based GEMM autotuning (a little slower)"),
+    KBOOL("parallel.deterministic", deterministic, "true",
+          "bit-reproducible GPU runs across processes (resume): cuDNN's deterministic attention backward, and GEMM "
+          "algorithms timed once and recorded in parallel.gemm_plans (without a record: cuBLASLt's first "
+          "heuristic); false: timed in each process, atomics in the attention backward (docs/determinism.md)"),
+    KSTR("parallel.gemm_plans", gemm_plans, "",
+         "file recording the GEMM algorithm choices of a deterministic run, reused by every later process (a "
+         "resume, or another run sharing it; with several ranks each appends .rank_<r>); empty: "
+         "checkpoint.dir/gemm_plans when checkpoint.dir is set"),
     KSTR("parallel.recompute", recompute, "none",
          "activation recomputation: ffn: the backward recomputes each block's feed-forward activations, "
          "full: the whole block from its input, selective_N: every Nth block (counted from 1) as full, the paper's "
@@ -560,6 +583,11 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
          llama_head_dim(m));
   if (c->ignore_index >= 0 && c->ignore_index < m->vocab_size)
     FAIL("model.ignore_index", "%d is a valid token id (model.vocab_size is %d)", c->ignore_index, m->vocab_size);
+  if ((strcmp(c->doc_mask, "none") || strcmp(c->doc_positions, "continue")) && c->bos_id >= m->vocab_size)
+    FAIL("model.bos_id",
+         "%d is not a token id (model.vocab_size is %d), but model.doc_mask is %s and model.doc_positions %s: set "
+         "the id of the token that starts each document",
+         c->bos_id, m->vocab_size, c->doc_mask, c->doc_positions);
   if (m->rope_scaling && m->rope_high_freq_factor <= m->rope_low_freq_factor)
     FAIL("model.rope_high_freq_factor", "%g must exceed model.rope_low_freq_factor (%g)", m->rope_high_freq_factor,
          m->rope_low_freq_factor);
@@ -589,6 +617,14 @@ static int validate(const TrainConfig *c, const int *lines, const char *where, c
            c->decay_steps, c->total_steps);
   }
   if (!c->train_data[0]) FAIL("data.train", "is empty (use \"synthetic\" or shard paths)");
+  for (int i = 0; i < 2; i++) {  // a blend's form and weights (data/blend.h); the loader checks the files
+    const char *key = i ? "data.val" : "data.train", *spec = i ? c->val_data : c->train_data;
+    BlendSpec b;
+    char msg[512];
+    int bad = spec[0] && blend_parse(spec, &b, msg, sizeof msg);
+    if (spec[0]) blend_spec_free(&b);
+    if (bad) FAIL(key, "%s", msg);
+  }
   if (c->eval_interval > 0 && !c->val_data[0] && !c->eval_tasks[0])
     FAIL("eval.interval", "%d, but data.val and eval.tasks are empty (nothing to evaluate)", c->eval_interval);
   if (c->eval_tasks[0]) {  // names and counts checked here, files when the run opens them
@@ -670,6 +706,72 @@ static int check_keys(const Loader *L, const yaml_node_t *map, const char *secti
   return 0;
 }
 
+// One scalar of a data source's mapping, or for "path" also a list of scalars (joined with commas).
+static int source_value(const Loader *L, const yaml_node_t *vn, const char *key, char *out, size_t n) {
+  out[0] = 0;
+  if (vn->type == YAML_SCALAR_NODE) {
+    if (strlen(scalar(vn)) != vn->data.scalar.length) return fail(L, vn, key, "value contains a NUL character");
+    snprintf(out, n, "%s", is_null(vn) ? "" : scalar(vn));
+    return 0;
+  }
+  if (vn->type != YAML_SEQUENCE_NODE || strcmp(strrchr(key, '.') + 1, "path"))
+    return fail(L, vn, key, "expected a single value, got %s", kind_of(vn));
+  size_t o = 0;
+  for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++) {
+    yaml_node_t *p = yaml_document_get_node(L->doc, *it);
+    if (p->type != YAML_SCALAR_NODE) return fail(L, p, key, "expected a path, got %s", kind_of(p));
+    o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s%s", o ? "," : "", scalar(p));
+  }
+  return 0;
+}
+
+// data.train (or data.val) as a YAML list of sources, each {path: ..., weight: ..., name: ...}
+// (name optional, path a string or a list): written into the string form NAME=WEIGHT:PATHS,...
+// (data/blend.h), which validate() parses again like a --set value.
+static int load_sources(Loader *L, const Key *k, const char *name, const yaml_node_t *kn, const yaml_node_t *vn) {
+  char text[4 * CFG_PATH] = "", msg[256];
+  size_t o = 0;
+  int i = 0;
+  for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++, i++) {
+    yaml_node_t *item = yaml_document_get_node(L->doc, *it);
+    char entry[2 * CFG_NAME], key[3 * CFG_NAME], v[3][2 * CFG_PATH];  // path, weight, name
+    snprintf(entry, sizeof entry, "%s[%d]", name, i);
+    if (item->type != YAML_MAPPING_NODE)
+      return fail(L, item, entry, "expected a mapping {path: ..., weight: ...}, got %s", kind_of(item));
+    if (check_keys(L, item, entry)) return -1;
+    const yaml_node_t *at[3] = {NULL, NULL, NULL};  // each field's value, for its line
+    v[0][0] = v[1][0] = v[2][0] = 0;
+    for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top; p++) {
+      yaml_node_t *pk = yaml_document_get_node(L->doc, p->key), *pv = yaml_document_get_node(L->doc, p->value);
+      static const char *const fields[3] = {"path", "weight", "name"};
+      int f = 0;
+      while (f < 3 && strcmp(scalar(pk), fields[f])) f++;
+      full_name(key, sizeof key, entry, scalar(pk));
+      if (f == 3) return fail(L, pk, key, "unknown key (a source has path, weight and name)");
+      if (source_value(L, pv, key, v[f], sizeof v[f])) return -1;
+      at[f] = pv;
+    }
+    if (!v[0][0]) return fail(L, at[0] ? at[0] : item, entry, "needs a path (shard paths or globs)");
+    if (!at[1]) return fail(L, item, entry, "needs a weight (a positive number; the weights are normalized)");
+    char *end = v[1];
+    double w = is_float_text(v[1]) ? strtod(v[1], &end) : NAN;
+    snprintf(key, sizeof key, "%s.weight", entry);
+    if (!is_float_text(v[1]) || *end || !isfinite(w) || !(w > 0))
+      return fail(L, at[1], key, "expected a positive finite number, got '%s'", v[1]);
+    snprintf(key, sizeof key, "%s.name", entry);
+    for (const char *c = v[2]; *c; c++)
+      if (!isalnum((unsigned char)*c) && !strchr("_.-", *c))
+        return fail(L, at[2], key, "'%s': use letters, digits, '_', '.' and '-'", v[2]);
+    o += (size_t)snprintf(text + o, o < sizeof text ? sizeof text - o : 0, "%s%s%s%s:%s", i ? "," : "", v[2],
+                          v[2][0] ? "=" : "", v[1], v[0]);
+  }
+  if (i == 0) return fail(L, kn, name, "an empty list: give at least one source {path: ..., weight: ...}");
+  if (o >= sizeof text) return fail(L, kn, name, "the sources are too long together (limit %zu)", k->size - 1);
+  if (set_value(L->c, k, text, msg, sizeof msg)) return fail(L, kn, name, "%s", msg);
+  L->lines[k - KEYS] = line_of(kn);
+  return 0;
+}
+
 static int load_key(Loader *L, const char *name, const yaml_node_t *kn, const yaml_node_t *vn) {
   const Key *k = find_key(name);
   if (!k) {
@@ -677,6 +779,8 @@ static int load_key(Loader *L, const char *name, const yaml_node_t *kn, const ya
     suggest(name, hint, sizeof hint);
     return fail(L, kn, name, "unknown key%s", hint);
   }
+  if (vn->type == YAML_SEQUENCE_NODE && (!strcmp(name, "data.train") || !strcmp(name, "data.val")))
+    return load_sources(L, k, name, kn, vn);
   if (vn->type != YAML_SCALAR_NODE) return fail(L, kn, name, "expected a single value, got %s", kind_of(vn));
   if (strlen(scalar(vn)) != vn->data.scalar.length) return fail(L, kn, name, "value contains a NUL character");
   const char *text = is_null(vn) ? "" : scalar(vn);

@@ -17,6 +17,10 @@ typedef struct {
   char model_preset[CFG_NAME];
   LlamaConfig model;
   int ignore_index;  // target id that contributes no loss (default -1)
+  // document masking (model/llama.h's LlamaDocs; docs/data.md "Document masking")
+  char doc_mask[CFG_NAME];       // "none" or "block_causal": attention stays within a document
+  char doc_positions[CFG_NAME];  // "continue" or "restart": RoPE positions restart at each document
+  int bos_id;                    // the token that starts a document (Llama-3: 128000)
 
   // optim
   float lr, beta1, beta2, eps, weight_decay, grad_clip;  // grad_clip <= 0 disables clipping
@@ -61,8 +65,10 @@ typedef struct {
   char init_from[CFG_PATH];  // parameters to start from instead of the random init (scripts/hf/import_hf.py)
 
   // logging
-  int log_interval;         // steps between log lines
-  char log_file[CFG_PATH];  // JSONL metrics, empty disables
+  int log_interval;            // steps between log lines
+  char log_file[CFG_PATH];     // JSONL metrics, empty disables
+  char tensorboard[CFG_PATH];  // logging.tensorboard: folder of TensorBoard event files, empty disables
+  int nvtx;                    // logging.nvtx: NVTX ranges around each block and op (CUDA backend)
 
   // eval
   int eval_interval;              // steps between validation passes (0 disables)
@@ -85,6 +91,7 @@ typedef struct {
   int threads;                 // CPU backend OpenMP threads (0: all)
   int data_parallel;           // expected world size (1 for single process)
   int deterministic;           // GPU: same bits in every process (the CPU backend always is)
+  char gemm_plans[CFG_PATH];   // the record of GEMM choices (common/gemm_plans.h); "": checkpoint.dir's
   char recompute[CFG_NAME];    // activation recomputation: "none", "ffn", "full" (model/llama.h)
   char rendezvous[CFG_PATH];   // "env" (MASTER_ADDR/MASTER_PORT) or "file:/shared/path" (parallel/comm.h)
   float timeout_s;             // a collective or rendezvous waiting longer than this stops the run

@@ -126,11 +126,14 @@ void save_checkpoint(Run *r) {
       r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
   LoaderState ls;
   loader_get_state(r->train, &ls);
-  CkptSection secs[7] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
+  LoaderBlendState blend;  // a blend's sources and per-source counts; a single source writes none
+  int blended = loader_get_blend(r->train, &blend) > 1;
+  CkptSection secs[8] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
   if (r->rank == 0) *s++ = (CkptSection){"params", st.host[0], st.bytes[0]};
   *s++ = (CkptSection){"adam_m", st.host[1], st.bytes[1]};
   *s++ = (CkptSection){"adam_v", st.host[2], st.bytes[2]};
   *s++ = (CkptSection){"loader", &ls, sizeof ls};
+  if (blended) *s++ = (CkptSection){"blend", &blend, sizeof blend};
   *s++ = (CkptSection){"recipe", &r->recipe, sizeof r->recipe};
   *s++ = (CkptSection){"route", r->route, sizeof r->route};
   char dir[2048], err[1024];
@@ -249,7 +252,14 @@ int resume(Run *r) {
   if (!on_host(r))
     for (int i = 0; i < 3; i++) r->ops->upload(r->ops->ctx, st.state[i], st.host[i], st.bytes[i]);
   r->ops->params_changed(r->ops->ctx);
-  if (loader_set_state(r->train, &ls, err, sizeof err)) die("checkpoint %s: %s", path, err);
+  // A blend's sources and counts ("blend"; single-source checkpoints, older ones too, have none).
+  LoaderBlendState blend;
+  has = ckpt_section_size(path, "blend", &recipe_bytes, err, sizeof err);
+  if (has < 0) die("%s", err);
+  CkptSection bs = {"blend", &blend, sizeof blend};
+  if (has == 0 && ckpt_load(path, &bs, 1, NULL, err, sizeof err)) die("%s", err);
+  if (loader_set_state(r->train, &ls, has == 0 ? &blend : NULL, err, sizeof err))
+    die("checkpoint %s does not match this run: data.train: %s", path, err);
   r->meta.tokens_seen = old.tokens_seen;
   r->step = r->saved_step = step;
   if (pick.kind == 1) snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick.path);

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # What the build and the tests need from outside the repository, found or got the first time it is
 # needed. The Makefile runs it on every invocation (quick when everything is there):
-#   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2, zlib), g++, and for the CUDA
-#                   backend cuDNN and its header-only C++ frontend; writes what it found to
-#                   build/deps.mk, which the Makefile includes
-#   deps.sh test    what `make test` needs beyond the build: numpy (tests/system/test_hf_export.sh) and
-#                   clang with libFuzzer (tests/system/test_fuzz.sh), clang-format where it can
+#   deps.sh build   the C libraries' headers (libyaml, libzstd, libpcre2, zlib), g++, for the CUDA
+#                   backend cuDNN and its header-only C++ frontend, and for parquet inputs to
+#                   `./train tokenize` Apache Arrow's C++ libraries (from the pyarrow wheel, into
+#                   .deps/arrow); writes what it found to build/deps.mk, which the Makefile includes
+#   deps.sh test    what `make test` needs beyond the build: numpy (tests/system/test_hf_export.sh),
+#                   tensorboard's event reader and wandb (tests/system/test_logging.sh), pyarrow
+#                   (tests/system/test_tokenize_parquet.sh), megatron-core's wheel into .deps/wheels
+#                   (tests/system/test_megatron_writer.sh), clang with libFuzzer
+#                   (tests/system/test_fuzz.sh), clang-format where it can
 #   deps.sh fetch   for a machine without internet (the GPU machine): unpacks the C libraries into
 #                   .deps/root and the frontend into .deps/cudnn_fe here; carry .deps/ there
 # For each missing piece, in order: on the system already; in .deps/ already; installed with
 # apt-get (as root or with passwordless sudo) or pip; unpacked into .deps/ without root. When none
-# works it stops, naming what is missing and the command that installs it. A CUDA backend that
-# cannot be built is not an error: the build goes on with the CPU backend and says why.
+# works it stops, naming what is missing and the command that installs it. A CUDA backend or a parquet
+# reader that cannot be built is not an error: the build goes on without it and says why. PARQUET=0:
+# no parquet reader, nothing fetched for it (its libraries take 63 MB: the GPU machine does without).
 # Environment (the Makefile passes it): CC, CXX, NVCC, CUDA_HOME, CUDNN_FE, DEPS (a prefix holding
 # usr/include and usr/lib/<triplet>, set by hand: then the C libraries are taken from there).
 # AUTO_DEPS=0: find only, install nothing. DEPS_LOCAL_ROOT: the unpack prefix (.deps/root).
@@ -23,6 +28,9 @@ LOG=$BUILD/deps.log
 LOCAL_ROOT=${DEPS_LOCAL_ROOT:-.deps/root}  # where the C libraries are unpacked without root
 CC=${CC:-cc} CXX=${CXX:-g++}
 CUDNN_FE_VERSION=1.32.0
+ARROW_VERSION=21.0.0  # the pyarrow wheel: libarrow.so.2100 and libparquet.so.2100 with their headers
+MEGATRON_CORE_VERSION=0.16.1  # its dataset writer runs in tests/system/test_megatron_writer.sh
+ARROW_HOME=.deps/arrow
 say() { echo "deps: $*" >&2; }
 
 # -dev package: header, static library
@@ -83,6 +91,38 @@ EOF
   local rc=$?; rm -rf .deps/whl; [ $rc = 0 ] && [ -f .deps/cudnn_fe/include/cudnn_frontend.h ]
 }
 
+# Unpacks Apache Arrow's C++ libraries and headers from the PyPI wheel pyarrow into $ARROW_HOME (lib/:
+# libarrow and libparquet, with unversioned links; include/: arrow/ and parquet/). Always CPython
+# 3.12's manylinux_2_28 wheel, whatever python3 is: the C++ libraries are the same in every wheel of a
+# version, and one pinned file gives every machine the same ones.
+fetch_arrow() {
+  [ "${AUTO_DEPS:-1}" = 0 ] && return 1
+  command -v python3 >/dev/null || return 1
+  say "fetching Apache Arrow's C++ parquet reader (the pyarrow==$ARROW_VERSION wheel, 43 MB) with pip (log: $LOG)"
+  rm -rf .deps/whl_arrow && mkdir -p .deps/whl_arrow &&
+    python3 -m pip download -q --no-deps --only-binary=:all: --retries 1 --timeout 20 --python-version 3.12 \
+      --implementation cp --platform "manylinux_2_28_$(uname -m)" -d .deps/whl_arrow "pyarrow==$ARROW_VERSION" \
+      >>"$LOG" 2>&1 &&
+    python3 - .deps/whl_arrow "$ARROW_HOME" <<'EOF' >>"$LOG" 2>&1
+import glob, os, shutil, sys, zipfile
+whl, dest = glob.glob(sys.argv[1] + "/pyarrow-*.whl")[0], sys.argv[2]
+shutil.rmtree(dest, ignore_errors=True)
+with zipfile.ZipFile(whl) as z:
+    libs = [n for n in z.namelist() if n.split("/")[-1].split(".so.")[0] in ("libarrow", "libparquet")]
+    heads = [n for n in z.namelist() if n.startswith(("pyarrow/include/arrow/", "pyarrow/include/parquet/"))
+             and not n.startswith("pyarrow/include/arrow/python/") and not n.endswith("/")]
+    for n in libs + heads:
+        out = os.path.join(dest, "lib", n.split("/")[-1]) if n in libs else os.path.join(dest, n.split("/", 1)[1])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with z.open(n) as src, open(out, "wb") as f:
+            shutil.copyfileobj(src, f)
+    for n in libs:  # libarrow.so -> libarrow.so.2100, for -larrow
+        name = n.split("/")[-1]
+        os.symlink(name, os.path.join(dest, "lib", name.split(".so.")[0] + ".so"))
+EOF
+  local rc=$?; rm -rf .deps/whl_arrow; [ $rc = 0 ] && [ -f "$ARROW_HOME/include/parquet/api/reader.h" ]
+}
+
 # $BUILD/deps.mk: DEPS_ROOT (prefix of unpacked C libraries, empty for the system's), CUDA_BUILD
 # (1 or 0) and CUDA_WHY (why not).
 deps_build() {
@@ -127,9 +167,32 @@ deps_build() {
     else cuda=1; fi
     rm -f "$BUILD/.deps_probe"
   fi
+  # Parquet inputs: the libraries unpacked, or fetched now. A failed fetch is not retried on every make
+  # (pip would wait on the network each time): rm $BUILD/parquet_fetch_failed to try again.
+  local parquet=0 pwhy=
+  if [ "${PARQUET:-1}" = 0 ]; then pwhy="PARQUET=0"
+  elif [ -f "$ARROW_HOME/include/parquet/api/reader.h" ] && [ -e "$ARROW_HOME/lib/libparquet.so" ]; then parquet=1
+  elif [ "${AUTO_DEPS:-1}" = 0 ]; then pwhy="Apache Arrow's C++ libraries are not in $ARROW_HOME (AUTO_DEPS=0 fetches nothing)"
+  else
+    pwhy="Apache Arrow's C++ libraries are not in $ARROW_HOME and pip could not download pyarrow==$ARROW_VERSION"
+    pwhy+=" (offline? see $LOG; rm $BUILD/parquet_fetch_failed to try again)"
+    if [ ! -f "$BUILD/parquet_fetch_failed" ] && fetch_arrow; then parquet=1 pwhy=
+    else touch "$BUILD/parquet_fetch_failed"; fi
+  fi
   # Rewritten only when it changes: every object depends on it, so a change rebuilds them all.
-  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\n' "$root" "$cuda" "$why" >"$BUILD/deps.mk.new"
+  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\nPARQUET_BUILD := %s\nPARQUET_WHY := %s\nARROW_HOME := %s\n' \
+    "$root" "$cuda" "$why" "$parquet" "$pwhy" "$ARROW_HOME" >"$BUILD/deps.mk.new"
   if cmp -s "$BUILD/deps.mk.new" "$BUILD/deps.mk"; then rm -f "$BUILD/deps.mk.new"; else mv "$BUILD/deps.mk.new" "$BUILD/deps.mk"; fi
+}
+
+# megatron-core's wheel into .deps/wheels (any platform's: the test reads its Python source).
+fetch_megatron_core() {
+  ls .deps/wheels/megatron_core-"$MEGATRON_CORE_VERSION"-*.whl >/dev/null 2>&1 && return 0
+  [ "${AUTO_DEPS:-1}" = 0 ] && return 1
+  say "downloading megatron-core==$MEGATRON_CORE_VERSION's wheel into .deps/wheels (log: $LOG)"
+  mkdir -p .deps/wheels &&
+    python3 -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels "megatron-core==$MEGATRON_CORE_VERSION" \
+      >>"$LOG" 2>&1
 }
 
 deps_test() {
@@ -137,15 +200,36 @@ deps_test() {
   if ! command -v python3 >/dev/null; then
     say "error: the tests need python3. Install it with:  sudo apt-get install python3 python3-pip"; return 1
   fi
-  # numpy, into .deps/py unless python3 has it: the engine's Python tools read checkpoints with it.
-  if ! PYTHONPATH=.deps/py${PYTHONPATH:+:$PYTHONPATH} python3 -c "import numpy" 2>/dev/null; then
-    say "installing numpy into .deps/py with pip (log: $LOG)"
-    if [ "${AUTO_DEPS:-1}" = 0 ] || ! python3 -m pip install -q --target .deps/py numpy >>"$LOG" 2>&1 ||
-       ! PYTHONPATH=.deps/py python3 -c "import numpy" 2>/dev/null; then
-      say "error: numpy is missing (tests/system/test_hf_export.sh) and pip could not install it (see $LOG)."
-      say "install it with:  python3 -m pip install numpy"; ok=0
+  # Python packages, into .deps/py unless python3 has them. pip_py MODULE TEST PACKAGE...: installs the
+  # packages when MODULE cannot be imported.
+  py_has() { PYTHONPATH=.deps/py${PYTHONPATH:+:$PYTHONPATH} python3 -c "import $1" 2>/dev/null; }
+  pip_py() {
+    local mod=$1 test=$2; shift 2
+    py_has "$mod" && return 0
+    say "installing $* into .deps/py with pip (log: $LOG)"
+    if [ "${AUTO_DEPS:-1}" = 0 ] || ! python3 -m pip install -q --target .deps/py "$@" >>"$LOG" 2>&1 || ! py_has "$mod"; then
+      say "error: $mod is missing ($test) and pip could not install it (see $LOG)."
+      say "install it with:  python3 -m pip install ${*/--no-deps/}"; return 1
     fi
-  fi
+  }
+  # numpy: the engine's Python tools read checkpoints with it.
+  pip_py numpy tests/system/test_hf_export.sh numpy || ok=0
+  # wandb (100 MB with its dependencies, ~12 s on a fresh machine) follows the JSONL log into an
+  # offline run; tensorboard's event reader reads the engine's event files. tensorboard comes without
+  # its server's dependencies (grpcio, werkzeug, pillow: 150 MB more): the reader needs protobuf,
+  # absl-py and packaging (wandb brings the first and the last).
+  pip_py wandb tests/system/test_logging.sh wandb || ok=0
+  local tb=(--no-deps tensorboard absl-py)
+  py_has google.protobuf || tb+=(protobuf)
+  py_has packaging || tb+=(packaging)
+  pip_py tensorboard.backend.event_processing.event_accumulator tests/system/test_logging.sh "${tb[@]}" || ok=0
+  # pyarrow writes the parquet files of tests/system/test_tokenize_parquet.sh (it needs nothing else).
+  pip_py pyarrow.parquet tests/system/test_tokenize_parquet.sh --no-deps "pyarrow==$ARROW_VERSION" || ok=0
+  # megatron-core's wheel (2.5 MB), not installed: tests/system/test_megatron_writer.sh runs the dataset
+  # writer module it holds (which needs neither torch nor a GPU for writing).
+  fetch_megatron_core || { say "error: megatron-core's wheel is missing (tests/system/test_megatron_writer.sh) and pip" \
+    "could not download it (see $LOG); download it with:  python3 -m pip download --no-deps -d .deps/wheels" \
+    "megatron-core==$MEGATRON_CORE_VERSION"; ok=0; }
   # clang with libFuzzer and the sanitizers' runtime.
   local probe='int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }'
   fuzz_ok() { local c; c=${CLANG:-$(command -v clang || command -v clang-14)} && [ -n "$c" ] &&
@@ -167,12 +251,54 @@ deps_fetch() {
   AUTO_DEPS=1
   apt_unpack .deps/root "${pkgs[@]}" || { say "error: apt-get download failed (see $LOG)"; return 1; }
   fetch_cudnn_fe || { say "error: pip download of nvidia-cudnn-frontend failed (see $LOG)"; return 1; }
-  say "fetched into .deps/: $(du -sh .deps | cut -f1); build with them: make DEPS=.deps/root"
+  fetch_megatron_core || { say "error: pip download of megatron-core failed (see $LOG)"; return 1; }
+  say "fetched into .deps/: $(du -sh .deps | cut -f1); build with them: make DEPS=.deps/root (no parquet reader:" \
+      "it needs .deps/arrow, 63 MB, which make fetches where pip works)"
+}
+
+# CUTLASS's headers for fp4/gemm_cutlass.cu (header-only; optional like the CUDA backend: without them
+# that file builds a stub and the Makefile says so), into .deps/cutlass/include unless CUTLASS_HOME
+# names another copy. From the PyPI wheel nvidia-cutlass, kept in .deps/ (6.4 MB against the headers'
+# 27: what the GPU machine carries) and unpacked from there, also with AUTO_DEPS=0; downloaded with
+# pip when it is not there. A failed download is not retried on every make: rm
+# $BUILD/cutlass_fetch_failed to try again. "fetch": the wheel must be got.
+CUTLASS_VERSION=4.2.0.0
+CUTLASS_WHEEL=.deps/nvidia_cutlass-$CUTLASS_VERSION-py3-none-any.whl
+deps_cutlass() {
+  [ "${CUTLASS_HOME:-.deps/cutlass}" = .deps/cutlass ] || return 0
+  if [ "${1:-}" != fetch ]; then
+    grep -q '^CUDA_BUILD := 1' "$BUILD/deps.mk" 2>/dev/null || return 0
+    [ ! -f .deps/cutlass/include/cutlass/cutlass.h ] || return 0
+    [ -f "$CUTLASS_WHEEL" ] || { [ "${AUTO_DEPS:-1}" != 0 ] && [ ! -f "$BUILD/cutlass_fetch_failed" ]; } || return 0
+  fi
+  if [ ! -f "$CUTLASS_WHEEL" ]; then
+    say "fetching CUTLASS's headers (nvidia-cutlass==$CUTLASS_VERSION, 6.4 MB) with pip (log: $LOG)"
+    mkdir -p .deps && python3 -m pip download -q --no-deps --retries 1 --timeout 20 -d .deps \
+      "nvidia-cutlass==$CUTLASS_VERSION" >>"$LOG" 2>&1 && [ -f "$CUTLASS_WHEEL" ] ||
+      { touch "$BUILD/cutlass_fetch_failed"; say "no CUTLASS: pip could not download it (see $LOG)"; return 1; }
+  fi
+  say "unpacking CUTLASS's headers from $CUTLASS_WHEEL into .deps/cutlass/include"
+  local fail="unpacking $CUTLASS_WHEEL failed (see $LOG)"
+  python3 - "$CUTLASS_WHEEL" .deps/cutlass <<'EOF' >>"$LOG" 2>&1 || { say "$fail"; return 1; }
+import os, shutil, sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+pre, tmp = "cutlass_library/source/include/", dest + ".tmp"  # whole or not at all
+shutil.rmtree(tmp, ignore_errors=True)
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith(pre) and not n.endswith("/"):
+            out = os.path.join(tmp, "include", n[len(pre):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(n) as src, open(out, "wb") as f:
+                shutil.copyfileobj(src, f)
+shutil.rmtree(dest, ignore_errors=True)
+os.rename(tmp, dest)
+EOF
 }
 
 case "${1:-}" in
-  build) deps_build ;;
+  build) deps_build && { deps_cutlass || true; } ;;
   test)  deps_test ;;
-  fetch) deps_fetch ;;
+  fetch) deps_fetch && deps_cutlass fetch ;;
   *) echo "usage: scripts/deps.sh build|test|fetch" >&2; exit 2 ;;
 esac

@@ -1,6 +1,9 @@
 // model/cpu/attention.c: causal grouped-query attention, softmax(q k^T / sqrt(hd)) v (CPU reference).
 // See ops.h. Like flash attention, only the per-row log-sum-exp is saved; the backward rebuilds
-// the probabilities from it, so no [T, T] matrix is ever stored.
+// the probabilities from it, so no [T, T] matrix is ever stored. With documents (doc_start, the
+// block-causal mask of ops.h's DocMask) query t's keys are j0..t, j0 = doc_start[b*T + t], instead
+// of 0..t: the loops start at j0, so the masked keys cost nothing and the sums over the others run
+// in the same order as without a mask (a document that starts a row gives the same bits either way).
 #include "common/common.h"
 #include "model/ops.h"
 
@@ -14,8 +17,8 @@ static float dot(const float *a, const float *b, int n) {
   return s;
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                       int KV, int hd) {
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *doc_start,
+                       int B, int T, int H, int KV, int hd) {
   const int group = H / KV, qs = H * hd, kvs = KV * hd;  // query head h reads kv head h / group
   const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel
@@ -26,20 +29,21 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
       int t = row % T, h = (row / T) % H, b = row / (T * H), g = h / group;
       const float *qr = q + ((size_t)b * T + t) * qs + h * hd;
       const float *kb = k + (size_t)b * T * kvs + g * hd, *vb = v + (size_t)b * T * kvs + g * hd;
+      const int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
       float mx = -INFINITY;
-      for (int j = 0; j <= t; j++) {  // causal: keys 0..t only
+      for (int j = j0; j <= t; j++) {  // causal: keys j0..t of the query's document only
         p[j] = dot(qr, kb + (size_t)j * kvs, hd) * scale;
         if (p[j] > mx) mx = p[j];
       }
       double sum = 0;
-      for (int j = 0; j <= t; j++) {
+      for (int j = j0; j <= t; j++) {
         p[j] = expf(p[j] - mx);
         sum += p[j];
       }
       float inv = (float)(1.0 / sum);
       float *o = out + ((size_t)b * T + t) * qs + h * hd;
       memset(o, 0, (size_t)hd * sizeof(float));
-      for (int j = 0; j <= t; j++) {
+      for (int j = j0; j <= t; j++) {
         float pj = p[j] * inv;  // HF normalizes the probabilities, then multiplies by v
         const float *vr = vb + (size_t)j * kvs;
         for (int i = 0; i < hd; i++) o[i] += pj * vr[i];
@@ -52,7 +56,8 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 
 // With P = softmax(S), dP = dout v^T, dS = P (dP - rowsum(dout * out)), S = scale q k^T.
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                        const float *v, const float *out, const float *lse, int B, int T, int H, int KV, int hd) {
+                        const float *v, const float *out, const float *lse, const int *doc_start, int B, int T, int H,
+                        int KV, int hd) {
   const int group = H / KV, qs = H * hd, kvs = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
   // One task per (sequence, kv head): it owns dk/dv of that head and dq of the query heads that
@@ -74,7 +79,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         float l = lse[((size_t)b * H + h) * T + t];
         float delta = dot(dor, orow, hd);  // rowsum(dout * out) = sum_j P_j dP_j
         memset(dqr, 0, (size_t)hd * sizeof(float));
-        for (int j = 0; j <= t; j++) {
+        const int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
+        for (int j = j0; j <= t; j++) {
           const float *kr = kb + (size_t)j * kvs, *vr = vb + (size_t)j * kvs;
           float pj = expf(dot(qr, kr, hd) * scale - l);
           float ds = pj * (dot(dor, vr, hd) - delta) * scale;

@@ -74,19 +74,22 @@ static void cpu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const vo
   clear_if_overwriting(ctx, dw, (size_t)in * out_dim);
   linear_fp4_cpu_backward(&((CpuBackend *)ctx)->lin, id, dx, dw, dout, x, w, N, in, out_dim, dx_accumulate);
 }
-static void cpu_rope_fwd(void *ctx, void *x, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
-  rope_forward(x, cos, sin, B, T, n_heads, hd);
+static void cpu_rope_fwd(void *ctx, void *x, const float *cos, const float *sin, const int *pos, int B, int T,
+                         int n_heads, int hd) {
+  rope_forward(x, cos, sin, pos, B, T, n_heads, hd);
 }
-static void cpu_rope_bwd(void *ctx, void *dx, const float *cos, const float *sin, int B, int T, int n_heads, int hd) {
-  rope_backward(dx, cos, sin, B, T, n_heads, hd);
+static void cpu_rope_bwd(void *ctx, void *dx, const float *cos, const float *sin, const int *pos, int B, int T,
+                         int n_heads, int hd) {
+  rope_backward(dx, cos, sin, pos, B, T, n_heads, hd);
 }
-static void cpu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                              int T, int H, int KV, int hd) {
-  attention_forward(out, lse, q, k, v, B, T, H, KV, hd);
+static void cpu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
+                              const DocMask *docs, int B, int T, int H, int KV, int hd) {
+  attention_forward(out, lse, q, k, v, docs ? docs->start : NULL, B, T, H, KV, hd);
 }
 static void cpu_attention_bwd(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                              const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd) {
-  attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, hd);
+                              const void *v, const void *out, const float *lse, const DocMask *docs, int B, int T,
+                              int H, int KV, int hd) {
+  attention_backward(dq, dk, dv, dout, q, k, v, out, lse, docs ? docs->start : NULL, B, T, H, KV, hd);
 }
 static void cpu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up, size_t n) {
   swiglu_forward(out, gate, up, n);

@@ -1,5 +1,7 @@
 // model/cpu/rope.c: rotary position embedding with HF's rotate_half pairing (element i rotates with
-// element i + hd/2) and the Llama-3.1 frequency rescaling (CPU reference). See ops.h.
+// element i + hd/2) and the Llama-3.1 frequency rescaling (CPU reference). See ops.h. A token's
+// position is its place in the row, or pos[n] when given (positions that restart at each document,
+// model.doc_positions: restart): only the row of the cos/sin tables changes.
 #include "common/common.h"
 #include "model/ops.h"
 
@@ -44,11 +46,13 @@ void rope_tables(float *cos_t, float *sin_t, int T, int hd, const LlamaConfig *c
 }
 
 // Rotates every head of every token by +angle (sign = 1) or -angle (sign = -1).
-static void rotate(float *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, float sign) {
+static void rotate(float *x, const float *cos_t, const float *sin_t, const int *pos, int B, int T, int n_heads, int hd,
+                   float sign) {
   int half = hd / 2;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < B * T; n++) {
-    const float *c = cos_t + (size_t)(n % T) * half, *s = sin_t + (size_t)(n % T) * half;
+    const int t = pos ? pos[n] : n % T;
+    const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
     for (int h = 0; h < n_heads; h++) {
       float *v = x + ((size_t)n * n_heads + h) * hd;
       for (int i = 0; i < half; i++) {
@@ -60,11 +64,12 @@ static void rotate(float *x, const float *cos_t, const float *sin_t, int B, int 
   }
 }
 
-void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd) {
-  rotate(x, cos_t, sin_t, B, T, n_heads, hd, 1.0f);
+void rope_forward(float *x, const float *cos_t, const float *sin_t, const int *pos, int B, int T, int n_heads, int hd) {
+  rotate(x, cos_t, sin_t, pos, B, T, n_heads, hd, 1.0f);
 }
 
 // The rotation is orthogonal, so its transpose is the rotation by -angle.
-void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd) {
-  rotate(dx, cos_t, sin_t, B, T, n_heads, hd, -1.0f);
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, const int *pos, int B, int T, int n_heads,
+                   int hd) {
+  rotate(dx, cos_t, sin_t, pos, B, T, n_heads, hd, -1.0f);
 }

@@ -1,8 +1,11 @@
 // model/cuda/attention_cudnn.cpp: causal GQA flash attention through the cuDNN frontend's graph API.
 // The project's only C++ file: the frontend is a header-only C++ library, so this file wraps it in
 // the plain C API of model/cuda/attention_cudnn.h. One graph is built per (shape, direction,
-// determinism) the first time it is asked for, then cached; a call after that only patches the
-// device pointers into the cached variant pack and enqueues the kernels.
+// determinism, document bucket) the first time it is asked for, then cached; a call after that only
+// patches the device pointers into the cached variant pack and enqueues the kernels. With documents
+// (block-causal attention) the graph is THD: ragged offsets and a padding mask (attention_cudnn.h),
+// built as TransformerEngine builds its packed-sequence graphs (64-bit offsets, ragged lse,
+// max_total_seq_len on the backward).
 #include "model/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -20,17 +23,37 @@
 
 #include "common/common.h"
 #include "common/cuda_common.h"
+#include "model/doc_mask.h"
 
 namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-// Tensor ids of the variant pack (the frontend's name for the uid -> device pointer map).
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
+// Tensor ids of the variant pack (the frontend's name for the uid -> device pointer map). The
+// document graphs add the ragged offsets (q and out share theirs, as k and v do) and lengths.
+enum {
+  UID_Q = 1,
+  UID_K,
+  UID_V,
+  UID_O,
+  UID_STATS,
+  UID_DO,
+  UID_DQ,
+  UID_DK,
+  UID_DV,
+  UID_OFF_Q,
+  UID_OFF_K,
+  UID_OFF_V,
+  UID_OFF_O,
+  UID_OFF_STATS,
+  UID_SEQ_Q,
+  UID_SEQ_KV
+};
 
 struct AttnKey {
   int B, T, H, KV, hd;
   int backward;       // 0: forward graph, 1: backward graph
   int deterministic;  // backward only
+  int docs;           // 0: plain causal; else the graph batch of a document graph (doc_mask_bucket)
 };
 
 struct CachedGraph {
@@ -39,10 +62,11 @@ struct CachedGraph {
   std::unordered_map<int64_t, void *> pack;  // keys fixed at build time, so no rehash on the hot path
 };
 
-// A training run uses a couple of shapes (train, maybe eval), so a small fixed cache suffices;
-// entries are never evicted because a plan may still be running on the stream. Heap-allocated, so
-// no C++ destructor runs at exit after the CUDA runtime has been torn down.
-enum { MAX_GRAPHS = 32 };
+// A training run uses a couple of shapes (train, maybe eval), and with documents a few buckets of
+// their count, so a small fixed cache suffices; entries are never evicted because a plan may still
+// be running on the stream. Heap-allocated, so no C++ destructor runs at exit after the CUDA runtime
+// has been torn down.
+enum { MAX_GRAPHS = 64 };
 
 // One instance per backend (attention_cudnn.h): its handle, graphs and workspace.
 struct AttnCudnn {
@@ -52,12 +76,16 @@ struct AttnCudnn {
   void *workspace;  // shared by all graphs: they run one at a time on one stream
   size_t workspace_size;
   int deterministic_bwd;
+  void *docs;  // the ragged offsets and lengths of the current documents (grow-only, like the workspace)
+  size_t docs_size;
 };
 
 static const char *key_str(const AttnKey &k) {
   static char buf[160];
-  snprintf(buf, sizeof buf, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s", k.backward ? "backward" : "forward", k.B, k.T,
-           k.H, k.KV, k.hd, k.backward && k.deterministic ? " deterministic" : "");
+  char docs[48] = "";
+  if (k.docs) snprintf(docs, sizeof docs, " documents (graph batch %d)", k.docs);
+  snprintf(buf, sizeof buf, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s%s", k.backward ? "backward" : "forward", k.B,
+           k.T, k.H, k.KV, k.hd, k.backward && k.deterministic ? " deterministic" : "", docs);
   return buf;
 }
 
@@ -70,9 +98,13 @@ static void fe_check(fe::error_t e, const char *what, const AttnKey &key, const 
          (int)e.get_code());
 }
 
-// [B, heads, T, hd] view of a row-major [B, T, heads, hd] BF16 buffer.
+// The graph's batch: the sequences, or with documents the bucket of their count.
+static int64_t graph_batch(const AttnKey &k) { return k.docs ? k.docs : k.B; }
+
+// [B, heads, T, hd] view of a row-major [B, T, heads, hd] BF16 buffer. With documents the same
+// strides describe THD: each document's rows start at its ragged offset.
 static void set_bshd(fe::graph::Tensor_attributes &t, int64_t uid, const AttnKey &k, int heads) {
-  int64_t B = k.B, T = k.T, n = heads, d = k.hd;
+  int64_t B = graph_batch(k), T = k.T, n = heads, d = k.hd;
   t.set_uid(uid).set_dim({B, n, T, d}).set_stride({T * n * d, d, n * d, 1}).set_data_type(fe::DataType_t::BFLOAT16);
 }
 
@@ -83,10 +115,38 @@ static TensorPtr input_bshd(fe::graph::Graph &g, const char *name, int64_t uid, 
   return g.tensor(t);
 }
 
-// lse / "Stats": fp32 [B, H, T, 1], i.e. our [B, H, T].
+// lse / "Stats": fp32 [B, H, T, 1], i.e. our [B, H, T]. With documents [docs, H, T, 1] over the
+// token-major [B*T, H] buffer, ragged like q.
 static void set_stats(fe::graph::Tensor_attributes &t, const AttnKey &k) {
-  int64_t B = k.B, H = k.H, T = k.T;
-  t.set_uid(UID_STATS).set_dim({B, H, T, 1}).set_stride({H * T, T, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
+  int64_t B = graph_batch(k), H = k.H, T = k.T;
+  t.set_uid(UID_STATS).set_dim({B, H, T, 1}).set_data_type(fe::DataType_t::FLOAT);
+  if (k.docs) t.set_stride({H * T, 1, H, 1});
+  else t.set_stride({H * T, T, 1, 1});
+}
+
+// A 4D [n, 1, 1, 1] index tensor: the ragged offsets (int64, n = graph batch + 1) and lengths (int32).
+static TensorPtr index_tensor(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n, fe::DataType_t type) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({n, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(type));
+}
+
+// The document graph's extra inputs: ragged offsets of q/out, k, v and lse, and the lengths.
+struct Ragged {
+  TensorPtr q, k, v, o, stats, seq_q, seq_kv;
+};
+
+static Ragged ragged_inputs(fe::graph::Graph &g, const AttnKey &k) {
+  const int64_t nb = k.docs;
+  const fe::DataType_t i64 = fe::DataType_t::INT64, i32 = fe::DataType_t::INT32;
+  return Ragged{
+      index_tensor(g, "off_q", UID_OFF_Q, nb + 1, i64),       index_tensor(g, "off_k", UID_OFF_K, nb + 1, i64),
+      index_tensor(g, "off_v", UID_OFF_V, nb + 1, i64),       index_tensor(g, "off_o", UID_OFF_O, nb + 1, i64),
+      index_tensor(g, "off_lse", UID_OFF_STATS, nb + 1, i64), index_tensor(g, "seq_q", UID_SEQ_Q, nb, i32),
+      index_tensor(g, "seq_kv", UID_SEQ_KV, nb, i32)};
 }
 
 static void ensure_handle(AttnCudnn *a) {
@@ -102,6 +162,13 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
   const float scale = 1.0f / sqrtf((float)k.hd);
   TensorPtr q = input_bshd(*g, "q", UID_Q, k, k.H), kk = input_bshd(*g, "k", UID_K, k, k.KV),
             v = input_bshd(*g, "v", UID_V, k, k.KV);
+  Ragged r{};
+  if (k.docs) {  // each document a sequence of the batch: ragged rows, its length as the padding mask
+    r = ragged_inputs(*g, k);
+    q->set_ragged_offset(r.q);
+    kk->set_ragged_offset(r.k);
+    v->set_ragged_offset(r.v);
+  }
   if (!k.backward) {
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("attention_fwd")
@@ -109,11 +176,13 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
                     .set_attn_scale(scale)
                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)  // causal: key j <= query t
                     .set_diagonal_band_right_bound(0);
+    if (k.docs) opts.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
     auto [o, stats] = g->sdpa(q, kk, v, opts);
     o->set_output(true).set_name("out");
     set_bshd(*o, UID_O, k, k.H);
     stats->set_output(true).set_name("lse");
     set_stats(*stats, k);
+    if (k.docs) o->set_ragged_offset(r.o), stats->set_ragged_offset(r.stats);
   } else {
     TensorPtr o = input_bshd(*g, "out", UID_O, k, k.H), dout = input_bshd(*g, "dout", UID_DO, k, k.H);
     fe::graph::Tensor_attributes st;
@@ -126,6 +195,13 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                     .set_diagonal_band_right_bound(0)
                     .set_deterministic_algorithm(k.deterministic != 0);
+    if (k.docs) {
+      o->set_ragged_offset(r.o), dout->set_ragged_offset(r.o), stats->set_ragged_offset(r.stats);
+      // the tokens in all: sizes the backward's workspace by them instead of graph batch x T
+      const int64_t tokens = (int64_t)k.B * k.T;
+      opts.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
+      opts.set_max_total_seq_len_q(tokens).set_max_total_seq_len_kv(tokens);
+    }
     auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, opts);
     dq->set_output(true).set_name("dq");
     set_bshd(*dq, UID_DQ, k, k.H);
@@ -133,6 +209,7 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
     set_bshd(*dk, UID_DK, k, k.KV);
     dv->set_output(true).set_name("dv");
     set_bshd(*dv, UID_DV, k, k.KV);
+    if (k.docs) dq->set_ragged_offset(r.q), dk->set_ragged_offset(r.k), dv->set_ragged_offset(r.v);
   }
 
   // Heuristics mode A ranks the engines; FALLBACK adds engines that always exist, in case none of
@@ -158,9 +235,12 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
 
   const int64_t uids_fwd[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS};
   const int64_t uids_bwd[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV};
+  const int64_t uids_docs[] = {UID_OFF_Q, UID_OFF_K, UID_OFF_V, UID_OFF_O, UID_OFF_STATS, UID_SEQ_Q, UID_SEQ_KV};
   const int64_t *uids = k.backward ? uids_bwd : uids_fwd;
   int n = k.backward ? 9 : 5;
   for (int i = 0; i < n; i++) c->pack[uids[i]] = nullptr;
+  if (k.docs)
+    for (int i = 0; i < 7; i++) c->pack[uids_docs[i]] = nullptr;
   c->graph = g;
 }
 
@@ -168,7 +248,7 @@ static CachedGraph *get_graph(AttnCudnn *a, const AttnKey &k) {
   for (int i = 0; i < a->n_graphs; i++) {
     const AttnKey &c = a->graphs[i]->key;
     if (c.B == k.B && c.T == k.T && c.H == k.H && c.KV == k.KV && c.hd == k.hd && c.backward == k.backward &&
-        c.deterministic == k.deterministic)
+        c.deterministic == k.deterministic && c.docs == k.docs)
       return a->graphs[i];
   }
   if (a->n_graphs == MAX_GRAPHS)
@@ -212,32 +292,71 @@ struct Arg {
   unsigned align;
 };
 
-// Checks the shape and every pointer, then runs the graph of `key` on these tensors.
-static void run_call(AttnCudnn *a, const AttnKey &key, const Arg *args, int n) {
+// The document graph's offsets and lengths for this call, in the instance's scratch: off_q (q and
+// out), off_kv (k and v), off_lse, then the lengths (seq_q and seq_kv), derived on the device from
+// docs->cu. Sets the graph batch in key->docs.
+static void ragged_args(AttnCudnn *a, AttnKey *key, const DocMask *d, Arg *args) {
+  if (!d->cu || !d->start) die("%s: the DocMask has no document boundaries (cu, start)", key_str(*key));
+  if (d->n_docs < key->B || d->n_docs > key->B * key->T)
+    die("%s: %d documents in %d rows of %d tokens: a row holds 1 to T documents", key_str(*key), d->n_docs, key->B,
+        key->T);
+  if (cudnnGetVersion() < 90600)
+    die("%s: document masking on CUDA needs cuDNN 9.6 or newer (ragged lse); this process loaded cuDNN %zu",
+        key_str(*key), (size_t)cudnnGetVersion());
+  const int nb = key->docs = doc_mask_bucket(d->n_docs);
+  const size_t offs = ((size_t)(nb + 1) * sizeof(int64_t) + 255) & ~(size_t)255;
+  const size_t need = 3 * offs + (size_t)nb * sizeof(int32_t);
+  if (need > a->docs_size) {  // grow-only; the old one may still be read by queued plans
+    if (a->docs) {
+      CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+      CUDA_CHECK(cudaFree(a->docs));
+    }
+    CUDA_CHECK(cudaMalloc(&a->docs, need));
+    a->docs_size = need;
+  }
+  char *base = (char *)a->docs;
+  int64_t *off_q = (int64_t *)base, *off_kv = (int64_t *)(base + offs), *off_lse = (int64_t *)(base + 2 * offs);
+  int32_t *len = (int32_t *)(base + 3 * offs);
+  attention_docs_ragged_cuda(d->cu, d->n_docs, nb, (int64_t)key->H * key->hd, (int64_t)key->KV * key->hd, key->H, off_q,
+                             off_kv, off_lse, len);
+  const Arg r[] = {{UID_OFF_Q, off_q, "off_q", 8},         {UID_OFF_O, off_q, "off_o", 8},
+                   {UID_OFF_K, off_kv, "off_k", 8},        {UID_OFF_V, off_kv, "off_v", 8},
+                   {UID_OFF_STATS, off_lse, "off_lse", 8}, {UID_SEQ_Q, len, "seq_q", 4},
+                   {UID_SEQ_KV, len, "seq_kv", 4}};
+  for (int i = 0; i < 7; i++) args[i] = r[i];
+}
+
+// Checks the shape and every pointer, then runs the graph of `key` on these tensors (and, with
+// documents, on their ragged description).
+static void run_call(AttnCudnn *a, AttnKey key, const DocMask *docs, const Arg *args, int n) {
   check_shape(key);
   for (int i = 0; i < n; i++) check_ptr(key, args[i].p, args[i].name, args[i].align);
+  Arg extra[7];
+  int n_extra = 0;
+  if (docs) ragged_args(a, &key, docs, extra), n_extra = 7;
   CachedGraph *c = get_graph(a, key);
   for (int i = 0; i < n; i++) c->pack[args[i].uid] = (void *)args[i].p;
+  for (int i = 0; i < n_extra; i++) c->pack[extra[i].uid] = (void *)extra[i].p;
   run(a, c);
 }
 
 extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v,
-                                    int B, int T, int H, int KV, int hd) {
+                                    const DocMask *docs, int B, int T, int H, int KV, int hd) {
   const Arg args[] = {{UID_Q, q, "q", 16},
                       {UID_K, k, "k", 16},
                       {UID_V, v, "v", 16},
                       {UID_O, out, "out", 16},
                       {UID_STATS, lse, "lse", 4}};
-  run_call(a, AttnKey{B, T, H, KV, hd, 0, 0}, args, 5);
+  run_call(a, AttnKey{B, T, H, KV, hd, 0, 0, 0}, docs, args, 5);
 }
 
 extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                                    const void *k, const void *v, const void *out, const float *lse, int B, int T,
-                                    int H, int KV, int hd) {
+                                    const void *k, const void *v, const void *out, const float *lse,
+                                    const DocMask *docs, int B, int T, int H, int KV, int hd) {
   const Arg args[] = {{UID_Q, q, "q", 16},     {UID_K, k, "k", 16},        {UID_V, v, "v", 16},
                       {UID_O, out, "out", 16}, {UID_DO, dout, "dout", 16}, {UID_DQ, dq, "dq", 16},
                       {UID_DK, dk, "dk", 16},  {UID_DV, dv, "dv", 16},     {UID_STATS, lse, "lse", 4}};
-  run_call(a, AttnKey{B, T, H, KV, hd, 1, a->deterministic_bwd}, args, 9);
+  run_call(a, AttnKey{B, T, H, KV, hd, 1, a->deterministic_bwd, 0}, docs, args, 9);
 }
 
 extern "C" size_t attention_cudnn_version(void) { return cudnnGetVersion(); }
@@ -253,6 +372,7 @@ extern "C" void attention_cudnn_destroy(AttnCudnn *a) {
   if (a->n_graphs > 0 || a->workspace) CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
   for (int i = 0; i < a->n_graphs; i++) delete a->graphs[i];
   if (a->workspace) CUDA_CHECK(cudaFree(a->workspace));
+  if (a->docs) CUDA_CHECK(cudaFree(a->docs));
   if (a->handle) CUDNN_CHECK(cudnnDestroy(a->handle));
   delete a;
 }

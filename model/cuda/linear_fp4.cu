@@ -7,6 +7,7 @@
 
 #include "common/common.h"
 #include "fp4/fp8_embed.h"
+#include "fp4/gemm_cutlass.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4_cta.h"
@@ -71,11 +72,11 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
   bf16.format = FMT_BF16;
   if (!r) r = &bf16;
   // The one place a format is chosen: the table of the formats the recipe uses, by FP4Format.
-  static const LinearFormat *const all[FMT_N] = {NULL, &linear_mxfp4, &linear_nvfp4, &linear_nvfp4_cta};
+  static const LinearFormat *const all[] = {&linear_mxfp4, &linear_nvfp4, &linear_nvfp4_cta};
   const LinearFormat *fmt[FMT_N] = {};
-  int any = 0;
-  for (int k = FMT_MXFP4; k < FMT_N && n_layers > 0; k++)
-    if (recipe_uses(r, n_layers, (FP4Format)k)) fmt[k] = all[k], any = 1;
+  int any = 0, outer = 0;
+  for (size_t k = 0; k < sizeof all / sizeof all[0] && n_layers > 0; k++)
+    if (recipe_uses(r, n_layers, all[k]->format)) fmt[all[k]->format] = all[k], any = 1, outer |= all[k]->outer;
   if (any) {
     char err[256];
     if (recipe_check(r, err, sizeof err) || recipe_check_layers(r, n_layers, err, sizeof err))
@@ -83,11 +84,14 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
     if (r->gemm == GEMM_FP4_NATIVE && !fp4_gemm_native_available())
       die("cuda_set_recipe: precision.fp4_gemm fp4 needs a compute capability 10.x GPU with the sm_100a code built "
           "in; use fp8 (MXFP4 on Hopper) or reference");
-    if (r->gemm == GEMM_FP4_NATIVE && fmt[FMT_NVFP4_CTA])
+    if (r->gemm == GEMM_FP4_NATIVE && outer)
       die("cuda_set_recipe: precision.fp4_gemm fp4 with CTA-local NVFP4: the native path (FP4 GEMM, then the outer "
           "factors' epilogue) is compiled for sm_100a but has never run on a Blackwell GPU; use reference");
     if (r->fp8_kernel == FP8_KERNEL_OWN && !fp4_gemm_wgmma_available())
       die("cuda_set_recipe: precision.fp4_gemm fp8_own needs a compute capability 9.0 GPU (Hopper); use fp8");
+    if (r->fp8_kernel == FP8_KERNEL_CUTLASS && !fp4_gemm_cutlass_available())
+      die("cuda_set_recipe: precision.fp4_gemm fp8_cutlass needs a compute capability 9.0 GPU and a build with "
+          "CUTLASS (scripts/deps.sh fetches it); use fp8");
   }
   linear_fp4_release_weights(L);  // quantized under the previous recipe
   L->recipe = *r, L->nlayers = n_layers, L->seed = seed, L->any = any;
@@ -205,9 +209,12 @@ static void fp4_gemm(LinearFp4 *L, const LinearFormat *f, const char *use, Linea
   if (A.fp8) {
     Fp8Operand a = {A.q, A.sf, A.blk128}, b = {B.q, B.sf, B.blk128};
     const int own = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, out_fp32, a, b, M, N, K, alpha, beta);
-    engine = own ? "own" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
-                                             : A.blk128 ? GEMM_ENGINE_FP8_ABLK
-                                                        : GEMM_ENGINE_FP8_VEC;
+    engine = own == 2 ? "cutlass"
+             : own    ? "own"
+                      : "fp8",
+    s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
+               : A.blk128 ? GEMM_ENGINE_FP8_ABLK
+                          : GEMM_ENGINE_FP8_VEC;
   } else if (A.outer) {  // CTA-local: the GEMM on unscaled operands, then alpha_i beta_j (alpha is 1)
     Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
     const int native = L->recipe.gemm == GEMM_FP4_NATIVE;

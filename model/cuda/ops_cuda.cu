@@ -10,6 +10,7 @@
 #include "fp4/gemm_fp4.h"
 #include "model/cuda/attention_cudnn.h"
 #include "common/gemm.h"
+#include "common/lt_tune.h"
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/ops_cuda.h"
 
@@ -423,6 +424,10 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
   char name[40];
   snprintf(name, sizeof name, "gemm fwd %s", linear_kind_name(id.kind));
   const bf16 *w16 = shadow_of(b, w, (size_t)in * out_dim, name);
+  if (id.kind == LIN_HEAD && cuda_head_vocab_padded(out_dim) != out_dim) {  // llama_logits, padded vocabulary
+    head_logits_cuda(b, mb(out), cb(x), w16, N, in, out_dim);
+    return;
+  }
   cuda_gemm(b, name, out, 0, x, 0, w16, 1, N, out_dim, in, 1.0f, 0.0f);
 }
 
@@ -458,42 +463,49 @@ static double rope_bytes(int B, int T, int n_heads, int hd) {
   return 4.0 * B * T * n_heads * hd + 4.0 * T * hd;  // x read + written (BF16); cos + sin [T, hd/2] fp32
 }
 
-static void cu_rope_fwd(void *ctx, void *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd) {
+static void cu_rope_fwd(void *ctx, void *x, const float *cos_t, const float *sin_t, const int *pos, int B, int T,
+                        int n_heads, int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
-  rope_rotate_cuda(mb(x), cos_t, sin_t, B, T, n_heads, hd, 1);
+  rope_rotate_cuda(mb(x), cos_t, sin_t, pos, B, T, n_heads, hd, 1);
   cuda_prof_end(b, mk, "rope fwd", PROF_MEM, rope_bytes(B, T, n_heads, hd), 0, NULL);
 }
 
-static void cu_rope_bwd(void *ctx, void *dx, const float *cos_t, const float *sin_t, int B, int T, int n_heads,
-                        int hd) {
+static void cu_rope_bwd(void *ctx, void *dx, const float *cos_t, const float *sin_t, const int *pos, int B, int T,
+                        int n_heads, int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
-  rope_rotate_cuda(mb(dx), cos_t, sin_t, B, T, n_heads, hd, -1);
+  rope_rotate_cuda(mb(dx), cos_t, sin_t, pos, B, T, n_heads, hd, -1);
   cuda_prof_end(b, mk, "rope bwd", PROF_MEM, rope_bytes(B, T, n_heads, hd), 0, NULL);
 }
 
 // Causal attention FLOPs, as FlashAttention's papers (and docs/formats.md §3's 534 TFLOP/s) count them:
 // each of the two forward matmuls (QK^T, PV) is 2*T*T*hd/2 per (sequence, head); the backward has
-// five (QK^T recomputed, dV, dP, dQ, dK).
-static double attn_flops(int B, int T, int H, int hd, int matmuls) { return matmuls * (double)B * H * T * T * hd; }
+// five (QK^T recomputed, dV, dP, dQ, dK). With documents, the pairs attended to replace B*T*T/2.
+static double attn_flops(const DocMask *docs, int B, int T, int H, int hd, int matmuls) {
+  double pairs = docs ? docs->pairs : (double)B * T * T / 2;
+  return matmuls * 2.0 * pairs * H * hd;
+}
 
-static void cu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                             int T, int H, int KV, int hd) {
+static void cu_attention_fwd(void *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
+                             const DocMask *docs, int B, int T, int H, int KV, int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
-  attention_cudnn_fwd(b->attn, out, lse, q, k, v, B, T, H, KV, hd);
+  attention_cudnn_fwd(b->attn, out, lse, q, k, v, docs, B, T, H, KV, hd);
   double bytes = 2.0 * B * T * (2.0 * H + 2.0 * KV) * hd + 4.0 * B * H * T;
-  cuda_prof_end(b, mk, "attention fwd", PROF_ATTN, bytes, attn_flops(B, T, H, hd, 2), NULL);
+  cuda_prof_end(b, mk, docs ? "attention fwd (docs)" : "attention fwd", PROF_ATTN, bytes,
+                attn_flops(docs, B, T, H, hd, 2), NULL);
 }
 
 static void cu_attention_bwd(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                             const void *v, const void *out, const float *lse, int B, int T, int H, int KV, int hd) {
+                             const void *v, const void *out, const float *lse, const DocMask *docs, int B, int T, int H,
+                             int KV, int hd) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
-  attention_cudnn_bwd(b->attn, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, hd);
+  attention_cudnn_bwd(b->attn, dq, dk, dv, dout, q, k, v, out, lse, docs, B, T, H, KV, hd);
   double bytes = 2.0 * B * T * (4.0 * H + 4.0 * KV) * hd + 4.0 * B * H * T;
-  cuda_prof_end(b, mk, "attention bwd", PROF_ATTN, bytes, attn_flops(B, T, H, hd, 5), NULL);
+  cuda_prof_end(b, mk, docs ? "attention bwd (docs)" : "attention bwd", PROF_ATTN, bytes,
+                attn_flops(docs, B, T, H, hd, 5), NULL);
 }
 
 static void cu_swiglu_fwd(void *ctx, void *out, const void *gate, const void *up, size_t n) {
@@ -651,15 +663,6 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->end_report = cu_end_report;
 }
 
-int cuda_device_cc(void) {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return 0;
-  return major * 10 + minor;
-}
-
 const Ops *cuda_backend_init(int device, char *err, size_t errlen) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -721,12 +724,31 @@ const Ops *cuda_backend_open(const BackendOptions *o, char *err, size_t errlen) 
   const Ops *ops = cuda_backend_init(device, err, errlen);
   if (!ops) return NULL;
   CudaBackend *b = (CudaBackend *)ops->ctx;
-  if (o->deterministic) {
-    // Timing-based autotuning can pick another GEMM algorithm in another process, and cuDNN's fast
-    // attention backward adds with atomics: both would make a resumed run drift from the original.
-    setenv("GEMM_AUTOTUNE", "0", 1);
-    attention_cudnn_set_deterministic(b->attn, 1);
-  }
+  // A GEMM algorithm timed afresh can differ in another process, and cuDNN's fast attention backward
+  // adds with atomics: either makes a resumed run drift from the original (docs/determinism.md).
+  const GemmChoice choice = o->gemm_choice;
+  char perr[4096];
+  if (lt_set_choice(choice, o->gemm_plans ? o->gemm_plans : "", perr, sizeof perr))
+    die("parallel.gemm_plans: %s", perr);
+  if (o->deterministic) attention_cudnn_set_deterministic(b->attn, 1);
+  const LtContext *lt = lt_context();
+  char gemms[2600];
+  if (choice == GEMM_RECORDED)
+    snprintf(gemms, sizeof gemms,
+             "recorded in %s (%d for this GPU and cuBLASLt %llu; a new shape is timed once and added)", lt->plans.path,
+             gemm_plans_count(&lt->plans, &lt->device), (unsigned long long)lt->device.lib);
+  else if (choice == GEMM_HEURISTIC)
+    snprintf(gemms, sizeof gemms,
+             "cuBLASLt's heuristic #0, alike in every process (no record: set checkpoint.dir or parallel.gemm_plans to "
+             "time them once and reuse them)");
+  else
+    snprintf(gemms, sizeof gemms, "timed in this process%s",
+             o->deterministic ? " (as a run with a record runs them)" : "");
+  printf("determinism: GEMM algorithms %s%s; attention backward %s\n", gemms,
+         lt->autotune || choice == GEMM_HEURISTIC ? "" : " (GEMM_AUTOTUNE=0: heuristic #0)",
+         o->deterministic ? "deterministic"
+                          : "non-deterministic (parallel.deterministic: false: runs do not repeat bit for bit)");
   cuda_set_dgrad_transposed(b, o->dgrad_transposed);
+  if (o->nvtx) cuda_nvtx_wrap(b);
   return ops;
 }

@@ -86,11 +86,16 @@ const void *cuda_param_bf16_transposed(CudaBackend *b, const float *w, int in, i
 // The head always stays BF16. Dies on a recipe this backend cannot run; drops quantized weights.
 // The table's set_step(step, micro) then keys the stochastic rounding on the run's position.
 void cuda_set_recipe(CudaBackend *b, const Recipe *r, int n_layers, uint64_t seed);
-int cuda_device_cc(void);  // compute capability as major*10 + minor of the current device (0 if none)
 
 // Tokens per chunk of head_ce (logits GEMM, softmax, and the two gradient GEMMs). 0 (the default)
 // picks it from V: at most 4096 tokens and 4 GiB of scratch. A multiple of 8. For tests.
 void cuda_head_ce_set_chunk(CudaBackend *b, int tokens);
+// The head's padded vocabulary (model/cuda/crossentropy.cu): V when V % 8 == 0, else the next multiple
+// of 128; the head GEMMs run on that many rows of W, the padding's zero rows existing only on the
+// device. cuda_head_weight_padded: the BF16 [V_pad, D] weight they read for the head w [V, D] of the
+// bound parameters, brought up to date now (w's shadow itself when V is not padded). For tests.
+int cuda_head_vocab_padded(int V);
+const void *cuda_head_weight_padded(CudaBackend *b, const float *w, int V, int D);
 // cuDNN's deterministic attention backward on (1) or off (0, the default; see attention_cudnn.h).
 void cuda_set_deterministic_attention(CudaBackend *b, int on);
 // The instance's FP4 linear layers (model/cuda/linear_fp4.h), for the tests' switches and counters.
@@ -164,6 +169,7 @@ struct CudaBackend {
 
   int grad_overwrite;  // Ops.set_grad_overwrite
   int head_chunk;      // cuda_head_ce_set_chunk; 0 = automatic
+  Ops nvtx_inner;      // the table before cuda_nvtx_wrap, which its NVTX ranges call (model/cuda/nvtx.cu)
 
   // The kernels' scratch, each named after its file.
   struct {
@@ -171,6 +177,13 @@ struct CudaBackend {
     CudaScratch picked_x, picked_idx;  // head_rows_nll_cuda's gathered rows and their indices
     int *targets_host;
     size_t targets_cap;
+    // A padded vocabulary: the padded BF16 weight, copied from pad_src [pad_V, pad_D] at weights
+    // version pad_version into pad_buf, and the padded fp32 dW.
+    CudaScratch w_pad, dw_pad;
+    const bf16 *pad_src;
+    const void *pad_buf;
+    int pad_V, pad_D;
+    uint64_t pad_version;
   } head;  // crossentropy.cu
   struct {
     int *host;
@@ -225,6 +238,10 @@ typedef struct {
 } GemmShape;
 CudaProfiler *cuda_profiler_create(void);
 void cuda_profiler_destroy(CudaProfiler *p);
+
+// model/cuda/nvtx.cu: logging.nvtx: each op of the instance's table inside an NVTX range named as in
+// the per-kernel table, and the table's range_push/range_pop (the graph's block ranges) set.
+void cuda_nvtx_wrap(CudaBackend *b);
 int cuda_prof_begin(CudaBackend *b);
 void cuda_prof_end(CudaBackend *b, int mark, const char *name, ProfKind kind, double bytes, double flops,
                    const GemmShape *shape);
@@ -251,22 +268,27 @@ void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *x, const float *w,
 int rmsnorm_backward_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const float *w,
                           const float *rstd, int N, int D, int dw_overwrite);
 
-// model/cuda/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place.
-void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign);
+// model/cuda/rope.cu: rotates by +angle (sign 1) or -angle (sign -1), in place. pos [B*T] (device):
+// each token's position (Ops.rope_fwd), NULL: n % T.
+void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, const int *pos, int B, int T, int n_heads,
+                      int hd, int sign);
 
 // model/cuda/swiglu.cu, model/cuda/residual.cu
 void swiglu_forward_cuda(bf16 *out, const bf16 *gate, const bf16 *up, size_t n);
 void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate, const bf16 *up, size_t n);
 void residual_forward_cuda(bf16 *out, const bf16 *a, const bf16 *b, size_t n);
 
-// model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D]. See the file for the
-// chunking and its memory.
+// model/cuda/crossentropy.cu: ops.h's head_ce with the BF16 weight w16 [V, D] (the shadow: a padded
+// vocabulary's copy is refreshed by the weights version). See the file for the chunking, its memory
+// and the padding.
 float head_crossentropy_cuda(CudaBackend *b, bf16 *dx, float *dw, const bf16 *x, const bf16 *w16, const int *targets,
                              int N, int D, int V, int ignore_index, float dloss, int chunk_tokens, int dw_overwrite);
 // ops.h's head_nll: the loss of rows[i] of x for targets[i], i < n (host arrays), through the head
 // for those rows only (gathered on the device).
 void head_rows_nll_cuda(CudaBackend *b, float *nll_host, const bf16 *x, const bf16 *w16, const int *rows,
                         const int *targets, int n, int D, int V, int chunk_tokens);
+// The head's logits out [N, V] = x W^T (BF16) when V is padded (the GEMM cannot write rows of V).
+void head_logits_cuda(CudaBackend *b, bf16 *out, const bf16 *x, const bf16 *w16, int N, int D, int V);
 
 // model/cuda/transpose.cu: dst [cols, rows] = src [rows, cols]^T; rows, cols multiples of 8, pointers
 // 16-byte aligned, no aliasing.

@@ -1,18 +1,19 @@
 // model/cuda/rope.cu: rotary position embedding on the GPU, in place (twin of rope.c's rotate). See
 // ops_cuda.h. Element i of a head rotates with element i + hd/2 (HF's rotate_half) by the angle
-// of its position; the backward passes sign -1 (the transpose of a rotation is its inverse).
+// of its position (its row position, or pos[token] when positions restart at each document); the
+// backward passes sign -1 (the transpose of a rotation is its inverse).
 #include "common/common.h"
 #include "model/cuda/ops_cuda.h"
 
 // One thread per (token, head, VEC consecutive i < hd/2): reads x[i..], x[i+half..] and the
 // position's cos/sin, writes both halves back.
 template <int VEC>
-__global__ void rope_kernel(bf16 *x, const float *cos_t, const float *sin_t, int T, int n_heads, int half,
-                            unsigned items, float sign) {
+__global__ void rope_kernel(bf16 *x, const float *cos_t, const float *sin_t, const int *pos, int T, int n_heads,
+                            int half, unsigned items, float sign) {
   const unsigned per_head = half / VEC;
   for (unsigned it = blockIdx.x * blockDim.x + threadIdx.x; it < items; it += gridDim.x * blockDim.x) {
     unsigned head = it / per_head, i = (it - head * per_head) * VEC;  // head = token * n_heads + h
-    unsigned t = (head / n_heads) % T;
+    unsigned token = head / n_heads, t = pos ? (unsigned)pos[token] : token % T;
     bf16 *v = x + (size_t)head * (2 * half) + i;
     float x1[VEC], x2[VEC], c[VEC], s[VEC];
     load_vec<VEC>(x1, v);
@@ -30,7 +31,8 @@ __global__ void rope_kernel(bf16 *x, const float *cos_t, const float *sin_t, int
   }
 }
 
-void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int n_heads, int hd, int sign) {
+void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, const int *pos, int B, int T, int n_heads,
+                      int hd, int sign) {
   if (B <= 0 || T <= 0 || n_heads <= 0 || hd <= 0 || hd % 2)
     die("rope (cuda): B=%d, T=%d, n_heads=%d must be positive and head_dim %d positive and even", B, T, n_heads, hd);
   const int half = hd / 2;
@@ -41,9 +43,9 @@ void rope_rotate_cuda(bf16 *x, const float *cos_t, const float *sin_t, int B, in
   const int threads = 256, grid = cuda_grid(items, threads);
   if (vec == 8)
     rope_kernel<8>
-        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
+        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, pos, T, n_heads, half, (unsigned)items, (float)sign);
   else
     rope_kernel<1>
-        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, T, n_heads, half, (unsigned)items, (float)sign);
+        <<<grid, threads, 0, cuda_stream()>>>(x, cos_t, sin_t, pos, T, n_heads, half, (unsigned)items, (float)sign);
   CUDA_CHECK_LAUNCH();
 }

@@ -2,10 +2,10 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness] [benchroutes]
-# (default: all but benchown, ncuown, ablate, owntrain, crash, probe, replicate and harness; benchown: the MXFP4 bench
-# with precision.fp4_gemm fp8_cublaslt, fp8_own and fp8 (tuned per shape); ncuown: Nsight Compute on
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx]
+# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate and harness; benchown: the MXFP4 bench
+# with precision.fp4_gemm fp8_cublaslt, fp8_own, fp8_cutlass and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
 # replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
@@ -18,11 +18,17 @@
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
 # keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off". benchroutes: ./train --bench of each configs/paper route
 # (ROUTES: a subset of the configs; ROUTE_LAYERS 2,4; ROUTE_STEPS 3), for docs/replication.md's speed table.
+# repro (default): two processes sharing one record of GEMM choices log the same losses bit for bit, and so
+# does a run resumed at step 15 (small preset, MXFP4, 30 steps; REPRO_GEMMS "auto fp8"); benchdet: the 8B
+# bench with parallel.deterministic true and false, their tok/s ratio and each part's share of the cost
+# (attention backward, GEMMs) from the per-kernel tables (docs/determinism.md). nvtx (not default): what the
+# NVTX ranges of logging.nvtx cost, the bench with them off and on, alternating NVTX_ROUNDS (2) times, then
+# once each under Nsight Systems when it is there, with the ranges' summary (docs/logging.md).
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
-steps=${*:-build tests hf bench benchfp4 fp4train peer}
+steps=${*:-build tests hf bench benchfp4 fp4train repro peer}
 declare -a summary
 # each step's logs also go to $DEST as it ends, so that a call cut off by its time limit keeps them
 note() {
@@ -61,6 +67,10 @@ if has hf; then
     timeout 400 python3 scripts/hf/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
     tail -n 45 "$OUT/hf_$be.log"
     note "hf_compare --backend $be: $(grep -E '^hf_compare:' "$OUT/hf_$be.log" | tail -n 1)"
+    # document masking against HF given the explicit 4D mask and position_ids
+    timeout 400 python3 scripts/hf/hf_doc_mask.py --backend $be --device cuda >"$OUT/hf_doc_mask_$be.log" 2>&1
+    tail -n 8 "$OUT/hf_doc_mask_$be.log"
+    note "hf_doc_mask --backend $be: $(grep -E '^hf_doc_mask:' "$OUT/hf_doc_mask_$be.log" | tail -n 1)"
   done
 fi
 
@@ -70,8 +80,18 @@ if has bench; then
   while read -r l; do note "$l"; done < <(grep '^BENCH' "$OUT/bench.log")
 fi
 
-if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside our own wgmma GEMM
-  for g in fp8_cublaslt fp8_own fp8; do
+if has docmask; then  # document masking's cost at the 8B shapes: attention alone beside causal, then a training step
+  timeout 300 ./train configs/llama3_8b.yaml --bench-attention >"$OUT/bench_attention.log" 2>&1
+  cat "$OUT/bench_attention.log"
+  while read -r l; do note "$l"; done < <(grep '^BENCH attention' "$OUT/bench_attention.log")
+  timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set model.doc_mask=block_causal \
+    >"$OUT/bench_docmask.log" 2>&1
+  grep -E "attention (fwd|bwd)" "$OUT/bench_docmask.log"
+  while read -r l; do note "doc_mask=block_causal: $l"; done < <(grep '^BENCH' "$OUT/bench_docmask.log")
+fi
+
+if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside ours and CUTLASS's
+  for g in fp8_cublaslt fp8_own fp8_cutlass fp8; do
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fp4_gemm=$g >"$OUT/bench_$g.log" 2>&1
     grep -E "gemm (fwd|dgrad|wgrad) (q|gate|down) " "$OUT/bench_$g.log"
@@ -126,6 +146,30 @@ if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, sy
   else note "nsys: not installed"; fi
 fi
 
+if has nvtx; then  # what logging.nvtx's ranges cost: the same bench without and with them, in one call
+  for ((i = 1; i <= ${NVTX_ROUNDS:-2}; i++)); do
+    for nv in false true; do
+      timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set logging.nvtx=$nv \
+        >"$OUT/bench_nvtx_${nv}_$i.log" 2>&1
+      while read -r l; do note "nvtx=$nv ($i): $l"; done < <(grep '^BENCH' "$OUT/bench_nvtx_${nv}_$i.log")
+    done
+  done
+  # Without a profiler attached a range costs a test of a function pointer; under one it is recorded.
+  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -n 1)
+  if [ -n "$NSYS" ]; then
+    for nv in false true; do
+      timeout 400 "$NSYS" profile -t cuda,nvtx -o "$OUT/nvtx_$nv" --force-overwrite true ./train configs/llama3_8b.yaml \
+        --bench --layers "$layers" --set logging.nvtx=$nv >"$OUT/nsys_nvtx_$nv.log" 2>&1
+      while read -r l; do note "nsys, nvtx=$nv: $l"; done < <(grep '^BENCH' "$OUT/nsys_nvtx_$nv.log")
+    done
+    "$NSYS" stats --report nvtx_sum --format csv --output "$OUT/nvtx_ranges" "$OUT/nvtx_true.nsys-rep" >/dev/null 2>&1 ||
+      "$NSYS" stats --report nvtxsum --format csv --output "$OUT/nvtx_ranges" "$OUT/nvtx_true.nsys-rep" >/dev/null 2>&1
+    head -n 40 "$OUT"/nvtx_ranges*.csv 2>/dev/null | tee "$OUT/nvtx_ranges.txt"
+    note "nvtx under nsys: $(grep -c . "$OUT/nvtx_ranges.txt" 2>/dev/null || echo 0) lines of range summary (nvtx_ranges.txt)"
+    rm -f "$OUT"/nvtx_*.nsys-rep "$OUT"/nvtx_*.sqlite
+  else note "nvtx under nsys: not installed"; fi
+fi
+
 if has fp4train; then  # the scaled-down recipe comparison on the novels corpus (pre-tokenized in .deps/novels)
   OUT=$OUT SHARDS=.deps/novels timeout 560 bash scripts/gpu/fp4_compare.sh "${FP4_STEPS:-300}" >"$OUT/fp4_compare.log" 2>&1
   tail -n 8 "$OUT/fp4_compare.log"
@@ -162,6 +206,78 @@ if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact loss
     timeout 300 bash tests/system/test_crash.sh >"$OUT/crash_gpu.log" 2>&1
   tail -n 14 "$OUT/crash_gpu.log"
   note "gpu crash test: $(tail -n 1 "$OUT/crash_gpu.log")"
+fi
+
+if has repro; then  # bit-reproducible by default (docs/determinism.md): two processes, then a resume
+  # small preset, MXFP4, 30 steps, default settings: runs a and b are separate processes sharing one
+  # record of GEMM choices (a records, b reuses), c stops at step 15 and a fourth process resumes it
+  # to 30. Every logged loss and gradient norm must equal run a's. Per back end: auto (fp8_cublaslt on
+  # Hopper) and fp8 (per shape cuBLASLt or our kernel, a choice recorded too). Then, for contrast and
+  # not asserted, two runs with parallel.deterministic false.
+  rd=$OUT/repro; mkdir -p "$rd"
+  R=(configs/small.yaml --set parallel.backend=cuda --set precision.recipe=mxfp4 --set data.train=synthetic
+     --set data.val= --set eval.interval=0 --set logging.interval=1 --set schedule.total_steps=30
+     --set schedule.warmup_steps=10 --set checkpoint.interval=0 --set checkpoint.resume=false)
+  losses() { awk 'match($0, /"step": [0-9]+, "loss": [^,]+, "lr": [^,]+, "grad_norm": [^,}]+/) {
+    print substr($0, RSTART, RLENGTH) }' "$1"; }
+  first_diff() { paste -d'|' "$1" "$2" | awk -F'|' '$1 != $2 { print NR; exit }'; }  # the first differing step
+  declare -A lines
+  for g in ${REPRO_GEMMS:-auto fp8}; do
+    P=("${R[@]}" --set precision.fp4_gemm=$g --set parallel.gemm_plans="$rd/plans_$g")
+    for r in a b; do
+      timeout 300 ./train "${P[@]}" --set checkpoint.dir= --set logging.file="$rd/$g.$r.jsonl" >"$rd/$g.$r.out" 2>&1
+      lines[$r]=$(grep -c . "$rd/plans_$g" 2>/dev/null)  # the record's entries + 2 after each run
+    done
+    timeout 300 ./train "${P[@]}" --set checkpoint.dir="$rd/ck_$g" --set logging.file="$rd/$g.c.jsonl" --max-steps 15 \
+      >"$rd/$g.c1.out" 2>&1
+    timeout 300 ./train "${P[@]}" --set checkpoint.dir="$rd/ck_$g" --set logging.file="$rd/$g.c.jsonl" --resume \
+      >"$rd/$g.c2.out" 2>&1
+    for r in a b c; do losses "$rd/$g.$r.jsonl" >"$rd/$g.$r.txt"; done
+    n=$(grep -c . "$rd/$g.a.txt"); rec=$(grep -o 'recorded in [^ ]* ([0-9]*' "$rd/$g.b.out" | grep -o '[0-9]*$')
+    ab=$(cmp -s "$rd/$g.a.txt" "$rd/$g.b.txt" && echo identical || echo "DIFFER from step $(first_diff "$rd/$g.a.txt" "$rd/$g.b.txt")")
+    if ! grep -q "resumed from .* at step 15" "$rd/$g.c2.out"; then ac="NOT RESUMED at step 15"
+    else ac=$(cmp -s "$rd/$g.a.txt" "$rd/$g.c.txt" && echo identical ||
+      echo "DIFFER from step $(first_diff "$rd/$g.a.txt" "$rd/$g.c.txt")"); fi
+    grep -h '^determinism:' "$rd/$g.a.out" "$rd/$g.b.out"
+    tail -n 2 "$rd/$g.a.out" "$rd/$g.b.out" "$rd/$g.c2.out"
+    v=FAIL; [ "$n" -eq 30 ] && [ "$ab" = identical ] && [ "$ac" = identical ] && [ "${rec:-0}" -gt 0 ] && v=PASS
+    note "repro fp4_gemm=$g: $v ($n steps; a vs b $ab; a vs resumed at 15 $ac; b reused ${rec:-no} recorded choices and added $((${lines[b]:-0} - ${lines[a]:-0})); $(tail -n 1 "$rd/$g.a.txt" | grep -o '"loss": [^,]*'))"
+  done
+  for r in a b; do
+    timeout 300 ./train "${R[@]}" --set parallel.deterministic=false --set checkpoint.dir= \
+      --set logging.file="$rd/nd.$r.jsonl" >"$rd/nd.$r.out" 2>&1
+    losses "$rd/nd.$r.jsonl" >"$rd/nd.$r.txt"
+  done
+  d=$(first_diff "$rd/nd.a.txt" "$rd/nd.b.txt")
+  note "repro parallel.deterministic=false (contrast, not asserted): ${d:+the two runs differ from step $d}${d:-the two runs agree}"
+  cp "$rd"/*.out "$rd"/*.txt "$rd"/plans_* "$DEST/" 2>/dev/null || true
+fi
+
+if has benchdet; then  # what the default costs at 8B shapes: parallel.deterministic true (recorded GEMMs) vs false
+  for d in true false; do
+    extra=(); [ $d = true ] && extra=(--set parallel.gemm_plans="$OUT/plans_8b")
+    timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set parallel.deterministic=$d "${extra[@]}" \
+      >"$OUT/bench_det_$d.log" 2>&1
+    grep -E '^determinism:|^BENCH|^(attention bwd|gemm wgrad head|total) ' "$OUT/bench_det_$d.log"
+  done
+  # tok/s of the optimizer-every-step figure, and from each profiled step (the per-kernel table at the
+  # second depth) the ms/step of the attention backward, of all GEMMs and of the whole step
+  tps() { grep 'optimizer every step' "$1" | grep -o '[0-9]* tok/s' | grep -o '^[0-9]*'; }
+  ms() { awk -v want="$2" '/^where the time goes/ { on = 1; next } on { split(substr($0, 23), f, " ")
+    if (substr($0, 1, length(want)) == want) s += want == "total" ? f[1] : f[2]; if ($1 == "total") on = 0 }
+    END { printf "%.3f", s }' "$1"; }
+  share() { awk -v a="$1" -v b="$2" -v s="$3" 'BEGIN { if (s > 0) printf "%+.2f%% of the step", 100 * (a - b) / s }'; }
+  t=$(tps "$OUT/bench_det_true.log"); f=$(tps "$OUT/bench_det_false.log")
+  at=$(ms "$OUT/bench_det_true.log" "attention bwd"); af=$(ms "$OUT/bench_det_false.log" "attention bwd")
+  gt=$(ms "$OUT/bench_det_true.log" "gemm "); gf=$(ms "$OUT/bench_det_false.log" "gemm ")
+  st=$(ms "$OUT/bench_det_true.log" total); sf=$(ms "$OUT/bench_det_false.log" total)
+  note "benchdet: deterministic ${t:-?} vs non-deterministic ${f:-?} tok/s/GPU: $(awk -v t="${t:-0}" -v f="${f:-0}" \
+    'BEGIN { if (f > 0) printf "ratio %.4f, cost %.2f%% (target <= 2%%)", t / f, 100 * (1 - t / f); else print "?" }')"
+  note "benchdet, profiled step: $st vs $sf ms; attention bwd $at vs $af ms ($(share "$at" "$af" "$sf")); GEMMs $gt vs $gf ms ($(share "$gt" "$gf" "$sf"))"
+  for d in true false; do
+    while read -r l; do note "benchdet deterministic=$d: $l"; done < <(grep -E '^(attention bwd|gemm wgrad head) ' \
+      "$OUT/bench_det_$d.log")
+  done
 fi
 
 if has peer; then  # both PyTorch peers, each both ways (optimizer every step, amortized over accumulation)

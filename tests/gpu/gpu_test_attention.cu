@@ -1,6 +1,9 @@
 // tests/gpu/gpu_test_attention.cu: cuDNN flash attention (model/cuda/attention_cudnn.cpp) against the fp32 CPU
 // reference (model/cpu/attention.c), then one Llama-3 8B layer's attention (B=1, T=8192, H=32, KV=8,
-// hd=128): checked at sampled rows against a double-precision reference, and timed.
+// hd=128): checked at sampled rows against a double-precision reference, and timed. The same for
+// document masking (block-causal attention, cuDNN's ragged THD graphs): the ragged offsets kernel
+// against its C reference byte for byte, small shapes against the CPU reference on several document
+// layouts, and the 8B layer on web-like document lengths, sampled and timed beside plain causal.
 // Usage: gpu_test_attention [--quick]   (--quick skips the 8B shape)
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -12,7 +15,9 @@
 #include "common/common.h"
 #include "model/cuda/attention_cudnn.h"
 #include "common/cuda_common.h"
+#include "model/doc_mask.h"
 #include "model/ops.h"
+#include "run/bench_attention.h"
 #include "tests/test.h"
 #include "tests/gpu/gpu_util.h"
 
@@ -102,6 +107,10 @@ typedef struct {
   void *d_q, *d_k, *d_v, *d_dout;  // device BF16 inputs
   void *d_out, *d_dq, *d_dk, *d_dv;
   float *d_lse;
+  // documents (problem_set_docs): docs points at dm (device start and cu), start is the host copy
+  const DocMask *docs;
+  DocMask dm;
+  int *start;
 } Problem;
 
 static void problem_init(Problem *p, Shape s, uint64_t seed) {
@@ -127,10 +136,29 @@ static void problem_init(Problem *p, Shape s, uint64_t seed) {
   p->d_lse = (float *)dev_alloc(p->nl * 4);
 }
 
+// Block-causal attention over the documents of tokens [B*T] (a document starts at each `bos` and at
+// each row's first token), as model/llama.c passes them.
+static void problem_set_docs(Problem *p, const int *tokens, int bos) {
+  const size_t N = (size_t)p->s.B * p->s.T;
+  p->start = (int *)xmalloc(N * sizeof(int));
+  int *cu = (int *)xmalloc((N + 1) * sizeof(int));
+  p->dm.n_docs = doc_mask_build(tokens, p->s.B, p->s.T, bos, p->start, NULL, cu, &p->dm.pairs);
+  int *d_start = (int *)dev_alloc(N * sizeof(int)), *d_cu = (int *)dev_alloc((N + 1) * sizeof(int));
+  CUDA_CHECK(cudaMemcpy(d_start, p->start, N * sizeof(int), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_cu, cu, (p->dm.n_docs + 1) * sizeof(int), cudaMemcpyHostToDevice));
+  p->dm.start = d_start, p->dm.cu = d_cu;
+  p->docs = &p->dm;
+  free(cu);
+}
+
 static void problem_free(Problem *p) {
-  free(p->q), free(p->k), free(p->v), free(p->dout);
+  free(p->q), free(p->k), free(p->v), free(p->dout), free(p->start);
   void *d[] = {p->d_q, p->d_k, p->d_v, p->d_dout, p->d_out, p->d_dq, p->d_dk, p->d_dv, p->d_lse};
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) CUDA_CHECK(cudaFree(d[i]));
+  if (p->docs) {
+    CUDA_CHECK(cudaFree((void *)p->dm.start));
+    CUDA_CHECK(cudaFree((void *)p->dm.cu));
+  }
 }
 
 // The outputs are first filled with 0xff bytes (NaN in BF16 and fp32), so an element the kernels
@@ -139,7 +167,7 @@ static void gpu_fwd(Problem *p) {
   const Shape s = p->s;
   CUDA_CHECK(cudaMemsetAsync(p->d_out, 0xff, p->nq * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_lse, 0xff, p->nl * 4, cuda_stream()));
-  attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
+  attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, p->docs, s.B, s.T, s.H, s.KV, s.hd);
 }
 
 static void gpu_bwd(Problem *p) {
@@ -147,11 +175,11 @@ static void gpu_bwd(Problem *p) {
   CUDA_CHECK(cudaMemsetAsync(p->d_dq, 0xff, p->nq * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dk, 0xff, p->nkv * 2, cuda_stream()));
   CUDA_CHECK(cudaMemsetAsync(p->d_dv, 0xff, p->nkv * 2, cuda_stream()));
-  attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
-                      s.H, s.KV, s.hd);
+  attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, p->docs, s.B,
+                      s.T, s.H, s.KV, s.hd);
 }
 
-// Host copies of everything the GPU produced.
+// Host copies of everything the GPU produced (lse as [B, H, T], also when cuDNN's is [B*T, H]).
 typedef struct {
   float *out, *lse, *dq, *dk, *dv;
 } Results;
@@ -166,6 +194,14 @@ static Results download_results(const Problem *p) {
   r.dv = (float *)xmalloc(p->nkv * 4);
   download_bf16(r.out, p->d_out, p->nq);
   CUDA_CHECK(cudaMemcpy(r.lse, p->d_lse, p->nl * 4, cudaMemcpyDeviceToHost));
+  if (p->docs) {  // the ragged lse is token-major
+    float *t = (float *)xmalloc(p->nl * 4);
+    const int T = p->s.T, H = p->s.H;
+    for (size_t n = 0; n < (size_t)p->s.B * T; n++)
+      for (int h = 0; h < H; h++) t[((n / T) * H + h) * T + n % T] = r.lse[n * H + h];
+    memcpy(r.lse, t, p->nl * 4);
+    free(t);
+  }
   download_bf16(r.dq, p->d_dq, p->nq);
   download_bf16(r.dk, p->d_dk, p->nkv);
   download_bf16(r.dv, p->d_dv, p->nkv);
@@ -176,12 +212,39 @@ static void results_free(Results *r) { free(r->out), free(r->lse), free(r->dq), 
 
 // ---- small shapes: the whole output against the CPU reference ----------------------------------
 
-static void test_against_cpu(Shape s, uint64_t seed) {
-  char name[128];
-  snprintf(name, sizeof name, "B=%d T=%d H=%d KV=%d hd=%d vs CPU reference", s.B, s.T, s.H, s.KV, s.hd);
+// Document layouts of the masked tests: tokens [B*T] with BOS = 1.
+enum { DOCS_NONE, DOCS_RANDOM, DOCS_ONE_PER_ROW, DOCS_SHORT, DOCS_WEB };
+static const char *const DOC_LAYOUTS[] = {"", "random documents", "no BOS (one document per row)",
+                                          "short documents, BOS pairs, BOS last", "web-like lengths (mean 100)"};
+
+static int *doc_tokens(int layout, Shape s, uint64_t seed) {
+  const int N = s.B * s.T;
+  int *t = (int *)xmalloc(N * sizeof(int));
+  Rng r;
+  rng_seed(&r, seed);
+  for (int n = 0; n < N; n++) {
+    if (layout == DOCS_RANDOM) t[n] = rng_u64(&r) % 40 == 0;  // documents of ~40 tokens
+    else if (layout == DOCS_SHORT) t[n] = rng_u64(&r) % 3 == 0 || n % s.T == s.T - 1;
+    else t[n] = 0;
+  }
+  if (layout == DOCS_SHORT) t[1] = t[2] = 1;  // documents of one token
+  if (layout == DOCS_WEB) bench_web_documents(t, N, 1000, 1, 100, WEB_DOC_SIGMA, seed);
+  return t;
+}
+
+static void test_against_cpu(Shape s, uint64_t seed, int layout) {
+  char name[192];
+  snprintf(name, sizeof name, "B=%d T=%d H=%d KV=%d hd=%d%s%s vs CPU reference", s.B, s.T, s.H, s.KV, s.hd,
+           layout ? ", documents: " : "", DOC_LAYOUTS[layout]);
   TEST_SECTION(name);
   Problem p;
   problem_init(&p, s, seed);
+  if (layout) {
+    int *tokens = doc_tokens(layout, s, seed);
+    problem_set_docs(&p, tokens, 1);
+    free(tokens);
+    printf("  %d documents in %d rows\n", p.dm.n_docs, s.B);
+  }
   gpu_fwd(&p);
   gpu_bwd(&p);
   Results g = download_results(&p);
@@ -192,8 +255,9 @@ static void test_against_cpu(Shape s, uint64_t seed) {
   ref.dq = (float *)xmalloc(p.nq * 4);
   ref.dk = (float *)xmalloc(p.nkv * 4);
   ref.dv = (float *)xmalloc(p.nkv * 4);
-  attention_forward(ref.out, ref.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.KV, s.hd);
-  attention_backward(ref.dq, ref.dk, ref.dv, p.dout, p.q, p.k, p.v, ref.out, ref.lse, s.B, s.T, s.H, s.KV, s.hd);
+  attention_forward(ref.out, ref.lse, p.q, p.k, p.v, p.start, s.B, s.T, s.H, s.KV, s.hd);
+  attention_backward(ref.dq, ref.dk, ref.dv, p.dout, p.q, p.k, p.v, ref.out, ref.lse, p.start, s.B, s.T, s.H, s.KV,
+                     s.hd);
 
   check_close("out", g.out, ref.out, p.nq, TOL_OUT);
   check_close("lse", g.lse, ref.lse, p.nl, TOL_LSE);
@@ -206,10 +270,16 @@ static void test_against_cpu(Shape s, uint64_t seed) {
 }
 
 // Forward twice, and the deterministic backward twice: bit-identical results.
-static void test_determinism(Shape s, uint64_t seed) {
-  TEST_SECTION("repeatability: forward, deterministic backward");
+static void test_determinism(Shape s, uint64_t seed, int layout) {
+  TEST_SECTION(layout ? "repeatability with documents: forward, deterministic backward"
+                      : "repeatability: forward, deterministic backward");
   Problem p;
   problem_init(&p, s, seed);
+  if (layout) {
+    int *tokens = doc_tokens(layout, s, seed);
+    problem_set_docs(&p, tokens, 1);
+    free(tokens);
+  }
   attention_cudnn_set_deterministic(A, 1);
   gpu_fwd(&p);
   gpu_bwd(&p);
@@ -227,8 +297,8 @@ static void test_determinism(Shape s, uint64_t seed) {
   // The deterministic kernel must also be right, not merely repeatable.
   float *dq = (float *)xmalloc(p.nq * 4), *dk = (float *)xmalloc(p.nkv * 4), *dv = (float *)xmalloc(p.nkv * 4);
   float *out = (float *)xmalloc(p.nq * 4), *lse = (float *)xmalloc(p.nl * 4);
-  attention_forward(out, lse, p.q, p.k, p.v, s.B, s.T, s.H, s.KV, s.hd);
-  attention_backward(dq, dk, dv, p.dout, p.q, p.k, p.v, out, lse, s.B, s.T, s.H, s.KV, s.hd);
+  attention_forward(out, lse, p.q, p.k, p.v, p.start, s.B, s.T, s.H, s.KV, s.hd);
+  attention_backward(dq, dk, dv, p.dout, p.q, p.k, p.v, out, lse, p.start, s.B, s.T, s.H, s.KV, s.hd);
   check_close("dq", a.dq, dq, p.nq, TOL_GRAD);
   check_close("dk", a.dk, dk, p.nkv, TOL_GRAD);
   check_close("dv", a.dv, dv, p.nkv, TOL_GRAD);
@@ -254,30 +324,32 @@ typedef struct {
   double *dk, *dv;         // [B][J][KV][hd]
 } Sampled;
 
-// One query row in double: fills p[j] (probabilities) and ds[j] (dS, scale included) for j <= t,
-// o and dq; returns the lse.
-static double row_ref(Shape s, const float *q, const float *k, const float *v, const float *dout, Row r, double *p,
-                      double *ds, double *o, double *dq) {
+// One query row in double: fills p[j] (probabilities) and ds[j] (dS, scale included) for j0 <= j <= t,
+// o and dq; returns the lse. j0: where the row's document starts (start, DocMask.start on the host),
+// 0 without documents.
+static double row_ref(Shape s, const float *q, const float *k, const float *v, const float *dout, const int *start,
+                      Row r, double *p, double *ds, double *o, double *dq) {
   const int g = r.h / (s.H / s.KV), hd = s.hd;
   const size_t qs = (size_t)s.H * hd, kvs = (size_t)s.KV * hd, row = ((size_t)r.b * s.T + r.t) * qs + r.h * hd;
   const float *qr = q + row, *dr = dout + row;
   const float *kb = k + (size_t)r.b * s.T * kvs + g * hd, *vb = v + (size_t)r.b * s.T * kvs + g * hd;
   const double scale = 1.0 / sqrt((double)hd);
+  const int j0 = start ? start[(size_t)r.b * s.T + r.t] : 0;
   double mx = -INFINITY, sum = 0, delta = 0;
-  for (int j = 0; j <= r.t; j++) {
+  for (int j = j0; j <= r.t; j++) {
     double d = 0;
     for (int i = 0; i < hd; i++) d += (double)qr[i] * kb[j * kvs + i];
     p[j] = d * scale;
     if (p[j] > mx) mx = p[j];
   }
-  for (int j = 0; j <= r.t; j++) sum += (p[j] = exp(p[j] - mx));
+  for (int j = j0; j <= r.t; j++) sum += (p[j] = exp(p[j] - mx));
   for (int i = 0; i < hd; i++) o[i] = dq[i] = 0;
-  for (int j = 0; j <= r.t; j++) {
+  for (int j = j0; j <= r.t; j++) {
     p[j] /= sum;
     for (int i = 0; i < hd; i++) o[i] += p[j] * vb[j * kvs + i];
   }
   for (int i = 0; i < hd; i++) delta += dr[i] * o[i];
-  for (int j = 0; j <= r.t; j++) {
+  for (int j = j0; j <= r.t; j++) {
     double dp = 0;
     for (int i = 0; i < hd; i++) dp += (double)dr[i] * vb[j * kvs + i];
     ds[j] = p[j] * (dp - delta) * scale;
@@ -286,8 +358,8 @@ static double row_ref(Shape s, const float *q, const float *k, const float *v, c
   return mx + log(sum);
 }
 
-static Sampled sampled_ref(Shape s, const float *q, const float *k, const float *v, const float *dout, int J,
-                           int nrandom, uint64_t seed) {
+static Sampled sampled_ref(Shape s, const float *q, const float *k, const float *v, const float *dout, const int *start,
+                           int J, int nrandom, uint64_t seed) {
   Sampled S;
   const int hd = s.hd;
   S.J = J;
@@ -319,12 +391,13 @@ static Sampled sampled_ref(Shape s, const float *q, const float *k, const float 
   double *p = (double *)xmalloc(s.T * sizeof(double)), *ds = (double *)xmalloc(s.T * sizeof(double));
   for (int i = 0; i < S.nrows; i++) {
     Row rw = S.rows[i];
-    S.lse[i] = row_ref(s, q, k, v, dout, rw, p, ds, S.out + (size_t)i * hd, S.dq + (size_t)i * hd);
+    S.lse[i] = row_ref(s, q, k, v, dout, start, rw, p, ds, S.out + (size_t)i * hd, S.dq + (size_t)i * hd);
     if (i >= S.ntail) continue;
     const int g = rw.h / (s.H / s.KV);
     const float *qr = q + ((size_t)rw.b * s.T + rw.t) * s.H * hd + rw.h * hd;
     const float *dr = dout + ((size_t)rw.b * s.T + rw.t) * s.H * hd + rw.h * hd;
-    for (int j = s.T - J; j <= rw.t; j++) {
+    const int j0 = start ? start[(size_t)rw.b * s.T + rw.t] : 0;  // keys of earlier documents get nothing
+    for (int j = s.T - J > j0 ? s.T - J : j0; j <= rw.t; j++) {
       double *dk = S.dk + (((size_t)rw.b * J + (j - (s.T - J))) * s.KV + g) * hd;
       double *dv = S.dv + (((size_t)rw.b * J + (j - (s.T - J))) * s.KV + g) * hd;
       for (int c = 0; c < hd; c++) {
@@ -385,9 +458,11 @@ static void check_sampled(Shape s, const Sampled *S, const Results *x, double to
   free(a), free(b), free(la), free(lb), free(ka), free(kb);
 }
 
-// The sampled double reference itself, checked against model/cpu/attention.c (no GPU involved).
-static void test_sampled_reference(void) {
-  TEST_SECTION("sampled double-precision reference vs model/cpu/attention.c");
+// The sampled double reference itself, checked against model/cpu/attention.c (no GPU involved),
+// without and with documents.
+static void test_sampled_reference(int layout) {
+  TEST_SECTION(layout ? "sampled double-precision reference vs model/cpu/attention.c, documents"
+                      : "sampled double-precision reference vs model/cpu/attention.c");
   Shape s = {2, 48, 4, 2, 16};
   size_t nq = (size_t)s.B * s.T * s.H * s.hd, nkv = (size_t)s.B * s.T * s.KV * s.hd, nl = (size_t)s.B * s.H * s.T;
   Rng r;
@@ -399,13 +474,55 @@ static void test_sampled_reference(void) {
   Results c;
   c.out = (float *)xmalloc(nq * 4), c.lse = (float *)xmalloc(nl * 4), c.dq = (float *)xmalloc(nq * 4);
   c.dk = (float *)xmalloc(nkv * 4), c.dv = (float *)xmalloc(nkv * 4);
-  attention_forward(c.out, c.lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
-  attention_backward(c.dq, c.dk, c.dv, dout, q, k, v, c.out, c.lse, s.B, s.T, s.H, s.KV, s.hd);
-  Sampled S = sampled_ref(s, q, k, v, dout, 8, 10, 11);
+  int *start = NULL, *cu = NULL;
+  if (layout) {
+    int *tokens = doc_tokens(layout, s, 3);
+    start = (int *)xmalloc((size_t)s.B * s.T * sizeof(int)), cu = (int *)xmalloc(((size_t)s.B * s.T + 1) * sizeof(int));
+    double pairs;
+    doc_mask_build(tokens, s.B, s.T, 1, start, NULL, cu, &pairs);
+    free(tokens);
+  }
+  attention_forward(c.out, c.lse, q, k, v, start, s.B, s.T, s.H, s.KV, s.hd);
+  attention_backward(c.dq, c.dk, c.dv, dout, q, k, v, c.out, c.lse, start, s.B, s.T, s.H, s.KV, s.hd);
+  Sampled S = sampled_ref(s, q, k, v, dout, start, 8, 10, 11);
   check_sampled(s, &S, &c, 1e-5, 1e-6, 1e-5);  // fp32 vs double over short sums
   sampled_free(&S);
   results_free(&c);
-  free(q), free(k), free(v), free(dout);
+  free(q), free(k), free(v), free(dout), free(start), free(cu);
+}
+
+// attention_docs_ragged_cuda against doc_mask_ragged (model/doc_mask.c), byte for byte.
+static void test_ragged_offsets(void) {
+  TEST_SECTION("ragged offsets and lengths (attention_docs.cu) vs doc_mask_ragged");
+  const int counts[] = {1, 6, 32, 33, 700};
+  for (int c = 0; c < 5; c++) {
+    const int n_docs = counts[c], nb = doc_mask_bucket(n_docs);
+    int *cu = (int *)xmalloc((n_docs + 1) * sizeof(int));
+    Rng r;
+    rng_seed(&r, 40 + c);
+    cu[0] = 0;
+    for (int i = 1; i <= n_docs; i++) cu[i] = cu[i - 1] + 1 + (int)(rng_u64(&r) % 3000);
+    int64_t *want = (int64_t *)xmalloc(3 * (nb + 1) * sizeof(int64_t)), *got = (int64_t *)xmalloc(3 * (nb + 1) * 8);
+    int32_t *want_len = (int32_t *)xmalloc(nb * 4), *got_len = (int32_t *)xmalloc(nb * 4);
+    doc_mask_ragged(cu, n_docs, nb, 32 * 128, 8 * 128, 32, want, want + nb + 1, want + 2 * (nb + 1), want_len);
+    int *d_cu = (int *)dev_alloc((n_docs + 1) * sizeof(int));
+    int64_t *d_off = (int64_t *)dev_alloc(3 * (nb + 1) * 8);
+    int32_t *d_len = (int32_t *)dev_alloc(nb * 4);
+    CUDA_CHECK(cudaMemcpy(d_cu, cu, (n_docs + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_off, 0xff, 3 * (nb + 1) * 8));
+    CUDA_CHECK(cudaMemset(d_len, 0xff, nb * 4));
+    attention_docs_ragged_cuda(d_cu, n_docs, nb, 32 * 128, 8 * 128, 32, d_off, d_off + nb + 1, d_off + 2 * (nb + 1),
+                               d_len);
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    CUDA_CHECK(cudaMemcpy(got, d_off, 3 * (nb + 1) * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(got_len, d_len, nb * 4, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(got, want, 3 * (nb + 1) * 8) && !memcmp(got_len, want_len, nb * 4),
+          "%d documents in a graph batch of %d: offsets or lengths differ", n_docs, nb);
+    CUDA_CHECK(cudaFree(d_cu));
+    CUDA_CHECK(cudaFree(d_off));
+    CUDA_CHECK(cudaFree(d_len));
+    free(cu), free(want), free(got), free(want_len), free(got_len);
+  }
 }
 
 // ---- one Llama-3 8B layer: sampled check and timing ----------------------------------------------
@@ -426,9 +543,9 @@ static float time_op(Problem *p, int backward, int warmup, int reps) {
   for (int i = 0; i < warmup + reps; i++) {
     if (i == warmup) CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
     if (backward)
-      attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, s.B, s.T,
-                          s.H, s.KV, s.hd);
-    else attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, s.B, s.T, s.H, s.KV, s.hd);
+      attention_cudnn_bwd(A, p->d_dq, p->d_dk, p->d_dv, p->d_dout, p->d_q, p->d_k, p->d_v, p->d_out, p->d_lse, p->docs,
+                          s.B, s.T, s.H, s.KV, s.hd);
+    else attention_cudnn_fwd(A, p->d_out, p->d_lse, p->d_q, p->d_k, p->d_v, p->docs, s.B, s.T, s.H, s.KV, s.hd);
   }
   CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
   float ms = elapsed_ms(e0, e1) / reps;
@@ -442,7 +559,7 @@ static const Shape LLAMA8B = {1, 8192, 32, 8, 128};
 static double fwd_flop(Shape s) { return 2.0 * 2.0 * s.B * s.H * (double)s.T * s.T * s.hd / 2; }
 
 // Builds the problem p and keeps the fast backward's results in g for llama8b_deterministic.
-static void llama8b_fast(Problem *p, Results *g) {
+static float llama8b_fast(Problem *p, Results *g) {
   const Shape s = LLAMA8B;
   TEST_SECTION("Llama-3 8B layer: B=1 T=8192 H=32 KV=8 hd=128");
   double t0 = now_seconds();
@@ -452,7 +569,7 @@ static void llama8b_fast(Problem *p, Results *g) {
   *g = download_results(p);
   printf("  data + graph builds + first run: %.1f s\n", now_seconds() - t0);
   t0 = now_seconds();
-  Sampled S = sampled_ref(s, p->q, p->k, p->v, p->dout, 8, 64, 5);
+  Sampled S = sampled_ref(s, p->q, p->k, p->v, p->dout, NULL, 8, 64, 5);
   printf("  sampled reference: %d rows, dk/dv of the last %d keys (%.1f s)\n", S.nrows, S.J, now_seconds() - t0);
   check_sampled(s, &S, g, TOL_OUT, TOL_LSE, TOL_GRAD);
   sampled_free(&S);
@@ -467,6 +584,36 @@ static void llama8b_fast(Problem *p, Results *g) {
   printf("  (docs/formats.md §3: cuDNN through PyTorch, same shape: 3.6 ms fwd+bwd, ~534 TFLOP/s causal)\n");
   // Generous bound (3x the PyTorch figure): catches a slow fallback engine, not small regressions.
   CHECK(fb < 10.8f, "fwd+bwd %.3f ms, more than 3x the 3.6 ms cuDNN reaches through PyTorch", fb);
+  return fb;
+}
+
+// The 8B layer's data (p, after the plain runs) as packed web-like documents (mean 1,000 tokens, as
+// ./train --bench-attention draws them): sampled check with the documents' starts, and the cost
+// beside plain causal (plain_ms: fwd+bwd of the same data).
+static void llama8b_docs(Problem *p, float plain_ms) {
+  const Shape s = p->s;
+  TEST_SECTION("Llama-3 8B layer, documents of web-like lengths (mean 1000): sampled check, cost beside causal");
+  int *tokens = (int *)xmalloc((size_t)s.B * s.T * sizeof(int));
+  bench_web_documents(tokens, s.B * s.T, 128256, 128000, WEB_DOC_MEAN, WEB_DOC_SIGMA, 42);
+  problem_set_docs(p, tokens, 128000);
+  free(tokens);
+  const double causal_pairs = (double)s.B * s.T * (s.T + 1) / 2;
+  printf("  %d documents, %.1f%% of the causal pairs\n", p->dm.n_docs, 100 * p->dm.pairs / causal_pairs);
+  gpu_fwd(p);
+  gpu_bwd(p);
+  Results g = download_results(p);
+  Sampled S = sampled_ref(s, p->q, p->k, p->v, p->dout, p->start, 8, 64, 6);
+  check_sampled(s, &S, &g, TOL_OUT, TOL_LSE, TOL_GRAD);
+  sampled_free(&S);
+  results_free(&g);
+  const double fwd = 4.0 * p->dm.pairs * s.H * s.hd, bwd = 2.5 * fwd;
+  float fwd_ms = time_op(p, 0, 3, 20), bwd_ms = time_op(p, 1, 3, 20), fb = fwd_ms + bwd_ms;
+  printf("  forward   %7.3f ms  %6.1f TFLOP/s over the documents' pairs\n", fwd_ms, fwd / fwd_ms * 1e-9);
+  printf("  backward  %7.3f ms  %6.1f TFLOP/s\n", bwd_ms, bwd / bwd_ms * 1e-9);
+  printf("  fwd+bwd   %7.3f ms against %.3f ms plain causal: %.2fx (the pairs alone: %.2fx)\n", fb, plain_ms,
+         fb / plain_ms, p->dm.pairs / causal_pairs);
+  // The documents hold a fraction of the causal pairs: masking them must not cost more than causal.
+  CHECK(fb < plain_ms, "document-masked fwd+bwd %.3f ms is not below plain causal's %.3f ms", fb, plain_ms);
 }
 
 // Deterministic backward at the 8B shape: repeatable, close to the fast one (g), and its cost.
@@ -494,7 +641,8 @@ static void llama8b_deterministic(Problem *p, const Results *g) {
 
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-  test_sampled_reference();  // host only, before any CUDA call
+  test_sampled_reference(DOCS_NONE);  // host only, before any CUDA call
+  test_sampled_reference(DOCS_SHORT);
 
   int dev = 0;
   cudaDeviceProp prop;
@@ -512,16 +660,26 @@ int main(int argc, char **argv) {
       {1, 200, 4, 1, 128},  // T not a multiple of 64, a single kv head
       {2, 200, 8, 8, 64},   // plain multi-head (KV = H)
   };
-  for (int i = 0; i < 4; i++) test_against_cpu(shapes[i], 1 + i);
+  for (int i = 0; i < 4; i++) test_against_cpu(shapes[i], 1 + i, DOCS_NONE);
+  // Documents: the ragged description, then every layout on shapes with GQA, plain multi-head, T not
+  // a multiple of 64, and more documents than the smallest graph batch (32).
+  test_ragged_offsets();
+  test_against_cpu(shapes[0], 11, DOCS_RANDOM);
+  test_against_cpu(shapes[2], 12, DOCS_ONE_PER_ROW);
+  test_against_cpu(shapes[3], 13, DOCS_SHORT);
+  test_against_cpu((Shape){2, 1024, 8, 2, 128}, 14, DOCS_WEB);
   // The deterministic runs come after the fast 8B timing, so that an unsupported deterministic
   // mode (which dies with cuDNN's message) cannot hide the other results.
   Problem big;
   Results big_fast;
-  if (!quick) llama8b_fast(&big, &big_fast);
-  test_determinism(shapes[1], 5);
+  float plain_ms = 0;
+  if (!quick) plain_ms = llama8b_fast(&big, &big_fast);
+  test_determinism(shapes[1], 5, DOCS_NONE);
+  test_determinism(shapes[1], 6, DOCS_RANDOM);
   if (!quick) {
     llama8b_deterministic(&big, &big_fast);
     results_free(&big_fast);
+    llama8b_docs(&big, plain_ms);
     problem_free(&big);
   }
 

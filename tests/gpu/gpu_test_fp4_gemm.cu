@@ -20,6 +20,7 @@
 
 #include "common/common.h"
 #include "fp4/fp8_embed.h"
+#include "fp4/gemm_cutlass.h"
 #include "fp4/gemm_fp4.h"
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4.h"
@@ -132,6 +133,26 @@ static void set_out(void *d, const float *prev, size_t n, int fp32) {
   free(t);
 }
 
+// How two results differ: the share of outputs whose bits differ and the largest relative difference
+// among them (|a - b| / max(|a|, |b|)); what docs/gemm_cutlass.md asks for if CUTLASS's bits are ever
+// not cuBLASLt's.
+typedef struct {
+  double frac, max_rel;
+} BitDiff;
+static BitDiff bit_diff(const float *a, const float *b, size_t n) {
+  BitDiff d = {0, 0};
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!memcmp(&a[i], &b[i], 4)) continue;
+    k++;
+    const double m = fmax(fabs((double)a[i]), fabs((double)b[i]));
+    const double r = m > 0 ? fabs((double)a[i] - b[i]) / m : 1.0;
+    d.max_rel = r > d.max_rel || isnan(r) ? r : d.max_rel;
+  }
+  d.frac = n ? (double)k / n : 0;
+  return d;
+}
+
 // One GEMM out[M,N] = ALPHA * A . B^T + beta * out through every back end, against fp64.
 static void run_use(const char *name, const Operand *A, const Operand *B, int out_fp32, float beta, Rng *rng) {
   int M = A->rows, N = B->rows, K = A->K;
@@ -211,6 +232,40 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     free(got_own);
   }
 
+  // CUTLASS's blockwise-scaled kernel (fp4/gemm_cutlass.cu), every configuration: against fp64, twice
+  // bit-identical, and against cuBLASLt's bits (or, where cuBLASLt refuses a partial last 128-group,
+  // our own kernel's): the same two-level sums in the same order and the same epilogue arithmetic, so
+  // the same bits are expected; the share of outputs that differ and by how much is printed either way.
+  const char *no_cutlass = fp4_gemm_cutlass_unsupported(out_fp32, fp8_of(A), fp8_of(B), M, N, K);
+  if (!no_cutlass) {
+    float *got_cut = (float *)xmalloc(n * 4), *oracle = ok ? got_fp8 : NULL;
+    const char *oracle_name = "fp8";
+    if (!oracle && !fp4_gemm_wgmma_unsupported(fp8_of(A), fp8_of(B), M, N, K)) {  // partial K: ours is the oracle
+      oracle = (float *)xmalloc(n * 4), oracle_name = "own";
+      run(oracle, [&] { fp4_gemm_wgmma(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
+    }
+    for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++) {
+      auto cut = [&] { fp4_gemm_cutlass_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); };
+      char path[40];
+      snprintf(path, sizeof path, "cutlass%d", ci);
+      run(got_cut, cut);
+      vs_fp64(path, got_cut, tol_fp8);
+      run(got, cut);
+      CHECK(memcmp(got, got_cut, n * 4) == 0, "%s: two %s (%s) calls on the same inputs differ", name, path,
+            fp4_gemm_cutlass_cfg_name(ci));
+      if (oracle) {
+        const BitDiff d = bit_diff(got_cut, oracle, n);
+        printf("%s-vs-%s %.1e of outputs (max rel %.1e)  ", path, oracle_name, d.frac, d.max_rel);
+        CHECK(d.frac == 0, "%s: %s (%s) differs from %s's bits in %.3e of the outputs, by up to %.3e relative", name,
+              path, fp4_gemm_cutlass_cfg_name(ci), oracle_name, d.frac, d.max_rel);
+      }
+    }
+    if (oracle && oracle != got_fp8) free(oracle);
+    free(got_cut);
+  } else if (fp4_gemm_cutlass_available()) {
+    printf("cutlass: %s  ", no_cutlass);
+  }
+
   // The accumulating BF16 form (a Dgrad with dx_accumulate): which epilogue arithmetic gives cuBLASLt's
   // bits? Our kernel's fp32 accumulators (alpha 1, beta 0: the two-level sums, cuBLASLt's too), then on
   // the host: (0) alpha * acc rounded in fp32, then + beta * out (the fp32 out's form; ours before
@@ -252,12 +307,15 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
         own = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
       });
       CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: tuned call %d (%s) differs from cuBLASLt: rel %.3e", name, call,
-            own ? "own" : "cuBLASLt", rel_err(got, got_fp8, n));
+            own == 2 ? "cutlass"
+            : own    ? "own"
+                     : "cuBLASLt",
+            rel_err(got, got_fp8, n));
     }
     const Fp8Choice *c = fp4_gemm_fp8_choice_at(fp4_gemm_fp8_choice_count() - 1);
     CHECK(c && c->calls == 2 && c->own == own && c->key[3] == M && c->key[4] == N && c->key[5] == K,
           "%s: the choice recorded (%d calls, own %d)", name, c ? (int)c->calls : -1, c ? c->own : -1);
-    if (c) printf("tuned: %s  ", c->own ? "own" : "cuBLASLt");
+    if (c) printf("tuned: %s  ", c->own == 2 ? "cutlass" : c->own ? "own" : "cuBLASLt");
   }
 
   run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
@@ -675,6 +733,86 @@ static void bench_own(const char *model, int dim, int kv, int ffn) {
   CUDA_CHECK(cudaEventDestroy(e1));
 }
 
+// The same 21 GEMMs on CUTLASS's kernel (fp4/gemm_cutlass.h), every configuration beside cuBLASLt's
+// best block-scaled algorithm; the best configuration's result against cuBLASLt's bits. For the
+// per-shape choice of issue 30: where CUTLASS measures faster, the tuner (fp4_gemm_fp8_on) takes it.
+static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
+  char title[112];
+  snprintf(title, sizeof title, "CUTLASS blockwise FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)",
+           model);
+  TEST_SECTION(title);
+  const int T = 8192, ncfg = fp4_gemm_cutlass_configs(NULL);
+  struct {
+    const char *name;
+    int out, in;
+  } sh[] = {{"q", dim, dim},    {"k", kv, dim},   {"v", kv, dim},    {"o", dim, dim},
+            {"gate", ffn, dim}, {"up", ffn, dim}, {"down", dim, ffn}};
+  printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
+  for (int i = 0; i < ncfg; i++) printf(" %7d", i);
+  printf(" | %6s %-14s | %s\n", "best", "(config)", "outputs differing from cuBLASLt");
+  for (int i = 0; i < ncfg; i++) printf("  config %d: %s\n", i, fp4_gemm_cutlass_cfg_name(i));
+  double sum_lt = 0, sum_cut = 0;  // time of the 21: cuBLASLt, CUTLASS's best configuration per shape
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  warm_clocks();
+  for (int s = 0; s < 7; s++)
+    for (int u = 0; u < 3; u++) {
+      const int out = sh[s].out, in = sh[s].in;
+      const int M = u == 2 ? out : T, N = u == 0 ? out : in, K = u == 0 ? in : u == 1 ? out : T;
+      const int ablk = u == 2, bblk = u != 2, f32 = u == 2;
+      const Fp8Operand A = fp4_bench_operand(M, K, ablk, 11 + s * 3 + u),
+                       B = fp4_bench_operand(N, K, bblk, 101 + s * 3 + u);
+      void *o1, *o2;
+      const size_t on = (size_t)M * N * (f32 ? 4 : 2), n = (size_t)M * N;
+      CUDA_CHECK(cudaMalloc(&o1, on));
+      CUDA_CHECK(cudaMalloc(&o2, on));
+      const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation, as bench_own
+      double ms[17];
+      for (int w = 0; w <= ncfg && w < 17; w++) {  // cuBLASLt, then every configuration
+        auto call = [&] {
+          if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
+          else fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, w - 1);
+        };
+        for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
+        const int reps = 10;
+        CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+        for (int i = 0; i < reps; i++) call();
+        CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        ms[w] = t / reps;
+      }
+      int best = 1;
+      for (int w = 2; w <= ncfg && w < 17; w++) best = ms[w] < ms[best] ? w : best;
+      fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, best - 1);  // its result, to compare
+      float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
+      download_floats(g1, o1, n, f32);
+      download_floats(g2, o2, n, f32);
+      const BitDiff d = bit_diff(g2, g1, n);
+      const double fl = 2.0 * M * N * K;
+      sum_lt += ms[0], sum_cut += ms[best];
+      printf("  %-5s %-6s %6d %6d %6d | %8.0f", sh[s].name,
+             u == 0   ? "fprop"
+             : u == 1 ? "dgrad"
+                      : "wgrad",
+             M, N, K, fl / ms[0] / 1e9);
+      for (int w = 1; w <= ncfg && w < 17; w++) printf(" %7.0f", fl / ms[w] / 1e9);
+      printf(" | %5.2fx %-14s | %.1e (max rel %.1e)\n", ms[0] / ms[best], fp4_gemm_cutlass_cfg_name(best - 1), d.frac,
+             d.max_rel);
+      CHECK(d.frac == 0, "%s %d: CUTLASS %s differs from cuBLASLt's bits in %.3e of the outputs (max rel %.3e)",
+            sh[s].name, u, fp4_gemm_cutlass_cfg_name(best - 1), d.frac, d.max_rel);
+      free(g1), free(g2);
+      CUDA_FREE_ALL(o1, o2);
+      fp4_bench_operand_free(A), fp4_bench_operand_free(B);
+    }
+  printf("  the 21 GEMMs: cuBLASLt %.3f ms, CUTLASS (best configuration per shape) %.3f ms (%.2fx)\n", sum_lt, sum_cut,
+         sum_lt / sum_cut);
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+}
+
 // --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration
 // (256x1eo, 256x1e, the default, 256x1 and 128x1pe) and
 // one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
@@ -767,9 +905,12 @@ int main(int argc, char **argv) {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s (cc %d.%d); native FP4 path %s; own wgmma GEMM %s\n", prop.name, prop.major, prop.minor,
+  printf("device %s (cc %d.%d); native FP4 path %s; own wgmma GEMM %s; CUTLASS GEMM %s\n", prop.name, prop.major,
+         prop.minor,
          fp4_gemm_native_available() ? "available: tested below" : "unavailable here (needs cc 10.0): not tested",
-         fp4_gemm_wgmma_available() ? "available: tested below" : "unavailable here (needs cc 9.0): not tested");
+         fp4_gemm_wgmma_available() ? "available: tested below" : "unavailable here (needs cc 9.0): not tested",
+         fp4_gemm_cutlass_available() ? "available: tested below"
+                                      : "unavailable (needs cc 9.0 and a build with CUTLASS): not tested");
   Rng rng;
   rng_seed(&rng, 2024);
   test_dequant(&rng);
@@ -777,11 +918,14 @@ int main(int argc, char **argv) {
   test_layer(128, 128, 128, 0, &rng);
   test_layer(256, 384, 512, 1, &rng);
   test_layer(96, 160, 256, 1, &rng);  // K = 160 (Fprop) and K = 96 (Wgrad): partial 128-groups
+  // every K partial (Fprop 1056, Dgrad 352, Wgrad 224): cuBLASLt refuses them all; CUTLASS against ours
+  test_layer(224, 1056, 352, 0, &rng);
   test_nvfp4_reference(&rng);
   if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) {
     bench();
     if (fp4_gemm_wgmma_available())
       bench_own("Llama-3 8B", 4096, 1024, 14336), bench_own("small preset", 1024, 256, 2816);
+    if (fp4_gemm_cutlass_available()) bench_cutlass("Llama-3 8B", 4096, 1024, 14336);
   }
   fp4_gemm_shutdown();
   TEST_END();

@@ -87,18 +87,23 @@ static void result_free(LinResult *r) { free(r->y), free(r->dx), free(r->dw); }
 
 static const LinearId ID = {0, LIN_Q};
 
-// Fprop, Dgrad and Wgrad under recipe r (NULL: BF16) at (step, micro).
-static LinResult lin_run(Lin *L, const Recipe *r, int64_t step, int micro) {
-  cuda_set_recipe(CB, r, 1, SEED);
+// Fprop, Dgrad and Wgrad of linear id under recipe r set for n_layers blocks.
+static LinResult lin_run_at(Lin *L, const Recipe *r, int n_layers, LinearId id, int64_t step, int micro) {
+  cuda_set_recipe(CB, r, n_layers, SEED);
   G->set_step(G->ctx, step, micro);
-  G->matmul_fwd(G->ctx, ID, L->y, L->x, L->w, L->N, L->in, L->out);
+  G->matmul_fwd(G->ctx, id, L->y, L->x, L->w, L->N, L->in, L->out);
   G->zero(G->ctx, L->dw, (size_t)L->in * L->out * sizeof(float));
-  G->matmul_bwd(G->ctx, ID, L->dx, L->dw, L->dy, L->x, L->w, L->N, L->in, L->out, 0);
+  G->matmul_bwd(G->ctx, id, L->dx, L->dw, L->dy, L->x, L->w, L->N, L->in, L->out, 0);
   LinResult res;
   res.y = host_bf16(L->y, (size_t)L->N * L->out);
   res.dx = host_bf16(L->dx, (size_t)L->N * L->in);
   res.dw = host_f32(L->dw, (size_t)L->in * L->out);
   return res;
+}
+
+// Fprop, Dgrad and Wgrad of the one-block test linear under recipe r (NULL: BF16) at (step, micro).
+static LinResult lin_run(Lin *L, const Recipe *r, int64_t step, int micro) {
+  return lin_run_at(L, r, 1, ID, step, micro);
 }
 
 static void test_paths(int N, int in, int out) {
@@ -446,20 +451,6 @@ static void test_model(void) {
 }
 
 // ---- the paper's routes against the CPU reference (model/cpu/linear_fp4.c) ------------------------
-
-// Fprop, Dgrad and Wgrad of linear id under recipe r set for n_layers blocks.
-static LinResult lin_run_at(Lin *L, const Recipe *r, int n_layers, LinearId id, int64_t step, int micro) {
-  cuda_set_recipe(CB, r, n_layers, SEED);
-  G->set_step(G->ctx, step, micro);
-  G->matmul_fwd(G->ctx, id, L->y, L->x, L->w, L->N, L->in, L->out);
-  G->zero(G->ctx, L->dw, (size_t)L->in * L->out * sizeof(float));
-  G->matmul_bwd(G->ctx, id, L->dx, L->dw, L->dy, L->x, L->w, L->N, L->in, L->out, 0);
-  LinResult res;
-  res.y = host_bf16(L->y, (size_t)L->N * L->out);
-  res.dx = host_bf16(L->dx, (size_t)L->N * L->in);
-  res.dw = host_f32(L->dw, (size_t)L->in * L->out);
-  return res;
-}
 
 // Each route's GPU linear against the CPU reference of the same route on the same BF16 data, for each
 // block of a 2-block model (the depth hybrid's blocks run different formats), on both GEMM back ends

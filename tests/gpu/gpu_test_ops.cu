@@ -21,6 +21,7 @@
 #include "common/common.h"
 #include "model/adamw.h"
 #include "common/gemm.h"
+#include "model/doc_mask.h"
 #include "model/llama.h"
 #include "model/ops.h"
 #include "model/cuda/ops_cuda.h"
@@ -238,7 +239,19 @@ static void run_rmsnorm_bwd(OpRun *R, const int *d) {
   emit_f32(R, d[2] ? "dw (overwrite)" : "dw increment", dw, D, d[2] ? NULL : dw0);
 }
 
-// d: B, T, heads, hd, direction (1 forward, -1 backward)
+// Host tokens [B*T] of a micro-batch of documents: BOS (id 1) with probability 1/6, else 0. Fills
+// start and cu (and pos) as model/llama.c would, returns the documents' count and pairs in *m
+// (its start and cu still host pointers).
+static void some_documents(OpRun *R, int B, int T, int *start, int *pos, int *cu, DocMask *m) {
+  int *tokens = (int *)xmalloc((size_t)B * T * sizeof(int));
+  for (int n = 0; n < B * T; n++) tokens[n] = rng_u64(&R->r) % 6 == 0;
+  m->n_docs = doc_mask_build(tokens, B, T, 1, start, pos, cu, &m->pairs);
+  m->start = start, m->cu = cu;
+  free(tokens);
+}
+
+// d: B, T, heads, hd, direction (1 forward, -1 backward), positions (0: the row's, 1: restarting at
+// each document)
 static void run_rope(OpRun *R, const int *d) {
   const int B = d[0], T = d[1], heads = d[2], hd = d[3];
   LlamaConfig c;
@@ -249,8 +262,17 @@ static void run_rope(OpRun *R, const int *d) {
   float *cs = h_randn(R, T * half, 1.0f), *sn = h_randn(R, T * half, 1.0f), *x = h_randn(R, n, 1.0f);
   rope_tables(cs, sn, T, hd, &c);
   void *dx = in_act(R, x, n, 0);
-  if (d[4] > 0) R->o->rope_fwd(R->o->ctx, dx, in_f32(R, cs, T * half), in_f32(R, sn, T * half), B, T, heads, hd);
-  else R->o->rope_bwd(R->o->ctx, dx, in_f32(R, cs, T * half), in_f32(R, sn, T * half), B, T, heads, hd);
+  const int *pos = NULL;
+  if (d[5]) {
+    int *start = (int *)xmalloc((size_t)B * T * sizeof(int)), *p = (int *)xmalloc((size_t)B * T * sizeof(int));
+    int *cu = (int *)xmalloc(((size_t)B * T + 1) * sizeof(int));
+    DocMask m;
+    some_documents(R, B, T, start, p, cu, &m);
+    pos = in_int(R, p, (size_t)B * T);
+    free(start), free(p), free(cu);
+  }
+  if (d[4] > 0) R->o->rope_fwd(R->o->ctx, dx, in_f32(R, cs, T * half), in_f32(R, sn, T * half), pos, B, T, heads, hd);
+  else R->o->rope_bwd(R->o->ctx, dx, in_f32(R, cs, T * half), in_f32(R, sn, T * half), pos, B, T, heads, hd);
   emit_act(R, "x", dx, n);
 }
 
@@ -358,8 +380,8 @@ static void run_attention_fwd(OpRun *R, const int *d) {
   float *q = h_randn(R, nq, 1.0f), *k = h_randn(R, nkv, 1.0f), *v = h_randn(R, nkv, 1.0f);
   void *out = new_act(R, nq, 0);
   float *lse = (float *)held(R, R->o->alloc(R->o->ctx, (size_t)B * H * T * sizeof(float)));
-  R->o->attention_fwd(R->o->ctx, out, lse, in_act(R, q, nq, 0), in_act(R, k, nkv, 0), in_act(R, v, nkv, 0), B, T, H, KV,
-                      hd);
+  R->o->attention_fwd(R->o->ctx, out, lse, in_act(R, q, nq, 0), in_act(R, k, nkv, 0), in_act(R, v, nkv, 0), NULL, B, T,
+                      H, KV, hd);
   emit_act(R, "out", out, nq);
   emit_f32(R, "lse", lse, (size_t)B * H * T, NULL);
 }
@@ -370,11 +392,34 @@ static void run_attention_bwd(OpRun *R, const int *d) {
   const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nl = (size_t)B * H * T;
   float *q = h_randn(R, nq, 1.0f), *k = h_randn(R, nkv, 1.0f), *v = h_randn(R, nkv, 1.0f);
   float *dout = h_randn(R, nq, 1.0f), *o = h_randn(R, nq, 1.0f), *lse = h_randn(R, nl, 1.0f);
-  attention_forward(o, lse, q, k, v, B, T, H, KV, hd);
+  attention_forward(o, lse, q, k, v, NULL, B, T, H, KV, hd);
   for (size_t i = 0; i < nq; i++) o[i] = bf16r(o[i]);  // what a BF16 forward hands the backward
   void *dq = new_act(R, nq, 0), *dk = new_act(R, nkv, 0), *dv = new_act(R, nkv, 0);
   R->o->attention_bwd(R->o->ctx, dq, dk, dv, in_act(R, dout, nq, 0), in_act(R, q, nq, 0), in_act(R, k, nkv, 0),
-                      in_act(R, v, nkv, 0), in_act(R, o, nq, 0), in_f32(R, lse, nl), B, T, H, KV, hd);
+                      in_act(R, v, nkv, 0), in_act(R, o, nq, 0), in_f32(R, lse, nl), NULL, B, T, H, KV, hd);
+  emit_act(R, "dq", dq, nq);
+  emit_act(R, "dk", dk, nkv);
+  emit_act(R, "dv", dv, nkv);
+}
+
+// d: B, T, H, KV, hd. Block-causal attention (documents from some_documents), forward then backward
+// on the backend's own forward: lse is each backend's own layout, so it is passed on, not compared.
+static void run_attention_docs(OpRun *R, const int *d) {
+  const int B = d[0], T = d[1], H = d[2], KV = d[3], hd = d[4];
+  const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nl = (size_t)B * H * T;
+  int *start = (int *)xmalloc((size_t)B * T * sizeof(int)), *cu = (int *)xmalloc(((size_t)B * T + 1) * sizeof(int));
+  DocMask m;
+  some_documents(R, B, T, start, NULL, cu, &m);
+  m.start = in_int(R, start, (size_t)B * T), m.cu = in_int(R, cu, (size_t)m.n_docs + 1);
+  free(start), free(cu);
+  float *q = h_randn(R, nq, 1.0f), *k = h_randn(R, nkv, 1.0f), *v = h_randn(R, nkv, 1.0f), *dout = h_randn(R, nq, 1.0f);
+  void *q_ = in_act(R, q, nq, 0), *k_ = in_act(R, k, nkv, 0), *v_ = in_act(R, v, nkv, 0);
+  void *out = new_act(R, nq, 0);
+  float *lse = (float *)held(R, R->o->alloc(R->o->ctx, nl * sizeof(float)));
+  R->o->attention_fwd(R->o->ctx, out, lse, q_, k_, v_, &m, B, T, H, KV, hd);
+  emit_act(R, "out", out, nq);
+  void *dq = new_act(R, nq, 0), *dk = new_act(R, nkv, 0), *dv = new_act(R, nkv, 0);
+  R->o->attention_bwd(R->o->ctx, dq, dk, dv, in_act(R, dout, nq, 0), q_, k_, v_, out, lse, &m, B, T, H, KV, hd);
   emit_act(R, "dq", dq, nq);
   emit_act(R, "dk", dk, nkv);
   emit_act(R, "dv", dv, nkv);
@@ -418,6 +463,8 @@ static const OpCase OP_CASES[] = {
     {"rope_fwd", "", run_rope, {2, 64, 32, 128, 1}, {TOL_BF16}},
     {"rope_bwd", "hd 12", run_rope, {2, 16, 3, 12, -1}, {TOL_BF16}},
     {"rope_bwd", "", run_rope, {1, 64, 8, 128, -1}, {TOL_BF16}},
+    {"rope_fwd", "positions restart at documents", run_rope, {2, 64, 8, 128, 1, 1}, {TOL_BF16}},
+    {"rope_bwd", "positions restart at documents", run_rope, {2, 64, 8, 128, -1, 1}, {TOL_BF16}},
     {"swiglu_fwd", "", run_swiglu_fwd, {1001, 0}, {TOL_BF16}},
     {"swiglu_fwd", "misaligned", run_swiglu_fwd, {999, 1}, {TOL_BF16}},
     {"swiglu_fwd", "", run_swiglu_fwd, {256 * 14336, 0}, {TOL_BF16}},
@@ -440,6 +487,7 @@ static const OpCase OP_CASES[] = {
     {"attention_fwd", "GQA", run_attention_fwd, {2, 128, 8, 2, 64}, {1e-2, 1e-3}},
     {"attention_fwd", "T not a multiple of 64", run_attention_fwd, {1, 200, 4, 1, 128}, {1e-2, 1e-3}},
     {"attention_bwd", "GQA", run_attention_bwd, {2, 128, 8, 2, 64}, {2e-2, 2e-2, 2e-2}},
+    {"attention_fwd+bwd", "documents", run_attention_docs, {2, 200, 8, 2, 64}, {1e-2, 2e-2, 2e-2, 2e-2}},
     {"adamw", "3 steps, 1M + 3", run_adamw, {(1 << 20) | 3, 4, 3}, {1e-6, 1e-6, 1e-6}},
     {"adamw", "3 steps, odd offset", run_adamw, {1001, 1, 3}, {1e-6, 1e-6, 1e-6}},
     {"grad_sumsq", "", run_grad_sumsq, {10000005, 0}, {1e-5}},
@@ -763,8 +811,8 @@ static void speed(void) {
       G->swiglu_bwd(G->ctx, o, o2, g, u, g, nf);
       G->rmsnorm_fwd(G->ctx, z, rstd, x, wn, N, D, 1e-5f);
       G->rmsnorm_bwd(G->ctx, z, grads + np, y, x, wn, rstd, N, D);
-      G->rope_fwd(G->ctx, q, cs, sn, 1, N, H, hd);
-      G->rope_bwd(G->ctx, q, cs, sn, 1, N, H, hd);
+      G->rope_fwd(G->ctx, q, cs, sn, NULL, 1, N, H, hd);
+      G->rope_bwd(G->ctx, q, cs, sn, NULL, 1, N, H, hd);
       G->embed_fwd(G->ctx, z, d_tok, params, N, D, V);
       G->embed_bwd(G->ctx, grads, x, d_tok, N, D);
       G->adamw(G->ctx, params, grads, m, v, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1 + pass);

@@ -14,11 +14,14 @@ cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 kills_wanted=${CRASH_KILLS:-30} steps=${CRASH_STEPS:-150}
 # CRASH_BACKEND=cuda CRASH_ARGS="--set precision.recipe=mxfp4" runs the same test on a GPU
-# (scripts/gpu/gpu_check.sh crash): parallel.deterministic makes GPU runs bit-reproducible.
+# (scripts/gpu/gpu_check.sh crash) with the default settings: parallel.deterministic (true) makes GPU
+# runs bit-reproducible once every process takes the same GEMM algorithms, so the uninterrupted run
+# and the crashed one share one record of them (parallel.gemm_plans, docs/determinism.md). The CPU
+# backend writes none.
 backend=${CRASH_BACKEND:-cpu}
 RANDOM=12345  # the kill steps follow a fixed sequence
 C=(configs/tiny.yaml --set parallel.backend=$backend --set parallel.threads=2 --set logging.interval=1
-   --set eval.interval=0 --set schedule.total_steps=$steps --set parallel.deterministic=true ${CRASH_ARGS:-})
+   --set eval.interval=0 --set schedule.total_steps=$steps --set parallel.gemm_plans="$tmp/gemm_plans" ${CRASH_ARGS:-})
 
 ./train "${C[@]}" --set logging.file="$tmp/ref.jsonl" >"$tmp/ref.out" 2>&1
 check "the uninterrupted run succeeds" '[ $? -eq 0 ] && [ "$(grep -c "\"loss\"" "$tmp/ref.jsonl")" -eq $steps ]'
@@ -68,6 +71,13 @@ check "the kills timed to a save landed inside one (at least half of the odd run
 check "every resume loaded the newest complete checkpoint" '[ $bad_resume -eq 0 ]'
 check "no invalid checkpoint was ever found" '[ $invalid -eq 0 ] && ! grep -q "skipping invalid" "$tmp/final.out"'
 check "no temp file is left after the final save" '! ls "$tmp/ck"/*.tmp >/dev/null 2>&1'
+if [ "$backend" = cpu ]; then
+  check "the CPU backend writes no record of GEMM choices" '[ ! -e "$tmp/gemm_plans" ]'
+else  # the uninterrupted run recorded its choices; the last piece found them all (nothing new added)
+  n_rec=$(grep -o 'recorded in [^ ]* ([0-9]*' "$tmp/final.out" | grep -o '[0-9]*$')
+  check "the record was shared: the last run found ${n_rec:-no} recorded GEMM choices, added none" \
+    '[ "${n_rec:-0}" -gt 0 ] && [ "$(grep -c . "$tmp/gemm_plans")" -eq $((n_rec + 2)) ]'
+fi
 
 # Every logged loss, duplicates included, must equal the reference's for its step; every step is logged.
 awk 'match($0, /"step": [0-9]+, "loss": [^,]+,/) { split(substr($0, RSTART, RLENGTH), f, /[:,] */); print f[2], f[4] }' \

@@ -153,14 +153,22 @@ print("ok" if ok and len(glob.glob(d + "/split_train_p00[012]_*.bin")) >= 3 else
 PY
 )
   check "tokenize --part 0/3, 1/3, 2/3: the parts' shards hold one process's train and val tokens" '[ $r0 -eq 0 ] && [ $rp -eq 0 ] && [ "$same" = ok ]'
-  # progress with an ETA: a corpus of several batches (the novels, 76 MB, where ../shared has them)
+  # progress with an ETA: a corpus of many blocks (the novels, 76 MB, where ../shared has them); the
+  # same shards on 1 and 3 threads (novels are cut into pieces that threads encode apart)
   corpus=$(first_file "${CORPUS:-}" ../shared/data/corpus/novels.jsonl.zst)
   if [ -n "$corpus" ]; then
-    out=$(TOKENIZE_REPORT_S=0 ./train tokenize --tokenizer "$tok" --input "$corpus" --zstd 0 \
-      --output "$tmp/parts/progress" 2>&1 >/dev/null)
+    NV=(./train tokenize --tokenizer "$tok" --input "$corpus" --zstd 0 --val-fraction 0.05 --shard-tokens 5M)
+    out=$(TOKENIZE_REPORT_S=0 "${NV[@]}" --threads 3 --output "$tmp/parts/progress" 2>&1 >/dev/null)
     check "tokenize's progress lines give the share of the input read and an ETA" \
       'echo "$out" | grep -Eq "tokenize: [0-9]+ docs, .* [0-9.]+% of [0-9.]+ MB of input, eta [0-9]+h[0-9]{2}m[0-9]{2}s"'
-    rm -f "$tmp"/parts/progress_*
+    "${NV[@]}" --threads 1 --quiet --output "$tmp/parts/one_thread" >/dev/null 2>&1
+    same=1 n=0
+    for f in "$tmp"/parts/one_thread_*.bin; do
+      cmp -s "$f" "$tmp/parts/progress${f#"$tmp"/parts/one_thread}" || same=0; n=$((n + 1))
+    done
+    check "tokenize writes the same shards on 1 and 3 threads ($n shards)" \
+      '[ $same = 1 ] && [ $n -ge 5 ] && [ "$(ls "$tmp"/parts/progress_*.bin | wc -l)" = $n ]'
+    rm -f "$tmp"/parts/progress_* "$tmp"/parts/one_thread_*
   fi
   out=$(./train tokenize --tokenizer "$tok" "${pins[@]}" --val-docs 2 --output "$tmp/parts/x" --part 1/3 2>&1); rc=$?
   check "--part with --val-docs is refused, saying why" '[ $rc -ne 0 ] && echo "$out" | grep -q "use --val-fraction"'

@@ -25,7 +25,7 @@ rm -f /tmp/fuzz_probe_$$
 mkdir -p "$out/obj" "$out/crashes"
 FLAGS=(-g -O1 -std=c11 -D_GNU_SOURCE -I. -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=all)
 LIB=(common/common.c run/config.c model/llama_config.c fp4/recipe.c run/checkpoint.c data/shard.c data/tokenizer.c
-     data/evals.c data/json.c)
+     data/evals.c data/json.c data/blend.c)
 LIBS=(-lyaml -lzstd -lpcre2-8 -lm)
 # The C libraries as the build found them (build/deps.mk): the system's, or unpacked under a prefix.
 DEPS_ROOT=${DEPS_ROOT-$(sed -n 's/^DEPS_ROOT := //p' build/deps.mk 2>/dev/null)}

@@ -367,13 +367,13 @@ static void test_loader_shards(void) {
     take_ids(x, B, 20, want);
     DataLoader *y = open_ok(glob3, B, 0, 1, 42, 1, 65536);  // the glob names the same sorted shards
     char err[512] = "";
-    CHECK(loader_set_state(y, &saved, err, sizeof(err)) == 0, "%s", err);
+    CHECK(loader_set_state(y, &saved, NULL, err, sizeof(err)) == 0, "%s", err);
     take_ids(y, B, 20, got);
     CHECK(memcmp(want, got, sizeof(want)) == 0, "resume at step %d (epoch %llu cursor %llu) is exact", stops[s],
           (unsigned long long)saved.epoch, (unsigned long long)saved.cursor);
     // The same state on a two-rank run continues the same global sequence.
     DataLoader *z1 = open_ok(spec3, B / 2, 1, 2, 42, 1, 65536);
-    CHECK(loader_set_state(z1, &saved, err, sizeof(err)) == 0, "%s", err);
+    CHECK(loader_set_state(z1, &saved, NULL, err, sizeof(err)) == 0, "%s", err);
     take_ids(z1, B / 2, 1, got);
     CHECK(got[0] == want[2] && got[1] == want[3], "resumed rank 1 of 2 takes rows 2,3 of the next batch");
     loader_close(x);
@@ -385,13 +385,13 @@ static void test_loader_shards(void) {
   char err[512] = "";
   LoaderState foreign = st;
   foreign.seed = 7;
-  CHECK(loader_set_state(dl, &foreign, err, sizeof(err)) == -1 && strstr(err, "another"), "other seed: %s", err);
+  CHECK(loader_set_state(dl, &foreign, NULL, err, sizeof(err)) == -1 && strstr(err, "another"), "other seed: %s", err);
   foreign = st;
   foreign.n_windows = NW + 1;
-  CHECK(loader_set_state(dl, &foreign, err, sizeof(err)) == -1 && strstr(err, "another"), "other data: %s", err);
+  CHECK(loader_set_state(dl, &foreign, NULL, err, sizeof(err)) == -1 && strstr(err, "another"), "other data: %s", err);
   foreign = st;
   foreign.cursor = NW;
-  CHECK(loader_set_state(dl, &foreign, err, sizeof(err)) == -1 && strstr(err, "cursor"), "bad cursor: %s", err);
+  CHECK(loader_set_state(dl, &foreign, NULL, err, sizeof(err)) == -1 && strstr(err, "cursor"), "bad cursor: %s", err);
 
   // Validation order (shuffle=0): windows in spec order, wrapping to the start; reset rewinds.
   DataLoader *val = open_ok(spec3, B, 0, 1, 42, 0, 65536);
@@ -490,12 +490,12 @@ static void test_synthetic(void) {
         (unsigned long long)st.cursor);
   loader_next(a, in, tg);
   DataLoader *r = loader_open("synthetic", SB, ST, 0, 1, 5, 1, V, err, sizeof(err));
-  CHECK(loader_set_state(r, &st, err, sizeof(err)) == 0, "%s", err);
+  CHECK(loader_set_state(r, &st, NULL, err, sizeof(err)) == 0, "%s", err);
   loader_next(r, in2, tg2);
   CHECK(memcmp(in, in2, sizeof(in)) == 0 && memcmp(tg, tg2, sizeof(tg)) == 0, "synthetic resume is exact");
   LoaderState shard_state = {5, 0, 3, NW};
-  CHECK(loader_set_state(r, &shard_state, err, sizeof(err)) == -1 && strstr(err, "another"), "shard state refused: %s",
-        err);
+  CHECK(loader_set_state(r, &shard_state, NULL, err, sizeof(err)) == -1 && strstr(err, "another"),
+        "shard state refused: %s", err);
 
   // Ranks: two ranks of SB/2 rows equal one rank of SB rows.
   DataLoader *q0 = loader_open("synthetic", SB / 2, ST, 0, 2, 5, 1, V, err, sizeof(err));

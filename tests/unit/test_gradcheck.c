@@ -2,7 +2,10 @@
 // double-precision Llama written here from the HF formulas: same loss and logits, and analytic
 // gradients of EVERY entry of EVERY parameter tensor against central differences of the double
 // loss. Also: tensor table, init, gradient accumulation over micro-batches, determinism, and
-// activation recomputation (bit-identical to none, smaller arena).
+// activation recomputation (bit-identical to none, smaller arena). The same checks run once more with
+// document masking (block-causal attention, RoPE positions restarting at each BOS), against a
+// reference that finds the documents its own way (a key is seen when no BOS lies after it up to the
+// query).
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -23,7 +26,27 @@ typedef struct {
   const int *inputs, *targets;
   double *p;       // parameters, in the model's layout
   double *logits;  // if not NULL, receives [B*T, V]
+  LlamaDocs docs;  // document masking; all 0: none
 } Ref;
+
+// Whether a BOS lies in row positions (j, t] of token n's row: then key j is in an earlier document
+// than query t.
+static int bos_between(const Ref *r, int n, int j, int t) {
+  const int *row = r->inputs + (n / r->T) * r->T;
+  for (int i = j + 1; i <= t; i++)
+    if (row[i] == r->docs.bos_id) return 1;
+  return 0;
+}
+
+// The RoPE position of token n: its row position, or with restarting positions its distance from
+// the last BOS at or before it (from the row start when there is none).
+static int ref_position(const Ref *r, int n) {
+  int t = n % r->T;
+  if (!r->docs.restart_positions) return t;
+  int s = t;
+  while (s > 0 && r->inputs[n - t + s] != r->docs.bos_id) s--;
+  return t - s;
+}
 
 static const double *tensor(const Ref *r, const char *name, int layer) {
   const ParamTensor *t = llama_find_tensor(r->m, name);
@@ -51,8 +74,8 @@ static void ref_rmsnorm(double *y, const double *x, const double *w, int N, int 
   }
 }
 
-// HF: inv_freq = 1/theta^(2i/hd), llama3 rescaling, q*cos + rotate_half(q)*sin at position n % T.
-static void ref_rope(double *x, const LlamaConfig *c, int N, int T, int nh, int hd) {
+// HF: inv_freq = 1/theta^(2i/hd), llama3 rescaling, q*cos + rotate_half(q)*sin at ref_position.
+static void ref_rope(double *x, const Ref *r, const LlamaConfig *c, int N, int nh, int hd) {
   for (int i = 0; i < hd / 2; i++) {
     double f = 1 / pow(c->rope_theta, 2.0 * i / hd);
     if (c->rope_scaling) {
@@ -62,15 +85,16 @@ static void ref_rope(double *x, const LlamaConfig *c, int N, int T, int nh, int 
     }
     for (int n = 0; n < N; n++)
       for (int h = 0; h < nh; h++) {
-        double *v = x + (n * nh + h) * hd, a = (n % T) * f, x1 = v[i], x2 = v[i + hd / 2];
+        double *v = x + (n * nh + h) * hd, a = ref_position(r, n) * f, x1 = v[i], x2 = v[i + hd / 2];
         v[i] = x1 * cos(a) - x2 * sin(a);
         v[i + hd / 2] = x2 * cos(a) + x1 * sin(a);
       }
   }
 }
 
-static void ref_attention(double *out, const double *q, const double *k, const double *v, int B, int T, int H, int KV,
-                          int hd) {
+// Causal attention; with block_causal, a key in an earlier document than the query scores -inf.
+static void ref_attention(double *out, const Ref *r, const double *q, const double *k, const double *v, int B, int T,
+                          int H, int KV, int hd) {
   double *s = xmalloc((size_t)T * sizeof(double));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++)
@@ -80,7 +104,7 @@ static void ref_attention(double *out, const double *q, const double *k, const d
         for (int j = 0; j <= t; j++) {
           double d = 0;
           for (int i = 0; i < hd; i++) d += q[((b * T + t) * H + h) * hd + i] * k[((b * T + j) * KV + g) * hd + i];
-          s[j] = d / sqrt(hd);
+          s[j] = r->docs.block_causal && bos_between(r, b * T + t, j, t) ? -INFINITY : d / sqrt(hd);
           mx = fmax(mx, s[j]);
         }
         for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
@@ -109,9 +133,9 @@ static double ref_loss(Ref *r) {
     ref_linear(q, a, tensor(r, "wq", l), N, D, Q);
     ref_linear(k, a, tensor(r, "wk", l), N, D, K);
     ref_linear(v, a, tensor(r, "wv", l), N, D, K);
-    ref_rope(q, c, N, r->T, H, hd);
-    ref_rope(k, c, N, r->T, KV, hd);
-    ref_attention(att, q, k, v, r->B, r->T, H, KV, hd);
+    ref_rope(q, r, c, N, H, hd);
+    ref_rope(k, r, c, N, KV, hd);
+    ref_attention(att, r, q, k, v, r->B, r->T, H, KV, hd);
     ref_linear(o, att, tensor(r, "wo", l), N, Q, D);
     for (int i = 0; i < N * D; i++) h[i] += o[i];
     ref_rmsnorm(a, h, tensor(r, "ffn_norm", l), N, D, eps);
@@ -232,18 +256,35 @@ static void test_tensor_table(void) {
   llama_free(m);
 }
 
-static void test_against_reference(void) {
+// The BOS of the document test: row 0 holds documents [0, 3) (begun before the window) and [3, 7);
+// row 1 [7, 11), [11, 12) (a BOS right after a BOS) and [12, 14).
+#define DOC_BOS 36
+static void place_bos(int *in, int N) {
+  for (int n = 0; n < N; n++)
+    if (in[n] == DOC_BOS) in[n] = 0;
+  in[3] = in[7] = in[11] = in[12] = DOC_BOS;
+}
+
+// docs NULL: plain causal attention, positions 0..T-1; else the model and the reference mask
+// documents as docs says, on a batch with BOS tokens (place_bos).
+static void test_against_reference(const LlamaDocs *docs) {
   LlamaConfig c = tiny_config();
   const int B = 2, T = 7, N = B * T, V = c.vocab_size;
   Llama *m = llama_create(&c, B, T, cpu_backend_open());
   randomize(m, 7);
   int in[14], tg[14];
   make_batch(in, tg, N, V, 11);
+  if (docs) place_bos(in, N), llama_set_docs(m, docs);
   size_t n = llama_param_count(m);
-  Ref r = {m, c, B, T, in, tg, xmalloc(n * sizeof(double)), xmalloc(sizeof(double) * N * V)};
+  Ref r = {m, c, B, T, in, tg, xmalloc(n * sizeof(double)), xmalloc(sizeof(double) * N * V), {0, 0, 0}};
+  if (docs) r.docs = *docs;
   for (size_t i = 0; i < n; i++) r.p[i] = llama_params(m)[i];
 
-  TEST_SECTION("forward vs the double reference");
+  char title[160];
+  if (docs)
+    snprintf(title, sizeof title, "documents (doc_mask %s, doc_positions %s): forward vs the double reference",
+             docs->block_causal ? "block_causal" : "none", docs->restart_positions ? "restart" : "continue");
+  TEST_SECTION(docs ? title : "forward vs the double reference");
   double ref = ref_loss(&r);
   llama_zero_grad(m);
   float loss = llama_forward(m, in, tg, IGN);
@@ -259,11 +300,22 @@ static void test_against_reference(void) {
   for (int i = 0; i < N * V; i++) worst = fmax(worst, fabs(logits[i] - r.logits[i]));
   printf("  logits max |err| %.2e\n", worst);
   CHECK(worst < 1e-5, "logits differ from the reference by %.3g", worst);
-  // positions restart at 0 for every sequence: two identical sequences give identical logits
-  int in2[14];
-  for (int i = 0; i < N; i++) in2[i] = in[i % T];
-  llama_logits(m, in2, logits);
-  CHECK(!memcmp(logits, logits + T * V, sizeof(float) * T * V), "sequence 1 repeats sequence 0, logits differ");
+  if (!docs) {  // positions restart at 0 for every sequence: two identical sequences give identical logits
+    int in2[14];
+    for (int i = 0; i < N; i++) in2[i] = in[i % T];
+    llama_logits(m, in2, logits);
+    CHECK(!memcmp(logits, logits + T * V, sizeof(float) * T * V), "sequence 1 repeats sequence 0, logits differ");
+  } else {  // the reference without the mask is far from the model with it: the check above can fail
+    Ref plain = r;
+    plain.docs = (LlamaDocs){0, 0, 0};
+    plain.logits = xmalloc(sizeof(double) * N * V);
+    ref_loss(&plain);
+    double off = 0;
+    for (int i = 0; i < N * V; i++) off = fmax(off, fabs(logits[i] - plain.logits[i]));
+    printf("  the same reference without documents differs by up to %.2e\n", off);
+    CHECK(off > 1e-2, "masking documents changed the logits by only %.3g", off);
+    free(plain.logits);
+  }
   free(r.logits);
   r.logits = NULL;
 
@@ -275,7 +327,8 @@ static void test_against_reference(void) {
   // whose gradient nearly cancels are judged against the tensor's scale, and we accept 1e-3:
   // 30x the measured fp32 error, while a real mistake (a sign, an index, a scale, a missing term,
   // a 0.1% error in a RoPE frequency) gives 0.1 to 100.
-  TEST_SECTION("gradient check: every entry of every tensor vs central differences (double)");
+  TEST_SECTION(docs ? "documents: gradient check of every entry vs central differences (double)"
+                    : "gradient check: every entry of every tensor vs central differences (double)");
   const double h = 1e-5, tol = 1e-3;
   for (int ti = 0; ti < llama_num_tensors(m); ti++) {
     const ParamTensor *t = llama_tensor(m, ti);
@@ -609,7 +662,10 @@ static void test_saved_inputs(void) {
 int main(void) {
   omp_set_num_threads(2);
   test_tensor_table();
-  test_against_reference();
+  test_against_reference(NULL);
+  test_against_reference(&(LlamaDocs){.block_causal = 1, .restart_positions = 1, .bos_id = DOC_BOS});
+  test_against_reference(&(LlamaDocs){.block_causal = 1, .restart_positions = 0, .bos_id = DOC_BOS});
+  test_against_reference(&(LlamaDocs){.block_causal = 0, .restart_positions = 1, .bos_id = DOC_BOS});
   test_accumulation();
   test_determinism();
   test_recompute();

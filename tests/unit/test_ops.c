@@ -228,12 +228,12 @@ static void test_rope(void) {
     double *want_f = to_double(x, n), *want_b = to_double(y, n), neg[8];
     float *rx = xmalloc(n * sizeof(float)), *rty = xmalloc(n * sizeof(float)), *back = xmalloc(n * sizeof(float));
     memcpy(rx, x, n * sizeof(float));
-    rope_forward(rx, cos_t, sin_t, B, T, nh, hd);
+    rope_forward(rx, cos_t, sin_t, NULL, B, T, nh, hd);
     naive_rope(want_f, fr, B, T, nh, hd);
     check_array("forward vs naive rotation", rx, want_f, n, 1e-6, 1e-5);
     // The backward is the transpose: rotation by -angle, so <R x, y> = <x, R^T y> and R^T R x = x.
     memcpy(rty, y, n * sizeof(float));
-    rope_backward(rty, cos_t, sin_t, B, T, nh, hd);
+    rope_backward(rty, cos_t, sin_t, NULL, B, T, nh, hd);
     for (int i = 0; i < hd / 2; i++) neg[i] = -fr[i];
     naive_rope(want_b, neg, B, T, nh, hd);
     check_array("backward vs naive rotation by -angle", rty, want_b, n, 1e-6, 1e-5);
@@ -241,7 +241,7 @@ static void test_rope(void) {
     for (size_t i = 0; i < n; i++) lhs += (double)rx[i] * y[i], rhs += (double)x[i] * rty[i];
     CHECK_NEAR(lhs, rhs, 1e-4);
     memcpy(back, rx, n * sizeof(float));
-    rope_backward(back, cos_t, sin_t, B, T, nh, hd);
+    rope_backward(back, cos_t, sin_t, NULL, B, T, nh, hd);
     double *xd = to_double(x, n);
     check_array("backward(forward(x)) = x", back, xd, n, 1e-6, 1e-6);
     free(x), free(y), free(want_f), free(want_b), free(rx), free(rty), free(back), free(xd);
@@ -302,7 +302,7 @@ static void test_attention(void) {
   AttnCtx c = {B, T, H, KV, hd, to_double(q, nq), to_double(k, nk), to_double(v, nk), to_double(dout, nq)};
   float *out = xmalloc(nq * sizeof(float)), *lse = xmalloc((size_t)B * H * T * sizeof(float));
   double *out_d = xmalloc(nq * sizeof(double)), *lse_d = xmalloc((size_t)B * H * T * sizeof(double));
-  attention_forward(out, lse, q, k, v, B, T, H, KV, hd);
+  attention_forward(out, lse, q, k, v, NULL, B, T, H, KV, hd);
   naive_attention(out_d, lse_d, &c);
   check_array("forward out vs naive softmax", out, out_d, nq, 1e-6, 1e-5);
   check_array("forward lse", lse, lse_d, (size_t)B * H * T, 1e-6, 1e-6);
@@ -314,7 +314,7 @@ static void test_attention(void) {
   memcpy(k2, k, nk * sizeof(float)), memcpy(v2, v, nk * sizeof(float));
   for (int t = 5; t < T; t++)
     for (int i = 0; i < KV * hd; i++) k2[t * KV * hd + i] += 1, v2[t * KV * hd + i] -= 1;
-  attention_forward(out2, lse2, q, k2, v2, B, T, H, KV, hd);
+  attention_forward(out2, lse2, q, k2, v2, NULL, B, T, H, KV, hd);
   int same_past = !memcmp(out2, out, (size_t)5 * H * hd * sizeof(float));
   int changed_future = memcmp(out2 + 5 * H * hd, out + 5 * H * hd, (size_t)4 * H * hd * sizeof(float)) != 0;
   CHECK(same_past && changed_future, "causal mask: past rows unchanged %d, later rows changed %d", same_past,
@@ -322,7 +322,7 @@ static void test_attention(void) {
   memcpy(k2, k, nk * sizeof(float)), memcpy(v2, v, nk * sizeof(float));
   for (int n = 0; n < B * T; n++)
     for (int i = hd; i < 2 * hd; i++) k2[n * KV * hd + i] *= 2, v2[n * KV * hd + i] += 1;  // kv head 1
-  attention_forward(out2, lse2, q, k2, v2, B, T, H, KV, hd);
+  attention_forward(out2, lse2, q, k2, v2, NULL, B, T, H, KV, hd);
   int heads01_same = 1, heads23_changed = 1;
   for (int n = 0; n < B * T; n++) {
     heads01_same &= !memcmp(out2 + n * H * hd, out + n * H * hd, 2 * hd * sizeof(float));
@@ -332,7 +332,7 @@ static void test_attention(void) {
         heads23_changed);
 
   float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nk * sizeof(float)), *dv = xmalloc(nk * sizeof(float));
-  attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, hd);
+  attention_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, H, KV, hd);
   double *gq = fd_grad(attn_objective, &c, c.q, nq, 1e-5), *gk = fd_grad(attn_objective, &c, c.k, nk, 1e-5);
   double *gv = fd_grad(attn_objective, &c, c.v, nk, 1e-5);
   check_array("backward dq (vs finite diff.)", dq, gq, nq, 1e-5, 1e-4);

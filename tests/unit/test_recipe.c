@@ -139,7 +139,7 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
 
-  TEST_SECTION("the FP8 embedding's kernel: cuBLASLt by default, tuned per shape (fp8), or ours forced");
+  TEST_SECTION("the FP8 embedding's kernel: cuBLASLt by default, tuned per shape (fp8), or ours or CUTLASS's forced");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
   CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT, "auto on Hopper: gemm %d kernel %d", r.gemm,
         r.fp8_kernel);
@@ -151,8 +151,17 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 90, err), "%s", err);
   CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT && r.wgrad_2d == WGRAD_2D_DY,
         "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cutlass", 0, 0, 90, err), "%s", err);
+  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUTLASS && r.wgrad_2d == WGRAD_2D_DY,
+        "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
+  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cutlass", 0, 0, 0, err) &&
+            r.fp8_kernel == FP8_KERNEL_CUTLASS,
+        "no GPU (cc 0): resolved, checked against the device at run time: %s", err);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 100, err),
         "cuBLASLt's FP8 path exists on Blackwell too: %s", err);
+  CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cutlass", 0, 0, 100, err) &&
+            strstr(err, "fp8_cutlass") && strstr(err, "sm_100"),
+        "CUTLASS's Hopper kernel refused off Hopper: %s", err);
   CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 100, err) && strstr(err, "fp8_own") &&
             strstr(err, "sm_100"),
         "ours refused off Hopper: %s", err);
@@ -165,6 +174,8 @@ int main(void) {
     CHECK(!resolve(&bad, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err), "%s", err);
     bad.fp8_kernel = FP8_KERNEL_OWN;  // by hand: a kernel choice without the embedding
     CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "fp8_own"), "own without GEMM_FP8_EMBED: %s", err);
+    bad.fp8_kernel = FP8_KERNEL_CUTLASS;
+    CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "fp8_cutlass"), "CUTLASS without GEMM_FP8_EMBED: %s", err);
     bad.fp8_kernel = (Fp8Kernel)7;
     CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "Fp8Kernel"), "an unknown kernel: %s", err);
   }
