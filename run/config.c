@@ -130,7 +130,8 @@ static const Key KEYS[] = {
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
           "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the fastest of "
           "cuBLASLt, our wgmma kernel and CUTLASS's where their bits agree), fp8_cublaslt, fp8_own or fp8_cutlass "
-          "(one of them), fp4 (Blackwell native); auto: fp4 on Blackwell, fp8_cublaslt on Hopper"),
+          "(one of them), fp4 (Blackwell native); auto: fp4 on Blackwell (reference with CTA-local NVFP4), "
+          "fp8_cublaslt on Hopper with an MXFP4 contraction, else reference"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),

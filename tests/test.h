@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int test_passed_, test_failed_;
 
@@ -33,3 +34,14 @@ static int test_passed_, test_failed_;
     printf("%d passed, %d failed\n", test_passed_, test_failed_); \
     return test_failed_ ? 1 : 0;                                  \
   } while (0)
+
+// dir/name, in one of 8 rotating buffers: fine inside one expression; copy paths kept longer.
+static inline const char *test_path(const char *dir, const char *name) {
+  static char buf[8][512];
+  static int k;
+  char *p = buf[k++ % 8];
+  snprintf(p, 512, "%s/%s", dir, name);
+  return p;
+}
+
+static inline int test_exists(const char *path) { return access(path, F_OK) == 0; }

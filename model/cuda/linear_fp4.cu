@@ -54,11 +54,6 @@ static const LinearFormat *format_of(const LinearFp4 *L, LinearId id, Contractio
 
 int linear_fp4_runs(const LinearFp4 *L, LinearId id, Contraction c) { return format_of(L, id, c) != NULL; }
 
-int linear_fp4_active(const LinearFp4 *L, LinearId id) {
-  return linear_fp4_runs(L, id, CONTR_FPROP) || linear_fp4_runs(L, id, CONTR_DGRAD) ||
-         linear_fp4_runs(L, id, CONTR_WGRAD);
-}
-
 void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro) {
   if (step < 0 || step > (int64_t)UINT32_MAX || micro < 0)
     die("set_step(step=%lld, micro=%d): step must be in [0, 2^32) and micro >= 0 (the Philox counter words)",

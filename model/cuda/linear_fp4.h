@@ -70,9 +70,8 @@ LinearFp4 *linear_fp4_create(CudaBackend *b);
 void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t seed);
 // Records where the run is, for the SR random bits. step must be in [0, 2^32), micro >= 0.
 void linear_fp4_set_step(LinearFp4 *L, int64_t step, int micro);
-// 1 when linear `id` runs some contraction in FP4 under the current recipe (never for the head), and
-// whether contraction c does (the others run in BF16, in ops_cuda.cu).
-int linear_fp4_active(const LinearFp4 *L, LinearId id);
+// 1 when contraction c of linear `id` runs in FP4 under the current recipe (never for the head); the
+// others run in BF16, in ops_cuda.cu.
 int linear_fp4_runs(const LinearFp4 *L, LinearId id, Contraction c);
 // Frees the quantized-weight cache (the parameter buffer is released or rebound).
 void linear_fp4_release_weights(LinearFp4 *L);

@@ -3,7 +3,7 @@
 num_threads on the same documents, and whether the ids are tiktoken's.
 
     python3 scripts/dev/bench_tokenize_scaling.py [--tokenizer DIR] [--corpus novels.jsonl.zst]
-        [--threads 1,2,4,8,16] [--repeat 3] [--zstd 0]
+        [--threads 1,2,4,8,16] [--repeat 3] [--zstd 0] [--stages]
 
 The documents are web-like: every third novel of the corpus (../shared/data/corpus/novels.jsonl.zst)
 cut into 4,000-character pieces, 6,262 documents, 25.0 MB, written as JSON lines into a scratch folder
@@ -15,9 +15,11 @@ process's wall time is shown too. --zstd 0 (raw shards) by default: tiktoken com
 one shard's zstd stream is serial (docs/data.md). Self-contained: python3 with tiktoken and numpy
 (`python3 -m pip install tiktoken numpy`; the GPU machine's image has both), no network. On the GPU
 machine carry the tokenizer folder (tokenizer.model, pat_str.txt) and the corpus in the repo, e.g.
-under .deps/, and pass --tokenizer and --corpus.
+under .deps/, and pass --tokenizer and --corpus. --stages: then one run on one thread with
+TOKENIZE_STAGES=1, printing where its time went per kind of task (docs/data.md's stage shares), for
+the output with --zstd 0 and with --zstd 3.
 """
-import argparse, json, os, shutil, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_tokenizer as bt  # noqa: E402
@@ -39,6 +41,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--zstd", type=int, default=0)
     ap.add_argument("--train", default="./train")
+    ap.add_argument("--stages", action="store_true")
     a = ap.parse_args()
     import numpy as np
 
@@ -83,6 +86,14 @@ def main():
             print(f"| {t} | {ours:.1f} | {ours / base:.2f}x | {mb / wall_s:.1f} | {tik_mb:.1f} "
                   f"| {tik_mb / tik_base:.2f}x | {ours / tik_mb:.2f}x | {ids} |")
             sys.stdout.flush()
+        for z in (0, 3) if a.stages else ():
+            shutil.rmtree(f"{tmp}/out", ignore_errors=True)
+            os.makedirs(f"{tmp}/out")
+            p = subprocess.run([a.train, "tokenize", "--tokenizer", f"{a.tokenizer}/tokenizer.model", "--input", corpus,
+                                "--output", f"{tmp}/out/w", "--zstd", str(z), "--threads", "1", "--quiet"],
+                               env=dict(os.environ, TOKENIZE_STAGES="1"), check=True, capture_output=True, text=True)
+            print(f"\none thread, --zstd {z}, TOKENIZE_STAGES=1:")
+            print("\n".join(l for l in p.stderr.splitlines() if l.startswith("tokenize stage")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

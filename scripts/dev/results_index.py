@@ -55,6 +55,8 @@ PRINTED_BY = [
     ("ncu_", "Nsight Compute on `gpu_test_fp4_gemm --profile` (`gpu_check.sh ncuown`)"),
     ("replicate", "`scripts/runs/replicate.sh` (`gpu_check.sh replicate`)"),
     ("hf_compare", "`scripts/hf/hf_compare.py` (`gpu_check.sh hf`)"),
+    ("hf_doc_mask", "`scripts/hf/hf_doc_mask.py` (`gpu_check.sh hf` on the GPU; by hand on the CPU)"),
+    ("build_cost", "`scripts/dev/build_cost.sh` (the build's time and peak memory, CPU)"),
     ("compare_harness", "`scripts/eval/compare_harness.py` (`gpu_check.sh harness`)"),
     ("harness_", "lm-evaluation-harness's scores, written by `scripts/eval/compare_harness.py`"),
     ("engine_", "`./train --eval-only`, run by `scripts/eval/compare_harness.py`"),

@@ -118,6 +118,13 @@ class Checks:
             self.failed.append(name)
         return "ok" if ok else "FAIL"
 
+    def finish(self, tool):
+        """The closing line: PASS, or FAIL naming the failed checks (exit status 1)."""
+        if self.failed:
+            print(f"{tool}: FAIL ({len(self.failed)} of {self.count} checks: {'; '.join(self.failed)})")
+            sys.exit(1)
+        print(f"{tool}: PASS ({self.count} checks)")
+
 
 # ---- running the engine ---------------------------------------------------------------------
 
@@ -352,10 +359,7 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    if checks.failed:
-        print(f"hf_compare: FAIL ({len(checks.failed)} of {checks.count} checks: {'; '.join(checks.failed)})")
-        sys.exit(1)
-    print(f"hf_compare: PASS ({checks.count} checks)")
+    checks.finish("hf_compare")
 
 
 if __name__ == "__main__":

@@ -162,10 +162,7 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    if checks.failed:
-        print(f"hf_doc_mask: FAIL ({len(checks.failed)} of {checks.count} checks: {'; '.join(checks.failed)})")
-        sys.exit(1)
-    print(f"hf_doc_mask: PASS ({checks.count} checks)")
+    checks.finish("hf_doc_mask")
 
 
 if __name__ == "__main__":

@@ -646,6 +646,45 @@ static void warm_clocks(void) {
   fp4_bench_operand_free(A), fp4_bench_operand_free(B);
 }
 
+// One of the 21 training GEMMs of a block at T = 8192 tokens (below): its linear, its use, its shape
+// and scale modes, and the seeds of its benchmark operands.
+typedef struct {
+  const char *name, *use;
+  int M, N, K, ablk, bblk, f32, seed_a, seed_b;
+} BlockGemm;
+
+static int block_gemms(int dim, int kv, int ffn, BlockGemm *g) {
+  const int T = 8192;
+  struct {
+    const char *name;
+    int out, in;
+  } sh[] = {{"q", dim, dim},    {"k", kv, dim},   {"v", kv, dim},    {"o", dim, dim},
+            {"gate", ffn, dim}, {"up", ffn, dim}, {"down", dim, ffn}};
+  static const char *uses[3] = {"fprop", "dgrad", "wgrad"};
+  int n = 0;
+  for (int s = 0; s < 7; s++)
+    for (int u = 0; u < 3; u++) {
+      const int out = sh[s].out, in = sh[s].in;
+      g[n++] = (BlockGemm){sh[s].name, uses[u], u == 2 ? out : T, u == 0 ? out : in, u == 0 ? in : u == 1 ? out : T,
+                           u == 2,     u != 2,  u == 2,           11 + s * 3 + u,    101 + s * 3 + u};
+    }
+  return n;
+}
+
+// ms per call of call(): 3 calls to plan, tune and warm up, then the mean of 10 between two events.
+template <typename F>
+static double time_ms_events(cudaEvent_t e0, cudaEvent_t e1, F call) {
+  for (int i = 0; i < 3; i++) call();
+  const int reps = 10;
+  CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+  for (int i = 0; i < reps; i++) call();
+  CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float t;
+  CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+  return t / reps;
+}
+
 // The 21 training GEMMs of a block at T = 8192 tokens (fprop, dgrad, wgrad of q, k, v, o, gate, up,
 // down) of the Llama-3 8B shapes (dim 4096, KV 1024, FFN 14336) or the small preset's (1024, 256,
 // 2816), in the engine's scale modes (B in 128x128 tiles for fprop and dgrad; dY^T, the A of the
@@ -655,12 +694,8 @@ static void bench_own(const char *model, int dim, int kv, int ffn) {
   char title[96];
   snprintf(title, sizeof title, "own wgmma FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)", model);
   TEST_SECTION(title);
-  const int T = 8192;
-  struct {
-    const char *name;
-    int out, in;
-  } sh[] = {{"q", dim, dim},    {"k", kv, dim},   {"v", kv, dim},    {"o", dim, dim},
-            {"gate", ffn, dim}, {"up", ffn, dim}, {"down", dim, ffn}};
+  BlockGemm gs[21];
+  const int ngemm = block_gemms(dim, kv, ffn, gs);
   int ncfg;
   const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
   char cname[16][12];
@@ -675,58 +710,41 @@ static void bench_own(const char *model, int dim, int kv, int ffn) {
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   warm_clocks();
-  for (int s = 0; s < 7; s++)
-    for (int u = 0; u < 3; u++) {
-      const int out = sh[s].out, in = sh[s].in;
-      const int M = u == 2 ? out : T, N = u == 0 ? out : in, K = u == 0 ? in : u == 1 ? out : T;
-      const int ablk = u == 2, bblk = u != 2, f32 = u == 2;
-      const Fp8Operand A = fp4_bench_operand(M, K, ablk, 11 + s * 3 + u),
-                       B = fp4_bench_operand(N, K, bblk, 101 + s * 3 + u);
-      void *o1, *o2;
-      const size_t on = (size_t)M * N * (f32 ? 4 : 2);
-      CUDA_CHECK(cudaMalloc(&o1, on));
-      CUDA_CHECK(cudaMalloc(&o2, on));
-      const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
-      const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
-      double ms[18];
-      const int nw = ncfg + 2;
-      for (int w = 0; w < nw; w++) {  // cuBLASLt, every own configuration, the default last (its result in o2)
-        auto call = [&] {
-          if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
-          else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == nw - 1 ? def : cfgs[w - 1]);
-        };
-        for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
-        const int reps = 10;
-        CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-        for (int i = 0; i < reps; i++) call();
-        CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms[w] = t / reps;
-      }
-      const size_t n = (size_t)M * N;
-      float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
-      download_floats(g1, o1, n, f32);
-      download_floats(g2, o2, n, f32);
-      double best = ms[1];
-      for (int w = 2; w < nw - 1; w++) best = ms[w] < best ? ms[w] : best;
-      const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
-      sum_lt += ms[0], sum_own += best, sum_def += ms[nw - 1];
-      printf("  %-5s %-6s %6d %6d %6d | %8.0f", sh[s].name,
-             u == 0   ? "fprop"
-             : u == 1 ? "dgrad"
-                      : "wgrad",
-             M, N, K, fl / ms[0] / 1e9);
-      for (int w = 1; w < nw - 1; w++) printf(" %7.0f", fl / ms[w] / 1e9);
-      char dn[16];
-      printf(" %5.2fx %7s %5.2fx | %.1e\n", ms[0] / best, fp4_gemm_wgmma_cfg_name(def, dn, sizeof dn),
-             ms[0] / ms[nw - 1], d);
-      CHECK(memcmp(g1, g2, n * 4) == 0, "%s %d: own differs from cuBLASLt's bits (rel %.3e)", sh[s].name, u, d);
-      free(g1), free(g2);
-      CUDA_FREE_ALL(o1, o2);
-      fp4_bench_operand_free(A), fp4_bench_operand_free(B);
-    }
+  for (int k = 0; k < ngemm; k++) {
+    const BlockGemm &g = gs[k];
+    const int M = g.M, N = g.N, K = g.K, f32 = g.f32;
+    const Fp8Operand A = fp4_bench_operand(M, K, g.ablk, g.seed_a), B = fp4_bench_operand(N, K, g.bblk, g.seed_b);
+    void *o1, *o2;
+    const size_t on = (size_t)M * N * (f32 ? 4 : 2);
+    CUDA_CHECK(cudaMalloc(&o1, on));
+    CUDA_CHECK(cudaMalloc(&o2, on));
+    const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
+    const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
+    double ms[18];
+    const int nw = ncfg + 2;
+    for (int w = 0; w < nw; w++)  // cuBLASLt, every own configuration, the default last (its result in o2)
+      ms[w] = time_ms_events(e0, e1, [&] {
+        if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
+        else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == nw - 1 ? def : cfgs[w - 1]);
+      });
+    const size_t n = (size_t)M * N;
+    float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
+    download_floats(g1, o1, n, f32);
+    download_floats(g2, o2, n, f32);
+    double best = ms[1];
+    for (int w = 2; w < nw - 1; w++) best = ms[w] < best ? ms[w] : best;
+    const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
+    sum_lt += ms[0], sum_own += best, sum_def += ms[nw - 1];
+    printf("  %-5s %-6s %6d %6d %6d | %8.0f", g.name, g.use, M, N, K, fl / ms[0] / 1e9);
+    for (int w = 1; w < nw - 1; w++) printf(" %7.0f", fl / ms[w] / 1e9);
+    char dn[16];
+    printf(" %5.2fx %7s %5.2fx | %.1e\n", ms[0] / best, fp4_gemm_wgmma_cfg_name(def, dn, sizeof dn), ms[0] / ms[nw - 1],
+           d);
+    CHECK(memcmp(g1, g2, n * 4) == 0, "%s %s: own differs from cuBLASLt's bits (rel %.3e)", g.name, g.use, d);
+    free(g1), free(g2);
+    CUDA_FREE_ALL(o1, o2);
+    fp4_bench_operand_free(A), fp4_bench_operand_free(B);
+  }
   printf("  the 21 GEMMs: cuBLASLt %.3f ms, own (best configuration) %.3f ms (%.2fx), own (default) %.3f ms (%.2fx)\n",
          sum_lt, sum_own, sum_lt / sum_own, sum_def, sum_lt / sum_def);
   CUDA_CHECK(cudaEventDestroy(e0));
@@ -741,12 +759,9 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
   snprintf(title, sizeof title, "CUTLASS blockwise FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)",
            model);
   TEST_SECTION(title);
-  const int T = 8192, ncfg = fp4_gemm_cutlass_configs(NULL);
-  struct {
-    const char *name;
-    int out, in;
-  } sh[] = {{"q", dim, dim},    {"k", kv, dim},   {"v", kv, dim},    {"o", dim, dim},
-            {"gate", ffn, dim}, {"up", ffn, dim}, {"down", dim, ffn}};
+  const int ncfg = fp4_gemm_cutlass_configs(NULL);
+  BlockGemm gs[21];
+  const int ngemm = block_gemms(dim, kv, ffn, gs);
   printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
   for (int i = 0; i < ncfg; i++) printf(" %7d", i);
   printf(" | %6s %-14s | %s\n", "best", "(config)", "outputs differing from cuBLASLt");
@@ -756,57 +771,40 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   warm_clocks();
-  for (int s = 0; s < 7; s++)
-    for (int u = 0; u < 3; u++) {
-      const int out = sh[s].out, in = sh[s].in;
-      const int M = u == 2 ? out : T, N = u == 0 ? out : in, K = u == 0 ? in : u == 1 ? out : T;
-      const int ablk = u == 2, bblk = u != 2, f32 = u == 2;
-      const Fp8Operand A = fp4_bench_operand(M, K, ablk, 11 + s * 3 + u),
-                       B = fp4_bench_operand(N, K, bblk, 101 + s * 3 + u);
-      void *o1, *o2;
-      const size_t on = (size_t)M * N * (f32 ? 4 : 2), n = (size_t)M * N;
-      CUDA_CHECK(cudaMalloc(&o1, on));
-      CUDA_CHECK(cudaMalloc(&o2, on));
-      const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation, as bench_own
-      double ms[17];
-      for (int w = 0; w <= ncfg && w < 17; w++) {  // cuBLASLt, then every configuration
-        auto call = [&] {
-          if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
-          else fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, w - 1);
-        };
-        for (int i = 0; i < 3; i++) call();  // plan, autotune, warm-up
-        const int reps = 10;
-        CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-        for (int i = 0; i < reps; i++) call();
-        CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms[w] = t / reps;
-      }
-      int best = 1;
-      for (int w = 2; w <= ncfg && w < 17; w++) best = ms[w] < ms[best] ? w : best;
-      fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, best - 1);  // its result, to compare
-      float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
-      download_floats(g1, o1, n, f32);
-      download_floats(g2, o2, n, f32);
-      const BitDiff d = bit_diff(g2, g1, n);
-      const double fl = 2.0 * M * N * K;
-      sum_lt += ms[0], sum_cut += ms[best];
-      printf("  %-5s %-6s %6d %6d %6d | %8.0f", sh[s].name,
-             u == 0   ? "fprop"
-             : u == 1 ? "dgrad"
-                      : "wgrad",
-             M, N, K, fl / ms[0] / 1e9);
-      for (int w = 1; w <= ncfg && w < 17; w++) printf(" %7.0f", fl / ms[w] / 1e9);
-      printf(" | %5.2fx %-14s | %.1e (max rel %.1e)\n", ms[0] / ms[best], fp4_gemm_cutlass_cfg_name(best - 1), d.frac,
-             d.max_rel);
-      CHECK(d.frac == 0, "%s %d: CUTLASS %s differs from cuBLASLt's bits in %.3e of the outputs (max rel %.3e)",
-            sh[s].name, u, fp4_gemm_cutlass_cfg_name(best - 1), d.frac, d.max_rel);
-      free(g1), free(g2);
-      CUDA_FREE_ALL(o1, o2);
-      fp4_bench_operand_free(A), fp4_bench_operand_free(B);
-    }
+  for (int k = 0; k < ngemm; k++) {
+    const BlockGemm &g = gs[k];
+    const int M = g.M, N = g.N, K = g.K, f32 = g.f32;
+    const Fp8Operand A = fp4_bench_operand(M, K, g.ablk, g.seed_a), B = fp4_bench_operand(N, K, g.bblk, g.seed_b);
+    void *o1, *o2;
+    const size_t on = (size_t)M * N * (f32 ? 4 : 2), n = (size_t)M * N;
+    CUDA_CHECK(cudaMalloc(&o1, on));
+    CUDA_CHECK(cudaMalloc(&o2, on));
+    const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation, as bench_own
+    double ms[17];
+    for (int w = 0; w <= ncfg && w < 17; w++)  // cuBLASLt, then every configuration
+      ms[w] = time_ms_events(e0, e1, [&] {
+        if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
+        else fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, w - 1);
+      });
+    int best = 1;
+    for (int w = 2; w <= ncfg && w < 17; w++) best = ms[w] < ms[best] ? w : best;
+    fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, best - 1);  // its result, to compare
+    float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
+    download_floats(g1, o1, n, f32);
+    download_floats(g2, o2, n, f32);
+    const BitDiff d = bit_diff(g2, g1, n);
+    const double fl = 2.0 * M * N * K;
+    sum_lt += ms[0], sum_cut += ms[best];
+    printf("  %-5s %-6s %6d %6d %6d | %8.0f", g.name, g.use, M, N, K, fl / ms[0] / 1e9);
+    for (int w = 1; w <= ncfg && w < 17; w++) printf(" %7.0f", fl / ms[w] / 1e9);
+    printf(" | %5.2fx %-14s | %.1e (max rel %.1e)\n", ms[0] / ms[best], fp4_gemm_cutlass_cfg_name(best - 1), d.frac,
+           d.max_rel);
+    CHECK(d.frac == 0, "%s %s: CUTLASS %s differs from cuBLASLt's bits in %.3e of the outputs (max rel %.3e)", g.name,
+          g.use, fp4_gemm_cutlass_cfg_name(best - 1), d.frac, d.max_rel);
+    free(g1), free(g2);
+    CUDA_FREE_ALL(o1, o2);
+    fp4_bench_operand_free(A), fp4_bench_operand_free(B);
+  }
   printf("  the 21 GEMMs: cuBLASLt %.3f ms, CUTLASS (best configuration per shape) %.3f ms (%.2fx)\n", sum_lt, sum_cut,
          sum_lt / sum_cut);
   CUDA_CHECK(cudaEventDestroy(e0));

@@ -18,17 +18,6 @@
 
 static char root[64];
 
-// root/name, in one of 8 rotating buffers: fine inside one expression; copy paths kept longer.
-static const char *at(const char *name) {
-  static char buf[8][512];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 512, "%s/%s", root, name);
-  return p;
-}
-
-static int exists(const char *path) { return access(path, F_OK) == 0; }
-
 // Files in dir whose name contains `part`.
 static int count(const char *dir, const char *part) {
   DIR *d = opendir(dir);
@@ -95,7 +84,7 @@ static int latest_is(const char *dir, int64_t want) {
 static void test_round_trip(void) {
   TEST_SECTION("round trip: small, empty, >64 MiB and odd-sized sections; subsets; determinism");
   char dir[512];
-  strcpy(dir, at("rt"));
+  strcpy(dir, test_path(root, "rt"));
   size_t big_n = ((size_t)64 << 20) + 4099;  // past one 64 MiB chunk, ragged end
   unsigned char *big = xmalloc(big_n), *big2 = xmalloc(big_n);
   for (size_t i = 0; i < big_n; i++) big[i] = (unsigned char)((i * 2654435761u) >> 13 ^ i >> 20);
@@ -112,7 +101,7 @@ static void test_round_trip(void) {
   char err[1024] = "";
   int rc = ckpt_save(dir, 7, secs, 5, 3, err, sizeof err);
   CHECK(rc == 0, "save: %s", err);
-  CHECK(exists(at("rt/ckpt_00000007.bin")), "file name has 8 digits");
+  CHECK(test_exists(test_path(root, "rt/ckpt_00000007.bin")), "file name has 8 digits");
   CHECK(count(dir, ".tmp") == 0, "temp file left behind");
 
   char meta2[sizeof meta];
@@ -126,7 +115,7 @@ static void test_round_trip(void) {
                         {"empty", NULL, 0},
                         {"meta", meta2, sizeof meta2}};
   int64_t step = -1;
-  rc = ckpt_load(at("rt/ckpt_00000007.bin"), load, 5, &step, err, sizeof err);
+  rc = ckpt_load(test_path(root, "rt/ckpt_00000007.bin"), load, 5, &step, err, sizeof err);
   CHECK(rc == 0, "load: %s", err);
   CHECK(step == 7, "step %lld", (long long)step);
   CHECK(!memcmp(big, big2, big_n), "big section differs after the round trip");
@@ -136,32 +125,35 @@ static void test_round_trip(void) {
   // Extra sections in the file are allowed: load "params" alone.
   memset(params2, 0, sizeof params2);
   CkptSection only = {"params", params2, sizeof params2};
-  rc = ckpt_load(at("rt/ckpt_00000007.bin"), &only, 1, NULL, err, sizeof err);
+  rc = ckpt_load(test_path(root, "rt/ckpt_00000007.bin"), &only, 1, NULL, err, sizeof err);
   CHECK(rc == 0 && !memcmp(params, params2, sizeof params), "subset load: %s", err);
 
   void *data = NULL;
   size_t bytes = 0;
-  rc = ckpt_read_section(at("rt/ckpt_00000007.bin"), "meta", &data, &bytes, err, sizeof err);
+  rc = ckpt_read_section(test_path(root, "rt/ckpt_00000007.bin"), "meta", &data, &bytes, err, sizeof err);
   CHECK(rc == 0 && bytes == sizeof meta && data && !strcmp(data, meta), "read_section meta: %s", err);
   free(data);
-  rc = ckpt_read_section(at("rt/ckpt_00000007.bin"), "empty", &data, &bytes, err, sizeof err);
+  rc = ckpt_read_section(test_path(root, "rt/ckpt_00000007.bin"), "empty", &data, &bytes, err, sizeof err);
   CHECK(rc == 0 && bytes == 0, "read_section of the empty section: %s", err);
   free(data);
   int64_t vstep = -1;
-  CHECK(ckpt_verify(at("rt/ckpt_00000007.bin"), &vstep, err, sizeof err) == 0 && vstep == 7, "verify: %s", err);
+  CHECK(ckpt_verify(test_path(root, "rt/ckpt_00000007.bin"), &vstep, err, sizeof err) == 0 && vstep == 7, "verify: %s",
+        err);
 
   // The same inputs give the same bytes (no timestamps or padding garbage): small sections only.
   CkptSection small[] = {secs[0], secs[1], secs[2], secs[4]};
-  CHECK(ckpt_save(at("det1"), 3, small, 4, 0, err, sizeof err) == 0, "%s", err);
-  CHECK(ckpt_save(at("det2"), 3, small, 4, 0, err, sizeof err) == 0, "%s", err);
+  CHECK(ckpt_save(test_path(root, "det1"), 3, small, 4, 0, err, sizeof err) == 0, "%s", err);
+  CHECK(ckpt_save(test_path(root, "det2"), 3, small, 4, 0, err, sizeof err) == 0, "%s", err);
   size_t n1, n2;
-  char *f1 = read_file(at("det1/ckpt_00000003.bin"), &n1), *f2 = read_file(at("det2/ckpt_00000003.bin"), &n2);
+  char *f1 = read_file(test_path(root, "det1/ckpt_00000003.bin"), &n1),
+       *f2 = read_file(test_path(root, "det2/ckpt_00000003.bin"), &n2);
   CHECK(n1 == n2 && !memcmp(f1, f2, n1), "two identical saves differ");
   free(f1), free(f2), free(big), free(big2);
 
   // A checkpoint with no sections is valid too.
-  CHECK(ckpt_save(at("none"), 0, NULL, 0, 1, err, sizeof err) == 0, "%s", err);
-  CHECK(ckpt_load(at("none/ckpt_00000000.bin"), NULL, 0, &step, err, sizeof err) == 0 && step == 0, "%s", err);
+  CHECK(ckpt_save(test_path(root, "none"), 0, NULL, 0, 1, err, sizeof err) == 0, "%s", err);
+  CHECK(ckpt_load(test_path(root, "none/ckpt_00000000.bin"), NULL, 0, &step, err, sizeof err) == 0 && step == 0, "%s",
+        err);
 }
 
 static uint64_t u64_at(const unsigned char *p) {
@@ -174,9 +166,9 @@ static void test_layout(void) {
   TEST_SECTION("byte layout as docs/checkpoint_format.md describes it");
   char a[5] = "abcde", b[3] = "xyz", err[1024];
   CkptSection s[] = {{"a", a, 5}, {"b", b, 3}};
-  CHECK(ckpt_save(at("layout"), 1234, s, 2, 0, err, sizeof err) == 0, "%s", err);
+  CHECK(ckpt_save(test_path(root, "layout"), 1234, s, 2, 0, err, sizeof err) == 0, "%s", err);
   size_t n;
-  unsigned char *f = (unsigned char *)read_file(at("layout/ckpt_00001234.bin"), &n);
+  unsigned char *f = (unsigned char *)read_file(test_path(root, "layout/ckpt_00001234.bin"), &n);
   uint32_t version, nsec;
   memcpy(&version, f + 8, 4);
   memcpy(&nsec, f + 12, 4);
@@ -201,7 +193,7 @@ static void test_layout(void) {
 static void test_load_errors(void) {
   TEST_SECTION("load errors name the file and the section");
   char dir[512], path[512];
-  strcpy(dir, at("errs")), strcpy(path, at("errs/ckpt_00000005.bin"));
+  strcpy(dir, test_path(root, "errs")), strcpy(path, test_path(root, "errs/ckpt_00000005.bin"));
   char err[1024] = "";
   CHECK(save_small(dir, 5, 0, err, sizeof err) == 0, "%s", err);
 
@@ -222,17 +214,21 @@ static void test_load_errors(void) {
   CHECK(ckpt_read_section(path, "rng", &data, &bytes, err, sizeof err) == -1 && strstr(err, "no section 'rng'"),
         "message: %s", err);
 
-  write_text(at("errs/notackpt.bin"), "not a checkpoint, just some text that is longer than a checkpoint header");
-  CHECK(ckpt_load(at("errs/notackpt.bin"), NULL, 0, NULL, err, sizeof err) == -1 && strstr(err, "bad magic"),
+  write_text(test_path(root, "errs/notackpt.bin"),
+             "not a checkpoint, just some text that is longer than a checkpoint header");
+  CHECK(
+      ckpt_load(test_path(root, "errs/notackpt.bin"), NULL, 0, NULL, err, sizeof err) == -1 && strstr(err, "bad magic"),
+      "message: %s", err);
+  write_text(test_path(root, "errs/short.bin"), "LLAMACKP");
+  CHECK(ckpt_load(test_path(root, "errs/short.bin"), NULL, 0, NULL, err, sizeof err) == -1 &&
+            strstr(err, "64-byte header"),
         "message: %s", err);
-  write_text(at("errs/short.bin"), "LLAMACKP");
-  CHECK(ckpt_load(at("errs/short.bin"), NULL, 0, NULL, err, sizeof err) == -1 && strstr(err, "64-byte header"),
+  copy_file(path, test_path(root, "errs/v2.bin"));
+  flip_byte(test_path(root, "errs/v2.bin"), 9);  // version 1 -> 0x1001
+  CHECK(ckpt_load(test_path(root, "errs/v2.bin"), NULL, 0, NULL, err, sizeof err) == -1 &&
+            strstr(err, "format version 4097"),
         "message: %s", err);
-  copy_file(path, at("errs/v2.bin"));
-  flip_byte(at("errs/v2.bin"), 9);  // version 1 -> 0x1001
-  CHECK(ckpt_load(at("errs/v2.bin"), NULL, 0, NULL, err, sizeof err) == -1 && strstr(err, "format version 4097"),
-        "message: %s", err);
-  CHECK(ckpt_load(at("errs/nope.bin"), NULL, 0, NULL, err, sizeof err) == -1 &&
+  CHECK(ckpt_load(test_path(root, "errs/nope.bin"), NULL, 0, NULL, err, sizeof err) == -1 &&
             strstr(err, "No such file or directory") && strstr(err, "nope.bin"),
         "message: %s", err);
 
@@ -249,17 +245,19 @@ static void test_load_errors(void) {
   CHECK(ckpt_save(dir, 6, nodata, 1, 0, err, sizeof err) == -1 && strstr(err, "no data"), "message: %s", err);
   CHECK(ckpt_save(dir, -1, dup, 1, 0, err, sizeof err) == -1 && strstr(err, ">= 0"), "message: %s", err);
   longname[63] = 0;  // exactly 63 bytes is allowed
-  CHECK(ckpt_save(at("longname"), 1, toolong, 1, 0, err, sizeof err) == 0, "63-byte name: %s", err);
-  CHECK(!exists(at("errs/ckpt_00000006.bin")) && count(dir, ".tmp") == 0, "a refused save wrote a file");
+  CHECK(ckpt_save(test_path(root, "longname"), 1, toolong, 1, 0, err, sizeof err) == 0, "63-byte name: %s", err);
+  CHECK(!test_exists(test_path(root, "errs/ckpt_00000006.bin")) && count(dir, ".tmp") == 0,
+        "a refused save wrote a file");
 }
 
 static void test_pruning(void) {
   TEST_SECTION("keep-last-K pruning");
   char dir[512];
-  strcpy(dir, at("prune"));
+  strcpy(dir, test_path(root, "prune"));
   char err[1024] = "";
   for (int s = 1; s <= 5; s++) CHECK(save_small(dir, s, 2, err, sizeof err) == 0, "save %d: %s", s, err);
-  CHECK(count(dir, "ckpt_") == 2 && exists(at("prune/ckpt_00000004.bin")) && exists(at("prune/ckpt_00000005.bin")),
+  CHECK(count(dir, "ckpt_") == 2 && test_exists(test_path(root, "prune/ckpt_00000004.bin")) &&
+            test_exists(test_path(root, "prune/ckpt_00000005.bin")),
         "keep 2 of 5: %d files", count(dir, "ckpt_"));
   // keep <= 0 keeps everything.
   CHECK(save_small(dir, 6, 0, err, sizeof err) == 0 && save_small(dir, 7, -1, err, sizeof err) == 0, "%s", err);
@@ -267,18 +265,19 @@ static void test_pruning(void) {
   // The one just written always stays, even when it is not the newest step (a run redone from an
   // older checkpoint): keep 2 = step 3 plus the newest other (7).
   CHECK(save_small(dir, 3, 2, err, sizeof err) == 0, "%s", err);
-  CHECK(count(dir, "ckpt_") == 2 && exists(at("prune/ckpt_00000003.bin")) && exists(at("prune/ckpt_00000007.bin")),
+  CHECK(count(dir, "ckpt_") == 2 && test_exists(test_path(root, "prune/ckpt_00000003.bin")) &&
+            test_exists(test_path(root, "prune/ckpt_00000007.bin")),
         "just-written kept: %d files", count(dir, "ckpt_"));
   // keep 1 leaves only the new one; steps past 8 digits sort by number, not by name.
   CHECK(save_small(dir, 123456789, 1, err, sizeof err) == 0, "%s", err);
-  CHECK(count(dir, "ckpt_") == 1 && exists(at("prune/ckpt_123456789.bin")), "keep 1");
+  CHECK(count(dir, "ckpt_") == 1 && test_exists(test_path(root, "prune/ckpt_123456789.bin")), "keep 1");
   CHECK(save_small(dir, 99999999, 2, err, sizeof err) == 0 && latest_is(dir, 123456789), "9-digit step is newest");
 }
 
 static void test_latest(void) {
   TEST_SECTION("ckpt_latest skips truncated, bit-flipped, misnamed and temp files");
   char dir[512];
-  strcpy(dir, at("lat"));
+  strcpy(dir, test_path(root, "lat"));
   char err[1024] = "", path[1024];
   int64_t step;
   CHECK(ckpt_latest(dir, path, sizeof path, &step) == 1, "no directory: none");
@@ -289,9 +288,9 @@ static void test_latest(void) {
   CHECK(ckpt_latest(dir, path, 5, &step) == -1, "a path buffer too small is an error");
 
   char c40[512], c30[512], c20[512];
-  strcpy(c40, at("lat/ckpt_00000040.bin"));
-  strcpy(c30, at("lat/ckpt_00000030.bin"));
-  strcpy(c20, at("lat/ckpt_00000020.bin"));
+  strcpy(c40, test_path(root, "lat/ckpt_00000040.bin"));
+  strcpy(c30, test_path(root, "lat/ckpt_00000030.bin"));
+  strcpy(c20, test_path(root, "lat/ckpt_00000020.bin"));
   CHECK(truncate(c40, file_size(c40) - 1) == 0, "truncate");
   printf("  (the warnings below are expected)\n");
   CHECK(latest_is(dir, 30), "truncated newest is skipped");
@@ -309,10 +308,11 @@ static void test_latest(void) {
   CHECK(latest_is(dir, 10), "corrupt header is skipped");
   CHECK(ckpt_load(c20, NULL, 0, NULL, err, sizeof err) == -1 && strstr(err, "header checksum"), "message: %s", err);
 
-  copy_file(at("lat/ckpt_00000010.bin"), at("lat/ckpt_00000015.bin"));  // name says 15, holds 10
-  write_text(at("lat/ckpt_00000050.bin.tmp"), "half a checkpoint");
-  write_text(at("lat/notes.txt"), "not a checkpoint");
-  write_text(at("lat/ckpt_00000060.bin.bak"), "not a checkpoint");
+  copy_file(test_path(root, "lat/ckpt_00000010.bin"),
+            test_path(root, "lat/ckpt_00000015.bin"));  // name says 15, holds 10
+  write_text(test_path(root, "lat/ckpt_00000050.bin.tmp"), "half a checkpoint");
+  write_text(test_path(root, "lat/notes.txt"), "not a checkpoint");
+  write_text(test_path(root, "lat/ckpt_00000060.bin.bak"), "not a checkpoint");
   CHECK(latest_is(dir, 10), "misnamed, temp and other files are ignored");
 
   // The next save removes the stale temp file, and pruning counts only complete files:
@@ -320,12 +320,12 @@ static void test_latest(void) {
   CHECK(save_small(dir, 45, 2, err, sizeof err) == 0, "%s", err);
   CHECK(count(dir, ".tmp") == 0, "stale temp file still there");
   CHECK(latest_is(dir, 45), "new save is latest");
-  CHECK(!exists(at("lat/ckpt_00000010.bin")) && exists(c30) && exists(c20) && exists(c40) &&
-            exists(at("lat/ckpt_00000015.bin")),
+  CHECK(!test_exists(test_path(root, "lat/ckpt_00000010.bin")) && test_exists(c30) && test_exists(c20) &&
+            test_exists(c40) && test_exists(test_path(root, "lat/ckpt_00000015.bin")),
         "pruning around invalid files");
 
-  write_text(at("afile"), "x");
-  CHECK(ckpt_latest(at("afile"), path, sizeof path, &step) == -1, "a file as directory is an error");
+  write_text(test_path(root, "afile"), "x");
+  CHECK(ckpt_latest(test_path(root, "afile"), path, sizeof path, &step) == -1, "a file as directory is an error");
 }
 
 // Saves into `dir` (which holds step 1) must fail, leave no temp file and keep step 1 loadable.
@@ -340,19 +340,19 @@ static void test_failed_saves(void) {
   TEST_SECTION("failed saves: message names path and error; previous checkpoint intact");
   char err[1024] = "";
   // A directory whose parent is a regular file: mkdir -p cannot work, root or not.
-  write_text(at("plainfile"), "x");
-  CHECK(save_small(at("plainfile/ckpts"), 1, 0, err, sizeof err) == -1, "saved under a regular file");
+  write_text(test_path(root, "plainfile"), "x");
+  CHECK(save_small(test_path(root, "plainfile/ckpts"), 1, 0, err, sizeof err) == -1, "saved under a regular file");
   CHECK(strstr(err, "plainfile") && strstr(err, "not a directory"), "message: %s", err);
 
   // A read-only directory, where permissions bind (not as root: root writes anyway).
   char ro[512];
-  strcpy(ro, at("ro"));
+  strcpy(ro, test_path(root, "ro"));
   CHECK(save_small(ro, 1, 0, err, sizeof err) == 0, "%s", err);
   chmod(ro, 0500);
-  int fd = open(at("ro/probe"), O_WRONLY | O_CREAT, 0644);
+  int fd = open(test_path(root, "ro/probe"), O_WRONLY | O_CREAT, 0644);
   if (fd >= 0) {
     close(fd);
-    unlink(at("ro/probe"));
+    unlink(test_path(root, "ro/probe"));
     printf("  (running with permission override, e.g. root: read-only directory case skipped)\n");
   } else {
     int rc = save_small(ro, 2, 0, err, sizeof err);
@@ -363,7 +363,7 @@ static void test_failed_saves(void) {
 
   // A short write: the file-size limit makes write() fail part way (EFBIG), like a full disk.
   char full[512];
-  strcpy(full, at("full"));
+  strcpy(full, test_path(root, "full"));
   CHECK(save_small(full, 1, 0, err, sizeof err) == 0, "%s", err);
   size_t nbig = 4 << 20;
   char *big = xcalloc(nbig, 1);
@@ -382,10 +382,10 @@ static void test_failed_saves(void) {
 
   // The final name is taken by a non-empty directory: the rename fails after a complete write.
   char rn[512];
-  strcpy(rn, at("rename"));
+  strcpy(rn, test_path(root, "rename"));
   CHECK(save_small(rn, 1, 0, err, sizeof err) == 0, "%s", err);
-  mkdir(at("rename/ckpt_00000002.bin"), 0755);
-  write_text(at("rename/ckpt_00000002.bin/x"), "x");
+  mkdir(test_path(root, "rename/ckpt_00000002.bin"), 0755);
+  write_text(test_path(root, "rename/ckpt_00000002.bin/x"), "x");
   printf("  (a warning about ckpt_00000002.bin below is expected)\n");
   rc = save_small(rn, 2, 0, err, sizeof err);
   check_failed_save(rn, rc, err, "cannot rename", "rename onto a directory");

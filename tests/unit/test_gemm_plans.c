@@ -25,16 +25,6 @@
 
 static char root[64];
 
-static const char *at(const char *name) {
-  static char buf[8][512];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 512, "%s/%s", root, name);
-  return p;
-}
-
-static int exists(const char *path) { return access(path, F_OK) == 0; }
-
 static void write_text(const char *path, const char *text) {
   FILE *f = xfopen(path, "wb");
   xfwrite(text, 1, strlen(text), f, path);
@@ -87,7 +77,7 @@ static void test_round_trip(void) {
   TEST_SECTION("write, read back, other devices");
   char err[2048] = "";
   GemmPlans r;
-  CHECK(gemm_plans_load(&r, at("sub/gemm_plans"), err, sizeof err) == 0 && r.n == 0,
+  CHECK(gemm_plans_load(&r, test_path(root, "sub/gemm_plans"), err, sizeof err) == 0 && r.n == 0,
         "a missing file is an empty record: %s", err);
   const int k1[GEMM_PLAN_KEY_INTS] = {1, 0, 0, 1, 8192, 4096, 14336, 1, 256};
   const int k2[GEMM_PLAN_KEY_INTS] = {6, 1, 0, 1, 8192, 14336, 4096, 0, -7, 0, 0, 2147483647};
@@ -99,12 +89,13 @@ static void test_round_trip(void) {
             !gemm_plans_put(&r, &h100, k1, v2, err, sizeof err) && r.n == 3,
         "three entries: %s", err);
   CHECK(!gemm_plans_save(&r, err, sizeof err), "save (creating the folder): %s", err);
-  CHECK(exists(at("sub/gemm_plans")) && !exists(at("sub/gemm_plans.tmp")), "the file is there, no temp file left");
+  CHECK(test_exists(test_path(root, "sub/gemm_plans")) && !test_exists(test_path(root, "sub/gemm_plans.tmp")),
+        "the file is there, no temp file left");
   gemm_plans_free(&r);
 
   // The documented text form, line by line.
   size_t len;
-  char *text = read_file(at("sub/gemm_plans"), &len);
+  char *text = read_file(test_path(root, "sub/gemm_plans"), &len);
   const char *want =
       "fp4train gemm_plans 1\n"
       "NVIDIA H200\t90\t130100\t1 0 0 1 8192 4096 14336 1 256 0 0 0\t0123456789abcdef 0000000000000000 "
@@ -120,7 +111,7 @@ static void test_round_trip(void) {
         end);
   free(text);
 
-  CHECK(gemm_plans_load(&r, at("sub/gemm_plans"), err, sizeof err) == 0 && r.n == 3, "read back: %s", err);
+  CHECK(gemm_plans_load(&r, test_path(root, "sub/gemm_plans"), err, sizeof err) == 0 && r.n == 3, "read back: %s", err);
   const uint64_t *g1 = gemm_plans_find(&r, &H200, k1), *g2 = gemm_plans_find(&r, &H200, k2);
   const uint64_t *g3 = gemm_plans_find(&r, &h100, k1);
   CHECK(g1 && !memcmp(g1, v1, sizeof v1) && g2 && !memcmp(g2, v2, sizeof v2) && g3 && !memcmp(g3, v2, sizeof v2),
@@ -142,7 +133,7 @@ static void test_round_trip(void) {
   CHECK(!gemm_plans_put(&r, &H200, k1, v2, err, sizeof err) && r.n == 3 && !gemm_plans_save(&r, err, sizeof err),
         "replace and save: %s", err);
   gemm_plans_free(&r);
-  CHECK(!gemm_plans_load(&r, at("sub/gemm_plans"), err, sizeof err) && r.n == 3 &&
+  CHECK(!gemm_plans_load(&r, test_path(root, "sub/gemm_plans"), err, sizeof err) && r.n == 3 &&
             !memcmp(gemm_plans_find(&r, &H200, k1), v2, sizeof v2) && gemm_plans_find(&r, &h100, k1),
         "the replaced value is read back, the other device's entry kept: %s", err);
   GemmPlanDevice tab = {"bad\tname", 90, 1};
@@ -164,63 +155,64 @@ static void test_refused(void) {
   TEST_SECTION("damaged and foreign files are refused");
   char err[2048];
   GemmPlans r;
-  CHECK(!gemm_plans_load(&r, at("good"), err, sizeof err), "empty");
+  CHECK(!gemm_plans_load(&r, test_path(root, "good"), err, sizeof err), "empty");
   const int key[GEMM_PLAN_KEY_INTS] = {2, 0, 1, 0, 256, 512, 1024, 0, 256};
   const uint64_t v[GEMM_PLAN_VALUE_WORDS] = {7, 6, 5, 4, 3, 2, 1, 0};
   gemm_plans_put(&r, &H200, key, v, err, sizeof err);
   CHECK(!gemm_plans_save(&r, err, sizeof err), "save: %s", err);
   gemm_plans_free(&r);
   size_t len;
-  char *text = read_file(at("good"), &len);
+  char *text = read_file(test_path(root, "good"), &len);
 
   char cut[4096];
   snprintf(cut, sizeof cut, "%.*s", (int)(len / 2), text);  // a copy interrupted half-way
-  write_text(at("half"), cut);
-  refused(at("half"), "truncated", "a file cut in half");
+  write_text(test_path(root, "half"), cut);
+  refused(test_path(root, "half"), "truncated", "a file cut in half");
   snprintf(cut, sizeof cut, "%.*s", (int)len - 1, text);  // the last newline missing
-  write_text(at("nonl"), cut);
-  refused(at("nonl"), "truncated", "a file without its last newline");
-  write_text(at("empty"), "");
-  refused(at("empty"), "truncated", "an empty file");
+  write_text(test_path(root, "nonl"), cut);
+  refused(test_path(root, "nonl"), "truncated", "a file without its last newline");
+  write_text(test_path(root, "empty"), "");
+  refused(test_path(root, "empty"), "truncated", "an empty file");
   snprintf(cut, sizeof cut, "%s", text);
   cut[strlen("fp4train gemm_plans 1\nNVIDIA H200\t90\t130100\t2 0 1 0 2")] ^= 1;  // a digit of the key
-  write_text(at("flipped"), cut);
-  refused(at("flipped"), "checksum mismatch", "one changed byte");
-  write_record(at("v2"), "", 0);
-  char *v2 = read_file(at("v2"), &len);
+  write_text(test_path(root, "flipped"), cut);
+  refused(test_path(root, "flipped"), "checksum mismatch", "one changed byte");
+  write_record(test_path(root, "v2"), "", 0);
+  char *v2 = read_file(test_path(root, "v2"), &len);
   v2[strlen("fp4train gemm_plans ")] = '2';
-  write_text(at("v2"), v2);
+  write_text(test_path(root, "v2"), v2);
   free(v2);
-  refused(at("v2"), "another format or version", "another format version");
+  refused(test_path(root, "v2"), "another format or version", "another format version");
   free(text);
 
   // Well checksummed, but wrong inside.
-  write_record(at("fields"), "NVIDIA H200\t90\t130100\t1 2 3 4 5 6 7 8 9 10 11 12\n", 1);
-  refused(at("fields"), "line 2: expected 5 tab-separated fields, got 4", "a missing field");
-  write_record(at("keyshort"),
+  write_record(test_path(root, "fields"), "NVIDIA H200\t90\t130100\t1 2 3 4 5 6 7 8 9 10 11 12\n", 1);
+  refused(test_path(root, "fields"), "line 2: expected 5 tab-separated fields, got 4", "a missing field");
+  write_record(test_path(root, "keyshort"),
                "NVIDIA H200\t90\t130100\t1 2 3\t0000000000000000 0000000000000000 0000000000000000 0000000000000000 "
                "0000000000000000 0000000000000000 0000000000000000 0000000000000000\n",
                1);
-  refused(at("keyshort"), "line 2: the key is not 12 integers", "a short key");
-  write_record(at("valbad"),
+  refused(test_path(root, "keyshort"), "line 2: the key is not 12 integers", "a short key");
+  write_record(test_path(root, "valbad"),
                "NVIDIA H200\t90\t130100\t1 2 3 4 5 6 7 8 9 10 11 12\t0000000000000000 zz 0000000000000000 "
                "0000000000000000 0000000000000000 0000000000000000 0000000000000000 0000000000000000\n",
                1);
-  refused(at("valbad"), "line 2: the value is not 8 hexadecimal words", "a value that is not hex");
+  refused(test_path(root, "valbad"), "line 2: the value is not 8 hexadecimal words", "a value that is not hex");
   const char *entry =
       "NVIDIA H200\t90\t130100\t1 2 3 4 5 6 7 8 9 10 11 12\t0000000000000001 0000000000000000 0000000000000000 "
       "0000000000000000 0000000000000000 0000000000000000 0000000000000000 0000000000000000\n";
   char two[2048];
   snprintf(two, sizeof two, "%s%s", entry, entry);
-  write_record(at("dup"), two, 2);
-  refused(at("dup"), "line 3 repeats an earlier entry", "a repeated entry");
-  write_record(at("count"), entry, 2);
-  refused(at("count"), "the end line counts 2 entries, the file holds 1", "a wrong count");
-  write_record(at("ok"), entry, 1);
-  CHECK(!gemm_plans_load(&r, at("ok"), err, sizeof err) && r.n == 1, "the same entry once, counted right: %s", err);
+  write_record(test_path(root, "dup"), two, 2);
+  refused(test_path(root, "dup"), "line 3 repeats an earlier entry", "a repeated entry");
+  write_record(test_path(root, "count"), entry, 2);
+  refused(test_path(root, "count"), "the end line counts 2 entries, the file holds 1", "a wrong count");
+  write_record(test_path(root, "ok"), entry, 1);
+  CHECK(!gemm_plans_load(&r, test_path(root, "ok"), err, sizeof err) && r.n == 1,
+        "the same entry once, counted right: %s", err);
   gemm_plans_free(&r);
-  mkdir(at("adir"), 0755);
-  CHECK(gemm_plans_load(&r, at("adir"), err, sizeof err) == -1 && strstr(err, at("adir")),
+  mkdir(test_path(root, "adir"), 0755);
+  CHECK(gemm_plans_load(&r, test_path(root, "adir"), err, sizeof err) == -1 && strstr(err, test_path(root, "adir")),
         "a directory is not a record: %s", err);
 }
 
@@ -230,22 +222,23 @@ static void test_atomic(void) {
   GemmPlans r;
   const int key[GEMM_PLAN_KEY_INTS] = {1, 1, 0, 0, 64, 64, 64, 0, 256};
   const uint64_t v[GEMM_PLAN_VALUE_WORDS] = {1, 2, 3, 4, 5, 6, 7, 8};
-  CHECK(!gemm_plans_load(&r, at("atomic"), err, sizeof err), "empty");
+  CHECK(!gemm_plans_load(&r, test_path(root, "atomic"), err, sizeof err), "empty");
   gemm_plans_put(&r, &H200, key, v, err, sizeof err);
   CHECK(!gemm_plans_save(&r, err, sizeof err), "first save: %s", err);
   // A process killed half-way through a save leaves its temp file: it is never read, the next save
   // replaces it.
-  write_text(at("atomic.tmp"), "fp4train gemm_plans 1\nNVIDIA");
+  write_text(test_path(root, "atomic.tmp"), "fp4train gemm_plans 1\nNVIDIA");
   GemmPlans back;
-  CHECK(!gemm_plans_load(&back, at("atomic"), err, sizeof err) && back.n == 1, "a stale temp file is not read: %s",
-        err);
+  CHECK(!gemm_plans_load(&back, test_path(root, "atomic"), err, sizeof err) && back.n == 1,
+        "a stale temp file is not read: %s", err);
   gemm_plans_free(&back);
   int key2[GEMM_PLAN_KEY_INTS];
   memcpy(key2, key, sizeof key2);
   key2[4] = 128;
   gemm_plans_put(&r, &H200, key2, v, err, sizeof err);
-  CHECK(!gemm_plans_save(&r, err, sizeof err) && !exists(at("atomic.tmp")), "the next save renames over it: %s", err);
-  CHECK(!gemm_plans_load(&back, at("atomic"), err, sizeof err) && back.n == 2, "two entries now: %s", err);
+  CHECK(!gemm_plans_save(&r, err, sizeof err) && !test_exists(test_path(root, "atomic.tmp")),
+        "the next save renames over it: %s", err);
+  CHECK(!gemm_plans_load(&back, test_path(root, "atomic"), err, sizeof err) && back.n == 2, "two entries now: %s", err);
   gemm_plans_free(&back);
 
   // A save that cannot be written (the file-size limit: EFBIG, as a full disk) fails naming the
@@ -261,13 +254,14 @@ static void test_atomic(void) {
   setrlimit(RLIMIT_FSIZE, &lim);
   int rc = gemm_plans_save(&r, err, sizeof err);
   setrlimit(RLIMIT_FSIZE, &old);
-  CHECK(rc == -1 && strstr(err, "atomic.tmp") && !exists(at("atomic.tmp")), "the failed save: rc %d, '%s'", rc, err);
-  CHECK(!gemm_plans_load(&back, at("atomic"), err, sizeof err) && back.n == 2,
+  CHECK(rc == -1 && strstr(err, "atomic.tmp") && !test_exists(test_path(root, "atomic.tmp")),
+        "the failed save: rc %d, '%s'", rc, err);
+  CHECK(!gemm_plans_load(&back, test_path(root, "atomic"), err, sizeof err) && back.n == 2,
         "the previous record is intact (%d entries): %s", back.n, err);
   gemm_plans_free(&back);
   // A path whose folder cannot be made.
-  snprintf(r.path, sizeof r.path, "%s/no_dir", at("atomic"));
-  CHECK(gemm_plans_save(&r, err, sizeof err) == -1 && strstr(err, at("atomic")),
+  snprintf(r.path, sizeof r.path, "%s/no_dir", test_path(root, "atomic"));
+  CHECK(gemm_plans_save(&r, err, sizeof err) == -1 && strstr(err, test_path(root, "atomic")),
         "a file where the folder should be: %s", err);
   gemm_plans_free(&r);
 }
@@ -290,7 +284,7 @@ static int lock_free_elsewhere(const char *path) {
 static void test_sharing(void) {
   TEST_SECTION("two processes sharing one record");
   char err[2048];
-  const char *path = at("shared/gemm_plans");
+  const char *path = test_path(root, "shared/gemm_plans");
   const int k1[GEMM_PLAN_KEY_INTS] = {1, 0, 0, 1, 64, 64, 64, 0, 256},
             k2[GEMM_PLAN_KEY_INTS] = {1, 0, 0, 1, 64, 64, 128, 0, 256};
   const uint64_t v1[GEMM_PLAN_VALUE_WORDS] = {11}, v2[GEMM_PLAN_VALUE_WORDS] = {22}, v3[GEMM_PLAN_VALUE_WORDS] = {33};
@@ -353,10 +347,10 @@ static void test_config_and_cpu(void) {
         "--set parallel.deterministic=false: %s", err);
   // What train.c hands a backend for a deterministic run with a record: the CPU backend (deterministic
   // by construction) neither reads nor writes it.
-  const char *path = at("cpu_plans");
+  const char *path = test_path(root, "cpu_plans");
   BackendOptions o = {1, 1, 0, 0, GEMM_RECORDED, path};
   const Ops *ops = backend_open("cpu", &o);
-  CHECK(ops && !strcmp(ops->name, "cpu") && !exists(path), "the CPU backend opened, no record at %s", path);
+  CHECK(ops && !strcmp(ops->name, "cpu") && !test_exists(path), "the CPU backend opened, no record at %s", path);
 }
 
 int main(void) {
