@@ -62,15 +62,19 @@ if has tests || has gputests; then
   done
 fi
 
-if has hf; then
-  for be in cuda cpu; do
-    timeout 400 python3 scripts/hf/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
-    tail -n 45 "$OUT/hf_$be.log"
-    note "hf_compare --backend $be: $(grep -E '^hf_compare:' "$OUT/hf_$be.log" | tail -n 1)"
-    # document masking against HF given the explicit 4D mask and position_ids
-    timeout 400 python3 scripts/hf/hf_doc_mask.py --backend $be --device cuda >"$OUT/hf_doc_mask_$be.log" 2>&1
-    tail -n 8 "$OUT/hf_doc_mask_$be.log"
-    note "hf_doc_mask --backend $be: $(grep -E '^hf_doc_mask:' "$OUT/hf_doc_mask_$be.log" | tail -n 1)"
+if has hf; then  # HF_BACKENDS (cuda cpu) and HF_SCRIPTS (compare doc_mask) pick a subset
+  for be in ${HF_BACKENDS:-cuda cpu}; do
+    if [[ " ${HF_SCRIPTS:-compare doc_mask} " == *" compare "* ]]; then
+      timeout 400 python3 scripts/hf/hf_compare.py --backend $be --device cuda >"$OUT/hf_$be.log" 2>&1
+      tail -n 45 "$OUT/hf_$be.log"
+      note "hf_compare --backend $be: $(grep -E '^hf_compare:' "$OUT/hf_$be.log" | tail -n 1)"
+    fi
+    if [[ " ${HF_SCRIPTS:-compare doc_mask} " == *" doc_mask "* ]]; then
+      # document masking against HF given the explicit 4D mask and position_ids
+      timeout 400 python3 scripts/hf/hf_doc_mask.py --backend $be --device cuda >"$OUT/hf_doc_mask_$be.log" 2>&1
+      tail -n 8 "$OUT/hf_doc_mask_$be.log"
+      note "hf_doc_mask --backend $be: $(grep -E '^hf_doc_mask:' "$OUT/hf_doc_mask_$be.log" | tail -n 1)"
+    fi
   done
 fi
 
