@@ -49,17 +49,13 @@ static void optimizer(const Ops *op, Llama *m, float *am, float *av, const Train
   }
 }
 
-static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps, int profile) {
+// One depth of one block kind: every block of the model runs `recipe` (uniform: no spans, no BF16
+// ends), set before the model, whose activation layout depends on it (model/llama.h).
+static Timing time_depth(TrainConfig *cfg, const Ops *op, const Recipe *recipe, int layers, int steps, int profile) {
   LlamaConfig mc = cfg->model;
   mc.n_layers = layers;
   const int B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
-  if (op->set_recipe) {  // the recipe's BF16 block overrides count from this depth's ends; set before
-    Recipe r;            // the model, whose activation layout depends on it (model/llama.h)
-    char err[256];
-    RecipeSpec spec = config_recipe_spec(cfg);
-    if (recipe_resolve(&r, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
-    op->set_recipe(op->ctx, &r, layers, cfg->seed);
-  }
+  if (op->set_recipe) op->set_recipe(op->ctx, recipe, layers, cfg->seed);
   Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
   llama_init(m, cfg->seed);
   size_t n = llama_param_count(m);
@@ -129,6 +125,38 @@ static Timing time_depth(TrainConfig *cfg, const Ops *op, int layers, int steps,
   return tm;
 }
 
+// The block kinds of the full model: a route that mixes formats by depth (precision.blocks, BF16 ends)
+// has a per-layer cost per kind, so each kind is timed alone at the two depths, as a uniform model of
+// that kind, and the extrapolation adds each kind's per-layer cost times its number of blocks. The
+// depth-0 part (embedding, head, their optimizer) is the first kind's, the kind of most blocks.
+typedef struct {
+  Recipe r;   // uniform: every block in this kind
+  int count;  // blocks of the full model in this kind
+} BlockKind;
+
+static int block_kinds(const Recipe *full, int L, BlockKind *kinds) {
+  int n = 0;
+  for (int l = 0; l < L; l++) {
+    FP4Format f = recipe_block_format(full, l, L);
+    int k = 0;
+    while (k < n && kinds[k].r.format != f) k++;
+    if (k == n) {
+      kinds[n].r = *full;
+      kinds[n].r.format = f;
+      kinds[n].r.nspans = 0;
+      kinds[n].r.bf16_first = kinds[n].r.bf16_last = 0;
+      kinds[n++].count = 0;
+    }
+    kinds[k].count++;
+  }
+  for (int i = 1; i < n; i++)  // most blocks first
+    for (int j = i; j > 0 && kinds[j].count > kinds[j - 1].count; j--) {
+      BlockKind t = kinds[j];
+      kinds[j] = kinds[j - 1], kinds[j - 1] = t;
+    }
+  return n;
+}
+
 int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   int la, lb;
   if (sscanf(layers, "%d,%d", &la, &lb) != 2 || la < 1 || lb <= la)
@@ -140,34 +168,63 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
       "bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps "
       "each\n",
       op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
+  Recipe full;
+  char err[256];
+  RecipeSpec spec = config_recipe_spec(cfg);
+  if (recipe_resolve(&full, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
+  if (recipe_check_layers(&full, L, err, sizeof err)) die("%s", err);
+  BlockKind kinds[FMT_N];
+  const int nk = block_kinds(&full, L, kinds);
+  if (nk > 1) {
+    printf("bench: the route mixes formats by depth:");
+    for (int k = 0; k < nk; k++)
+      printf("%s %d blocks %s", k ? "," : "", kinds[k].count, recipe_format_name(kinds[k].r.format));
+    printf(" of %d; each kind is timed alone at both depths and weighted by its blocks\n", L);
+  }
   if (op->library_report) op->library_report(op->ctx, stdout);
   fflush(stdout);
-  Timing a = time_depth(cfg, op, la, steps, 0);
-  Timing b = time_depth(cfg, op, lb, steps, 1);
-
-  double per_layer = (b.step_s - a.step_s) / (lb - la), t_full = a.step_s + (L - la) * per_layer;
-  double pl_fb = (b.fwdbwd_s - a.fwdbwd_s) / (lb - la), fb_full = a.fwdbwd_s + (L - la) * pl_fb;
-  double pl_opt = (b.opt_s - a.opt_s) / (lb - la), opt_full = a.opt_s + (L - la) * pl_opt;
+  // per kind: the two depths; the extrapolation sums the kinds' per-layer parts
+  Timing ta[FMT_N] = {{0}}, tb[FMT_N] = {{0}};
+  for (int k = 0; k < nk; k++) {
+    ta[k] = time_depth(cfg, op, &kinds[k].r, la, steps, 0);
+    tb[k] = time_depth(cfg, op, &kinds[k].r, lb, steps, k == 0);
+  }
+  const Timing a = ta[0], b = tb[0];
+  double per[4] = {0};  // sum over kinds of count x per-layer: step, fwd+bwd, optimizer, memory
+  for (int k = 0; k < nk; k++) {
+    const double c = (double)kinds[k].count / (lb - la);
+    per[0] += c * (tb[k].step_s - ta[k].step_s), per[1] += c * (tb[k].fwdbwd_s - ta[k].fwdbwd_s);
+    per[2] += c * (tb[k].opt_s - ta[k].opt_s), per[3] += c * (tb[k].mem_gb - ta[k].mem_gb);
+  }
+  // depth 0 from the first kind, then every block of the full model
+  double t_full = a.step_s - la * (b.step_s - a.step_s) / (lb - la) + per[0];
+  double fb_full = a.fwdbwd_s - la * (b.fwdbwd_s - a.fwdbwd_s) / (lb - la) + per[1];
+  double opt_full = a.opt_s - la * (b.opt_s - a.opt_s) / (lb - la) + per[2];
+  double per_layer = per[0] / L, pl_fb = per[1] / L, pl_opt = per[2] / L, mem_layer = per[3] / L;
   double t_amort = fb_full + opt_full / accum;
   double tps = tokens / t_full, tps_amort = tokens / t_amort;
-  double mem_layer = (b.mem_gb - a.mem_gb) / (lb - la);
-  printf("\n| depth | step ms | fwd+bwd ms | optimizer ms | peak mem GB | loss |\n|---|---|---|---|---|---|\n");
-  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", la, a.step_s * 1e3, a.fwdbwd_s * 1e3, a.opt_s * 1e3, a.mem_gb,
-         a.loss);
-  printf("| %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", lb, b.step_s * 1e3, b.fwdbwd_s * 1e3, b.opt_s * 1e3, b.mem_gb,
-         b.loss);
-  printf("\nper layer: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n", per_layer * 1e3,
-         pl_fb * 1e3, pl_opt * 1e3, mem_layer);
+  printf(
+      "\n| blocks | depth | step ms | fwd+bwd ms | optimizer ms | peak mem GB | loss "
+      "|\n|---|---|---|---|---|---|---|\n");
+  for (int k = 0; k < nk; k++)
+    for (int d = 0; d < 2; d++) {
+      const Timing *t = d ? &tb[k] : &ta[k];
+      printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.4f |\n", recipe_format_name(kinds[k].r.format), t->layers,
+             t->step_s * 1e3, t->fwdbwd_s * 1e3, t->opt_s * 1e3, t->mem_gb, t->loss);
+    }
+  printf("\nper layer%s: %.2f ms per step (%.2f fwd+bwd, %.2f optimizer), %.2f GB peak memory\n",
+         nk > 1 ? " (the route's blocks averaged)" : "", per_layer * 1e3, pl_fb * 1e3, pl_opt * 1e3, mem_layer);
   double act_layer = (b.act_gb - a.act_gb) / (lb - la), plain_layer = (b.act_plain_gb - a.act_plain_gb) / (lb - la);
-  printf("activations per layer (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", cfg->recompute,
-         act_layer * 1e3, a.act_gb * 1e3, la);
+  printf("activations per layer%s%s (recompute %s): %.1f MB (%.1f MB in all at depth %d)\n", nk > 1 ? " of " : "",
+         nk > 1 ? recipe_format_name(kinds[0].r.format) : "", cfg->recompute, act_layer * 1e3, a.act_gb * 1e3, la);
   printf(
       "activation memory per token per layer: %.1f KB with recipe %s, %.1f KB with every input kept in BF16 "
       "(%.1f%%)\n",
       act_layer * 1e9 / tokens / 1e3, cfg->recipe, plain_layer * 1e9 / tokens / 1e3,
       plain_layer > 0 ? 100.0 * act_layer / plain_layer : 0.0);
+  const double mem0 = a.mem_gb - la * (b.mem_gb - a.mem_gb) / (lb - la);
   printf("extrapolated to %d layers: %.0f ms per step, %.1f GB peak memory (%.2f GB at depth 0)\n", L, t_full * 1e3,
-         a.mem_gb + (L - la) * mem_layer, a.mem_gb - la * mem_layer);
+         mem0 + per[3], mem0);
   printf("BENCH %s %s optimizer every step:     %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, tps,
          100 * tps * flops / PEAK_BF16_FLOPS);
   printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum,

@@ -144,13 +144,17 @@ def main():
                 fwd = hc.compare_forward(dump, model, args, checks, name)
                 worst = hc.compare_grads(dump, model, args, checks)
                 train = hc.compare_training(dump, model_fn, args, checks)
-            # The control: the same engine output against HF without documents must fail by far.
+            # The control: the same engine output against HF without documents must be far off. With
+            # doc_mask none only the positions differ, and RoPE sees position differences alone, so only
+            # the pairs across a document boundary change: there the control asks for the tolerance and
+            # 3x the measured error (on an H200 in bf16: 2.9e-2 against 8.3e-3 and a tolerance of 2.1e-2).
             with masked_forward(*mask_and_positions(dump.inputs, bos, "none", "continue")):
                 plain_logits, _, _ = hc.logits_loss_grads(model, dump, bf16=False)
-            off, lim = hc.rel_l2(dump.logits, plain_logits), fwd[0][3]
-            status = checks.add(f"{name}: control", off > 10 * lim)
-            print(f"  control: engine vs HF without documents, logits rel L2 {off:.2e} (must exceed 10 x {lim:.2e}) "
-                  f"{status}")
+            off, got, lim = hc.rel_l2(dump.logits, plain_logits), fwd[0][1], fwd[0][3]
+            need, why = (10 * lim, f"10 x {lim:.2e}") if doc_mask != "none" else \
+                (max(lim, 3 * got), f"the tolerance {lim:.2e} and 3 x the error {got:.2e}")
+            status = checks.add(f"{name}: control", off > need)
+            print(f"  control: engine vs HF without documents, logits rel L2 {off:.2e} (must exceed {why}) {status}")
             summary.append((name, fwd, worst, train))
 
         print(f"\nSummary (engine backend {args.backend} vs HF fp32 with the explicit mask on {args.device})")

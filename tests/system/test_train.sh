@@ -39,6 +39,14 @@ check "SIGTERM leaves a checkpoint" 'ls "$tmp/sig"/ckpt_*.bin >/dev/null 2>&1'
 out=$(./train configs/llama3_8b.yaml --dry-run 2>&1)
 check "llama3_8b has 8,030,261,248 parameters" 'echo "$out" | grep -q "8030261248 parameters (525336576 embedding)"'
 check "llama3_8b costs 57.91 GFLOP/token at seq 8192" 'echo "$out" | grep -q "57.91 GFLOP/token at seq 8192"'
+# --bench of a route that mixes formats by depth (the paper's 27/5 hybrid, scaled to 8 tiny blocks):
+# each kind of block is timed alone at both depths (a 2-layer model cannot hold blocks 6-8)
+out=$(./train configs/paper/hybrid_depth_27_5.yaml --bench --layers 1,2 --bench-steps 1 --set parallel.backend=cpu \
+  --set model.preset=tiny --set model.n_layers=8 --set batch.seq_len=32 --set batch.micro_batch=1 \
+  --set precision.blocks=mxfp4:6-8 2>&1); rc=$?
+check "--bench of a depth hybrid times each kind of block and weights it by its blocks" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "mixes formats by depth: 5 blocks nvfp4_cta, 3 blocks mxfp4 of 8" &&
+   [ "$(echo "$out" | grep -c "^| \(nvfp4_cta\|mxfp4\) | [12] |")" -eq 4 ] && echo "$out" | grep -q "^BENCH cpu nvfp4_cta optimizer every step"'
 # Downstream tasks through ./train (a random model with the Llama-3 vocabulary: the wiring, not accuracy).
 ev=(configs/tiny.yaml --set model.vocab_size=128256 --set model.max_seq_len=128 --set batch.seq_len=128
     --set batch.micro_batch=4 --set batch.global_batch=4 --set data.tokenizer=../shared/data/tokenizer/tokenizer.model
