@@ -3,7 +3,7 @@
 num_threads on the same documents, and whether the ids are tiktoken's.
 
     python3 scripts/dev/bench_tokenize_scaling.py [--tokenizer DIR] [--corpus novels.jsonl.zst]
-        [--threads 1,2,4,8,16] [--repeat 3] [--zstd 0] [--stages]
+        [--threads 1,2,4,8,16] [--repeat 3] [--zstd 0] [--stages] [--stages-threads N]
 
 The documents are web-like: every third novel of the corpus (../shared/data/corpus/novels.jsonl.zst)
 cut into 4,000-character pieces, 6,262 documents, 25.0 MB, written as JSON lines into a scratch folder
@@ -15,7 +15,7 @@ process's wall time is shown too. --zstd 0 (raw shards) by default: tiktoken com
 one shard's zstd stream is serial (docs/data.md). Self-contained: python3 with tiktoken and numpy
 (`python3 -m pip install tiktoken numpy`; the GPU machine's image has both), no network. On the GPU
 machine carry the tokenizer folder (tokenizer.model, pat_str.txt) and the corpus in the repo, e.g.
-under .deps/, and pass --tokenizer and --corpus. --stages: then one run on one thread with
+under .deps/, and pass --tokenizer and --corpus. --stages: then one run on one thread (--stages-threads N: on N) with
 TOKENIZE_STAGES=1, printing where its time went per kind of task (docs/data.md's stage shares), for
 the output with --zstd 0 and with --zstd 3.
 """
@@ -27,6 +27,22 @@ import bench_tokenizer as bt  # noqa: E402
 
 def web_like(novels, every=3, size=4000):
     return [n[i:i + size] for n in novels[::every] for i in range(0, len(n), size)]
+
+
+def physical_cores():
+    """What the CPUs are: distinct (package, core) pairs of /proc/cpuinfo, so that 16 CPUs of 8 cores with
+    two hardware threads each show as such."""
+    try:
+        pairs, pkg = set(), None
+        for line in open("/proc/cpuinfo"):
+            key, _, val = line.partition(":")
+            if key.strip() == "physical id":
+                pkg = val.strip()
+            elif key.strip() == "core id":
+                pairs.add((pkg, val.strip()))
+        return f"{len(pairs)} physical" if pairs else "physical cores unknown"
+    except OSError:
+        return "physical cores unknown"
 
 
 def best(fn, repeat):
@@ -42,6 +58,7 @@ def main():
     ap.add_argument("--zstd", type=int, default=0)
     ap.add_argument("--train", default="./train")
     ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--stages-threads", type=int, default=1, help="threads of the --stages runs (1)")
     a = ap.parse_args()
     import numpy as np
 
@@ -58,7 +75,7 @@ def main():
             for i, d in enumerate(docs):
                 f.write(json.dumps({"id": i, "text": d}) + "\n")
         want = bt.framed(enc.encode_ordinary_batch(docs, num_threads=max(threads)))
-        print(f"{len(docs)} documents, {mb:.1f} MB of text, {len(want):,} tokens; {cores} cores; "
+        print(f"{len(docs)} documents, {mb:.1f} MB of text, {len(want):,} tokens; {cores} cores ({physical_cores()}); "
               f"best of {a.repeat}; ./train tokenize --zstd {a.zstd}, output in {scratch or 'the temp folder'}")
         print()
         print("| threads | ./train MB/s | speedup | ./train MB/s incl. start-up | tiktoken MB/s | tiktoken speedup "
@@ -90,9 +107,9 @@ def main():
             shutil.rmtree(f"{tmp}/out", ignore_errors=True)
             os.makedirs(f"{tmp}/out")
             p = subprocess.run([a.train, "tokenize", "--tokenizer", f"{a.tokenizer}/tokenizer.model", "--input", corpus,
-                                "--output", f"{tmp}/out/w", "--zstd", str(z), "--threads", "1", "--quiet"],
+                                "--output", f"{tmp}/out/w", "--zstd", str(z), "--threads", str(a.stages_threads), "--quiet"],
                                env=dict(os.environ, TOKENIZE_STAGES="1"), check=True, capture_output=True, text=True)
-            print(f"\none thread, --zstd {z}, TOKENIZE_STAGES=1:")
+            print(f"\n{a.stages_threads} thread(s), --zstd {z}, TOKENIZE_STAGES=1:")
             print("\n".join(l for l in p.stderr.splitlines() if l.startswith("tokenize stage")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
