@@ -1,6 +1,7 @@
-// fp4/mx_dual.cuh: the device side of the MXFP4 producers (included by fp4/mxfp4.cu and by the fused
-// producers of model/cuda/quant_fused.cu): the per-block row rule, the FP8 embedding straight from the code
-// accumulators, and the dual producer over 128x128 tiles, templated on the source of its BF16 values.
+// fp4/mx_dual.cuh: the device side of the MXFP4 producers (included by fp4/mxfp4.cu, by the fused
+// producers of model/cuda/quant_fused.cu, and by fp4/cta_mx_dual.cu for its column phase): the per-block
+// row rule, the FP8 embedding straight from the code accumulators, and the dual producer over 128x128
+// tiles, templated on the source of its BF16 values.
 // Every scalar decision is an FP4_HD rule from e2m1.h / philox.h / hadamard.h / mxfp4.h / fp8_embed.h
 // (per block through quant_dev.cuh, which only packs differently), so the bytes equal the CPU
 // reference's whatever the source.
@@ -172,6 +173,115 @@ static __device__ __forceinline__ void row_block(const uint32_t *w, bool valid, 
 // 4-bank groups: c >> 3 flips bit 0, the row parity and the row block flip bits 1-2.
 static __device__ __forceinline__ int swz(int r, int c) { return c ^ (c >> 3) ^ (((r & 1) ^ ((r >> 5) & 3)) << 1); }
 
+// Phase 1's store of a row 32-block (4 x 16 bytes u) at tile row lr, 32-block j of the tile.
+static __device__ __forceinline__ void mx_tile_put(uint4 *tile, int lr, int j, const uint4 *u) {
+#pragma unroll
+  for (int c = 0; c < 4; c++) tile[lr * 16 + swz(lr, j * 4 + c)] = u[c];
+}
+
+// Phase 2 of a producer over the 128x128 tile (tr, tc) of a rows x K source (rows % 32 == 0,
+// K % 32 == 0), held in `tile` as mx_tile_put stored it: the column copy (32-blocks down the columns,
+// each rotated by rot(v) first, stored transposed [K, rows]). Every thread of the CTA calls it, after
+// a barrier that orders the tile's stores (FP8 shuffles within lanes, FP8_BLK has a barrier of its
+// own); FP8_BLK: *tile_e is 0 before (the tile's largest block exponent + 127 is reduced there).
+template <int COL, class Rot>
+static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile_e, int tr, int tc, int rows, int K,
+                                                    MxScale mode, Rot rot, const MxOut &col_out) {
+  // Warp w, lane = 4 p + rb: columns lc, lc + 1 with lc = 2 (8 w + p), rows rb*32 .. +31.
+  // The four lanes of one column pair hold its four 32-blocks, so their stores are contiguous (64
+  // bytes packed, 128 bytes FP8, per column) and the FP8 group exponent is two shuffles.
+  const int lane = threadIdx.x & 31, rb = lane & 3, cw = (threadIdx.x >> 5) * 8 + (lane >> 2), lc = 2 * cw;
+  const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
+  const bool ok = r0 < (size_t)rows && col < (size_t)K;  // K % 32 == 0: col + 1 < K too
+  // Row r = 32 rb + i of the tile holds this word at swz(r, cw >> 2) = base ^ ((i & 1) << 1) (the row
+  // block is rb): two base addresses, then constant offsets.
+  const int c4 = cw >> 2, base = c4 ^ (c4 >> 3) ^ (rb << 1);
+  const uint32_t *t32 = (const uint32_t *)tile + rb * 2048 + (cw & 3);
+  const uint32_t *pe = t32 + 4 * base, *po = t32 + 4 * (base ^ 2) + 64;
+  uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
+  if constexpr (COL == OUT_FP8_BLK) {
+    // One exponent for the whole 128x128 tile (fp8_embed.h, as the weights): both columns' codes
+    // first, the tile's largest block exponent through a warp max and a shared atomic, then the bytes.
+    uint32_t pk[2][4];
+    uint8_t sbh[2];
+    int e = -127;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, h ? 0x3244u : 0x1044u));
+      rot(v);
+      sbh[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
+      if (ok) e = max(e, mx_embed_exp_of(sbh[h]));
+    }
+    e = __reduce_max_sync(0xffffffffu, e);
+    if (lane == 0) atomicMax(tile_e, e + 127);
+    __syncthreads();
+    const int Et = *tile_e - 127;
+    if (ok)
+#pragma unroll
+      for (int h = 0; h < 2; h++) store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sbh[h], Et);
+    if (col_out.rounded) {  // nonzero blocks outside the exact range: one warp sum, one atomic
+      int n = 0;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        n += ok && sbh[h] != 0xFF && mx_embed_exp_of(sbh[h]) < Et - 14 &&
+             ((pk[h][0] | pk[h][1] | pk[h][2] | pk[h][3]) & 0x77777777u) != 0;
+      n = __reduce_add_sync(0xffffffffu, n);
+      if (lane == 0 && n) atomicAdd(col_out.rounded, (unsigned long long)n);
+    }
+    if (threadIdx.x == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
+      const int L = (rows + TILE - 1) / TILE, L4 = mx_blk128_l4(rows);
+      col_out.scale[(size_t)tc * L4 + tr] = mx_embed_scale(Et, col_out.scale_mul);
+      if (tr == L - 1)
+        for (int l = L; l < L4; l++) col_out.scale[(size_t)tc * L4 + l] = 0.0f;
+    }
+  } else {
+#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
+    for (int h = 0; h < 2; h++) {
+      const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
+      rot(v);
+      if (COL == OUT_PACKED) {
+        if (ok) {
+          uint32_t pk[4];
+          const uint8_t sb = mx_block32_dev<false>(v, mode, NULL, pk);
+          store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk);
+          col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb;
+        }
+      } else {  // FP8: the group exponent (all lanes shuffle) before the codes
+        float c = 0.0f;
+        const uint8_t sb = ok ? mx_block32_scale(v, mode, &c) : 0;
+        const int Et = group4_max(ok ? mx_embed_exp_of(sb) : -127);
+        if (ok) {
+          store_fp8_block<false, false>(col_out.q + (col + h) * rows + r0, v, NULL, c, sb, Et, mode, NULL);
+          if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
+        }
+      }
+    }
+  }
+}
+
+// A column 32-block's rotation along the tokens: hadamard 32, 16 (fixed-sign, on each half), plain H16
+// (MX_HADAMARD_H16_PLAIN) or none (0), as mx_quantize_cols_cuda takes it.
+static __device__ __forceinline__ void mx_rotate32(float *v, int hadamard) {
+  if (hadamard == 32) fp4_h32(v);
+  else if (hadamard == 16) fp4_h16(v), fp4_h16(v + 16);
+  else if (hadamard == MX_HADAMARD_H16_PLAIN) fp4_h16_plain(v), fp4_h16_plain(v + 16);
+}
+
+// The dual producer's column rotation: H32 or none.
+struct MxRotH32 {
+  int on;
+  __device__ __forceinline__ void operator()(float *v) const {
+    if (on) fp4_h32(v);
+  }
+};
+
 // The source of the tile's BF16 values: MxSrcBf16 reads x; the fused producers (model/cuda/quant_fused.cu)
 // compute them from what the previous op would have read (RMSNorm's input, SwiGLU's gate and up).
 // load(row, b, u): the 32 values of block b of row as 4 x 16 bytes of BF16 pairs.
@@ -207,10 +317,8 @@ __global__ void __launch_bounds__(256, 3)
   if (COL != OUT_NONE) {  // the tile for phase 2
 #pragma unroll
     for (int it = 0; it < 2; it++) {
-      const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3;
-      if (valid[it])
-#pragma unroll
-        for (int c = 0; c < 4; c++) tile[lr * 16 + swz(lr, j * 4 + c)] = raw[it][c];
+      const int id = threadIdx.x + it * 256;
+      if (valid[it]) mx_tile_put(tile, id >> 2, id & 3, raw[it]);
     }
   }
   if (ROW != OUT_NONE) {
@@ -233,84 +341,8 @@ __global__ void __launch_bounds__(256, 3)
     }
   }
   if (COL == OUT_NONE) return;
-  __syncthreads();
-  // Phase 2: warp w, lane = 4 p + rb: columns lc, lc + 1 with lc = 2 (8 w + p), rows rb*32 .. +31.
-  // The four lanes of one column pair hold its four 32-blocks, so their stores are contiguous (64
-  // bytes packed, 128 bytes FP8, per column) and the FP8 group exponent is two shuffles.
-  const int lane = threadIdx.x & 31, rb = lane & 3, cw = (threadIdx.x >> 5) * 8 + (lane >> 2), lc = 2 * cw;
-  const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
-  const bool ok = r0 < (size_t)rows && col < (size_t)K;  // K % 32 == 0: col + 1 < K too
-  // Row r = 32 rb + i of the tile holds this word at swz(r, cw >> 2) = base ^ ((i & 1) << 1) (the row
-  // block is rb): two base addresses, then constant offsets.
-  const int c4 = cw >> 2, base = c4 ^ (c4 >> 3) ^ (rb << 1);
-  const uint32_t *t32 = (const uint32_t *)tile + rb * 2048 + (cw & 3);
-  const uint32_t *pe = t32 + 4 * base, *po = t32 + 4 * (base ^ 2) + 64;
-  uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
-#pragma unroll
-  for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
-  if constexpr (COL == OUT_FP8_BLK) {
-    // One exponent for the whole 128x128 tile (fp8_embed.h, as the weights): both columns' codes
-    // first, the tile's largest block exponent through a warp max and a shared atomic, then the bytes.
-    uint32_t pk[2][4];
-    uint8_t sbh[2];
-    int e = -127;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float v[32];
-#pragma unroll
-      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, h ? 0x3244u : 0x1044u));
-      if (hadamard) fp4_h32(v);
-      sbh[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
-      if (ok) e = max(e, mx_embed_exp_of(sbh[h]));
-    }
-    e = __reduce_max_sync(0xffffffffu, e);
-    if (lane == 0) atomicMax(&tile_e, e + 127);
-    __syncthreads();
-    const int Et = tile_e - 127;
-    if (ok)
-#pragma unroll
-      for (int h = 0; h < 2; h++) store_fp8(col_out.q + (col + h) * rows + r0, pk[h], sbh[h], Et);
-    if (col_out.rounded) {  // nonzero blocks outside the exact range: one warp sum, one atomic
-      int n = 0;
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-        n += ok && sbh[h] != 0xFF && mx_embed_exp_of(sbh[h]) < Et - 14 &&
-             ((pk[h][0] | pk[h][1] | pk[h][2] | pk[h][3]) & 0x77777777u) != 0;
-      n = __reduce_add_sync(0xffffffffu, n);
-      if (lane == 0 && n) atomicAdd(col_out.rounded, (unsigned long long)n);
-    }
-    if (threadIdx.x == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
-      const int L = (rows + TILE - 1) / TILE, L4 = mx_blk128_l4(rows);
-      col_out.scale[(size_t)tc * L4 + tr] = mx_embed_scale(Et, col_out.scale_mul);
-      if (tr == L - 1)
-        for (int l = L; l < L4; l++) col_out.scale[(size_t)tc * L4 + l] = 0.0f;
-    }
-  } else {
-#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
-    for (int h = 0; h < 2; h++) {
-      const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
-      float v[32];
-#pragma unroll
-      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
-      if (hadamard) fp4_h32(v);
-      if (COL == OUT_PACKED) {
-        if (ok) {
-          uint32_t pk[4];
-          const uint8_t sb = mx_block32_dev<false>(v, mode, NULL, pk);
-          store_packed(col_out.q + (col + h) * (rows / 2) + r0 / 2, pk);
-          col_out.e8m0[(col + h) * (rows / 32) + r0 / 32] = sb;
-        }
-      } else {  // FP8: the group exponent (all lanes shuffle) before the codes
-        float c = 0.0f;
-        const uint8_t sb = ok ? mx_block32_scale(v, mode, &c) : 0;
-        const int Et = group4_max(ok ? mx_embed_exp_of(sb) : -127);
-        if (ok) {
-          store_fp8_block<false, false>(col_out.q + (col + h) * rows + r0, v, NULL, c, sb, Et, mode, NULL);
-          if (rb == 0) col_out.scale[(size_t)tr * K + col + h] = mx_embed_scale(Et, col_out.scale_mul);
-        }
-      }
-    }
-  }
+  __syncthreads();  // phase 2: the column copy
+  mx_tile_cols<COL>(tile, &tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out);
 }
 
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)

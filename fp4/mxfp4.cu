@@ -318,9 +318,7 @@ static __global__ void mx_cols_kernel(const __nv_bfloat16 *x, int rows, int K, M
   float v[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) v[i] = __bfloat162float(x[(rb * 32 + i) * K + c]);
-  if (hadamard == 32) fp4_h32(v);
-  else if (hadamard == 16) fp4_h16(v), fp4_h16(v + 16);
-  else if (hadamard == MX_HADAMARD_H16_PLAIN) fp4_h16_plain(v), fp4_h16_plain(v + 16);
+  mx_rotate32(v, hadamard);
   const size_t i0 = (size_t)c * rows + rb * 32;
   uint32_t rnd[8], pk[4];
   if (sr) {

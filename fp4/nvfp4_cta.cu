@@ -106,6 +106,28 @@ static void quantize(const char *who, const T *x, int crows, int ccols, int cols
   CUDA_CHECK_LAUNCH();
 }
 
+// The fold of pass (3) alone, one thread per block scale: for a row copy whose codes, unfolded scales and
+// chunk amaxes another producer wrote (fp4/cta_mx_dual.cu); the expression is block_kernel's.
+__global__ void fold_kernel(const uint32_t *am, int crows, int ccols, const float *outer, uint8_t *scales) {
+  const size_t per_row = (size_t)ccols / 16, total = (size_t)crows * per_row, stride = (size_t)gridDim.x * blockDim.x;
+  const int ck = (ccols + CTA_CHUNK - 1) / CTA_CHUNK;
+  for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < total; b += stride) {
+    const int r = (int)(b / per_row), k0 = (int)(b % per_row) * 16;
+    const float a_c = fp4_u2f(am[(size_t)(r / CTA_CHUNK) * ck + k0 / CTA_CHUNK]);
+    scales[b] = cta_fold(scales[b], cta_ratio(cta_chunk_factor(a_c), outer[r / CTA_STRIPE]));
+  }
+}
+
+void nvfp4_cta_rows_finish_cuda(const uint32_t *scratch, int rows, int K, uint8_t *scales, float *outer) {
+  if (rows <= 0 || K <= 0 || K % 16) die("nvfp4_cta_rows_finish_cuda: %d x %d: K a positive multiple of 16", rows, K);
+  const int cr = (rows + CTA_CHUNK - 1) / CTA_CHUNK, ck = (K + CTA_CHUNK - 1) / CTA_CHUNK;
+  outer_kernel<<<(cta_stripes(rows) + 127) / 128, 128, 0, cuda_stream()>>>(scratch, cr, ck, cta_stripes(rows), outer);
+  CUDA_CHECK_LAUNCH();
+  const size_t n = (size_t)rows * K / 16;
+  fold_kernel<<<cuda_grid(n, 256), 256, 0, cuda_stream()>>>(scratch, rows, K, outer, scales);
+  CUDA_CHECK_LAUNCH();
+}
+
 size_t nvfp4_cta_scratch_words(int rows, int K) {
   return (size_t)((rows + CTA_CHUNK - 1) / CTA_CHUNK) * ((K + CTA_CHUNK - 1) / CTA_CHUNK);
 }

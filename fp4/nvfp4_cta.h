@@ -129,6 +129,11 @@ void nvfp4_cta_quantize_rows_cuda(const __nv_bfloat16 *x, int rows, int K, NvRou
                                   uint8_t *scales, float *outer, uint32_t *scratch);
 void nvfp4_cta_quantize_cols_cuda(const __nv_bfloat16 *x, int rows, int K, int rot, NvRound rnd, PhiloxStream s,
                                   uint8_t *codes, uint8_t *scales, float *outer, uint32_t *scratch);
+// Passes (2) and the fold of (3) of a row copy of x [rows, K] whose codes, unfolded block scales (bs)
+// and chunk amaxes (scratch, one word per 128 x 128 chunk, row-major) another producer wrote in one read
+// of x (fp4/cta_mx_dual.h): the stripes' outer factors, then each scale folded in place. Touches the
+// scales only.
+void nvfp4_cta_rows_finish_cuda(const uint32_t *scratch, int rows, int K, uint8_t *scales, float *outer);
 // outer (W's factors) is required; the W^T triple may be NULL.
 void nvfp4_cta_quantize_weight_cuda(const float *w, int N, int K, uint8_t *codes, uint8_t *scales, float *outer,
                                     uint8_t *codes_t, uint8_t *scales_t, float *outer_t, uint32_t *scratch);

@@ -511,10 +511,16 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
   const int sr_row = L->recipe.sr_dgrad, sr_col = L->recipe.sr_wgrad;
   float *amax_dy = linear_dev_scalar(L, D_AMAX_DY), *amax_dyc = linear_dev_scalar(L, D_AMAX_DY_COL);
 
-  // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both
+  // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both, or
+  // where the operand hybrid's producer makes the pair (its scales folded by a second pass)
   int mk = cuda_prof_begin(L->b);
   if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
     book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
+  } else if (dx && dw && L->fusion &&
+             linear_hybrid_dual(L, fd, fw, dout, N, out_dim, sr_row, s_row, dyr, sr_col, dyc)) {
+    L->fused_calls++;
+    book_mem(L, fd, mk, "quant dy hybrid dual", NULL,
+             2.0 * N * out_dim + qbytes(fd, fp8d, N, out_dim) + qbytes(fw, fp8w, N, out_dim) + 2.0 * N * out_dim / 16);
   } else {
     if (dx) {
       fd->rows(L, dout, N, out_dim, sr_row, s_row, dyr, amax_dy);

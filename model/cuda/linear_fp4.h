@@ -242,6 +242,11 @@ struct LinearFormat {
   float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);
 };
 extern const LinearFormat linear_mxfp4, linear_nvfp4, linear_nvfp4_cta;  // linear_mxfp4.cu, ...
+// The operand hybrid's dY producer (linear_nvfp4_cta.cu): the Dgrad row copy in format fd and the Wgrad
+// column copy in format fw from one read of x, where fd is CTA-local NVFP4 and fw MXFP4 with an RNE
+// column copy; 0 and nothing done otherwise. linear_fp4.cu runs it unless set_fusion(0).
+int linear_hybrid_dual(LinearFp4 *L, const LinearFormat *fd, const LinearFormat *fw, const bf16 *x, int rows, int K,
+                       int sr_row, PhiloxStream s_row, const QOp &row, int sr_col, const QOp &col);
 
 // linear_fp4.cu's helpers for the format files.
 int linear_fp8_path(const LinearFp4 *L,

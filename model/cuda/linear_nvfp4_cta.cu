@@ -3,8 +3,10 @@
 // operand (fp4/nvfp4_cta.h, docs/formats.md §5). The producers write the factors into the operand's
 // QOp.outer; the GEMM runs on the unscaled operands and applies alpha_i beta_j after the whole
 // accumulation (fp4_gemm_cta), so alpha here is 1. 2D16 weights with one common factor; R16 (fixed-sign
-// or plain) on the Wgrad pair; no dual or fused producers yet (each copy reads its source twice: the
-// chunk amaxes, then the codes).
+// or plain) on the Wgrad pair. No same-format dual or fused producers (each copy reads its source twice:
+// the chunk amaxes, then the codes); the operand hybrid's dY (CTA-local rows for Dgrad, MXFP4 columns for
+// Wgrad) comes from one read (linear_hybrid_dual, fp4/cta_mx_dual.h).
+#include "fp4/cta_mx_dual.h"
 #include "fp4/hadamard.h"
 #include "fp4/nvfp4_cta.h"
 #include "model/cuda/linear_fp4.h"
@@ -46,6 +48,18 @@ static int has_dual(const LinearFp4 *L, int sr_col) { return 0; }
 static int dual(LinearFp4 *L, const bf16 *x, int n, int K, int sr_row, PhiloxStream s_row, const QOp *row, int sr_col,
                 const QOp &col) {
   return 0;
+}
+
+// The MXFP4 column copy as linear_mxfp4.cu's cols() makes it (its scale rounding and Hadamard), written
+// by the hybrid producer; the SR column copy (precision.sr dgrad_wgrad) stays with the two producers.
+int linear_hybrid_dual(LinearFp4 *L, const LinearFormat *fd, const LinearFormat *fw, const bf16 *x, int n, int K,
+                       int sr_row, PhiloxStream s_row, const QOp &row, int sr_col, const QOp &col) {
+  if (fd != &linear_nvfp4_cta || fw != &linear_mxfp4 || sr_col) return 0;
+  const Recipe *r = &L->recipe;
+  const int had = r->hadamard == 16 && r->hadamard_plain ? MX_HADAMARD_H16_PLAIN : r->hadamard;
+  cta_mx_dual_cuda(x, n, K, sr_row ? NV_SR : NV_RNE, s_row, row.q, row.sb, row.outer, linear_cta_scratch(L, n, K),
+                   r->scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN, had, linear_col_out(L, col, n, K));
+  return 1;
 }
 
 // The scale lives in the operands' outer factors, applied by the GEMM's epilogue.

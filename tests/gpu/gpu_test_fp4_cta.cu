@@ -2,8 +2,10 @@
 // against the CPU reference (fp4/nvfp4_cta.c), BYTE FOR BYTE: packed codes, folded E4M3 scales and the
 // fp32 outer factors' bits, for row copies (RNE and SR), column copies (no rotation, fixed-sign and
 // plain H16) and 2D16 weights (from fp32 and BF16), on shapes with partial chunks and stripes and on
-// edge-case inputs (zeros, constant blocks, outliers, huge / tiny / subnormal magnitudes, NaN and Inf);
-// then the epilogue against nvfp4_cta_apply_outer (same fp32 products, BF16 rounding and accumulation).
+// edge-case inputs (zeros, constant blocks, outliers, huge / tiny / subnormal magnitudes, NaN and Inf,
+// whole zero chunks); then the epilogue against nvfp4_cta_apply_outer (same fp32 products, BF16 rounding
+// and accumulation); then the operand hybrid's one-read dY producer (fp4/cta_mx_dual.cu) against the two
+// producers it replaces, byte for byte, and the hybrid linear's Dgrad and Wgrad with it on and off.
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,16 +13,19 @@
 
 #include "common/common.h"
 #include "common/cuda_common.h"
+#include "fp4/cta_mx_dual.h"
+#include "fp4/fp8_embed.h"
 #include "fp4/hadamard.h"
+#include "fp4/mxfp4.h"
 #include "fp4/nvfp4_cta.h"
-#include "tests/gpu/gpu_util.h"
+#include "fp4/recipe.h"
+#include "tests/gpu/gpu_ops_util.h"
 #include "tests/test.h"
 
 typedef __nv_bfloat16 bf16;
-static Rng rng;
 
-enum { IN_HUGE = IN_SHARED_KINDS, IN_TINY, IN_SPECIAL, IN_NKINDS };
-static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge", "tiny", "nan/inf"};
+enum { IN_HUGE = IN_SHARED_KINDS, IN_TINY, IN_SPECIAL, IN_CHUNKS, IN_NKINDS };
+static const char *in_name[IN_NKINDS] = {"normal", "outliers", "zeros", "const", "huge", "tiny", "nan/inf", "chunks"};
 
 static float *make_input(int kind, int rows, int K) {
   const size_t n = (size_t)rows * K;
@@ -32,6 +37,8 @@ static float *make_input(int kind, int rows, int K) {
     if (kind == IN_TINY) v *= i % 5 ? 1e-39f : 1e-36f;
     if (kind == IN_SPECIAL && blk % 11 == 3 && i % 16 == 5) v = NAN;
     if (kind == IN_SPECIAL && blk % 13 == 4 && i % 16 == 2) v = -INFINITY;
+    // whole 128 x 128 chunks of zeros beside chunks with a rare outlier (x 1e4)
+    if (kind == IN_CHUNKS) v = ((i / K) / 128 + (i % K) / 128) % 3 == 1 ? 0.0f : i % 997 == 13 ? v * 1e4f : v;
     x[i] = bf16r(v);
   }
   return x;
@@ -177,6 +184,201 @@ static void test_epilogue(void) {
   free(acc), free(ref), free(got), free(gh);
 }
 
+// ---- the operand hybrid's dY producer (fp4/cta_mx_dual.cu) ---------------------------------------
+
+// n bytes of two device buffers equal (the first few differences printed, naming the part).
+static int same_bytes(const char *what, const char *part, const void *da, const void *db, size_t n) {
+  uint8_t *a = (uint8_t *)xmalloc(n + 1), *b = (uint8_t *)xmalloc(n + 1);
+  download(a, da, n), download(b, db, n);
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < 3; i++)
+    if (a[i] != b[i])
+      printf("  %s: %s byte %zu: 0x%02x, the separate producers' 0x%02x\n", what, part, i, a[i], b[i]), bad++;
+  free(a), free(b);
+  return bad == 0;
+}
+
+// An MXFP4 column copy [K, rows] of a rows x K source: packed (kind 0), FP8 VEC128 (1) or BLK128x128 (2),
+// every byte garbage, with a zeroed tile counter for kind 2.
+typedef struct {
+  MxOut o;
+  size_t nq, ns;  // bytes of q and of e8m0 / scale
+} ColBuf;
+
+static ColBuf col_buf(int kind, int rows, int K) {
+  ColBuf c;
+  memset(&c, 0, sizeof c);
+  c.o.fp8 = kind > 0, c.o.blk128 = kind == 2, c.o.scale_mul = 1.0f;
+  c.nq = kind ? (size_t)K * rows : (size_t)K * rows / 2;
+  c.ns = kind == 0   ? (size_t)K * rows / 32
+         : kind == 1 ? mx_vec128_scale_count(K, rows) * sizeof(float)
+                     : mx_blk128_scale_count(K, rows) * sizeof(float);
+  c.o.q = (uint8_t *)dalloc(c.nq);
+  if (kind) c.o.scale = (float *)dalloc(c.ns);
+  else c.o.e8m0 = (uint8_t *)dalloc(c.ns);
+  if (kind == 2) {
+    c.o.rounded = (unsigned long long *)dalloc(8);
+    CUDA_CHECK(cudaMemset(c.o.rounded, 0, 8));
+  }
+  return c;
+}
+static void col_free(ColBuf *c) { cudaFree(c->o.q), cudaFree(c->o.scale), cudaFree(c->o.e8m0), cudaFree(c->o.rounded); }
+static const void *col_scales(const ColBuf *c) { return c->o.fp8 ? (const void *)c->o.scale : c->o.e8m0; }
+
+// The column copy as the linear makes it without the hybrid producer (model/cuda/linear_mxfp4.cu's
+// cols): the MXFP4 dual producer's column copy for H32 or none; mx_quantize_cols_cuda, then the FP8
+// embedding, for H16 and plain H16.
+static void separate_cols(const bf16 *dx, int rows, int K, MxScale mode, int had, const ColBuf *c) {
+  const PhiloxStream none = {};
+  if (had == 0 || had == 32) {
+    mx_quantize_dual_cuda(dx, rows, K, mode, MX_RNE, none, MxOut{}, had == 32, c->o);
+    return;
+  }
+  if (!c->o.fp8) {
+    mx_quantize_cols_cuda(dx, rows, K, mode, had, MX_RNE, none, c->o.q, c->o.e8m0);
+    return;
+  }
+  uint8_t *q = (uint8_t *)dalloc((size_t)K * rows / 2), *e = (uint8_t *)dalloc((size_t)K * rows / 32);
+  mx_quantize_cols_cuda(dx, rows, K, mode, had, MX_RNE, none, q, e);
+  if (c->o.blk128) mx_embed_blk128_cuda(q, e, K, rows, 1.0f, c->o.q, c->o.scale);
+  else mx_embed_vec128_cuda(q, e, K, rows, 1.0f, c->o.q, c->o.scale);
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  cudaFree(q), cudaFree(e);
+}
+
+// Every rounding of the row copy (RNE, SR under two streams), column rotation (none, H32, fixed-sign H16,
+// plain H16), column output and scale rounding: the hybrid producer's row copy (codes, folded scales,
+// outer factors) and column copy (codes or E4M3 bytes, scales, the tile counter) against the separate
+// producers'. Every output and the chunk scratch start as garbage.
+static void check_hybrid(int kind, int rows, int K) {
+  float *x = make_input(kind, rows, K);
+  bf16 *dx = upload_bf16(x, (size_t)rows * K);
+  const size_t words = nvfp4_cta_scratch_words(rows, K);
+  const PhiloxStream streams[3] = {
+      {}, philox_stream(42, 7, 3, 5, 0), philox_stream(0x9E3779B97F4A7C15ull, 123456, 1, 31, 4)};
+  const int hads[4] = {0, 32, 16, MX_HADAMARD_H16_PLAIN};
+  const char *had_name[4] = {"none", "H32", "H16", "plain H16"}, *col_name[3] = {"packed", "fp8 vec128", "fp8 blk128"};
+  for (int v = 0; v < 3; v++) {
+    const NvRound rnd = v ? NV_SR : NV_RNE;
+    uint32_t *ref_scratch = (uint32_t *)dalloc(words * 4);
+    Dev ref = dev_out(rows, K);
+    nvfp4_cta_quantize_rows_cuda(dx, rows, K, rnd, streams[v], ref.c, ref.s, ref.o, ref_scratch);
+    {  // the separate row producer itself against the C reference on these shapes
+      uint8_t *hc = (uint8_t *)xmalloc((size_t)rows * K / 2), *hs = (uint8_t *)xmalloc((size_t)rows * K / 16);
+      float *ho = (float *)xmalloc((size_t)cta_stripes(rows) * sizeof(float));
+      char what[128];
+      nvfp4_cta_quantize_rows(x, rows, K, rnd, streams[v], hc, hs, ho);
+      snprintf(what, sizeof what, "%s %dx%d rows %s (hybrid shapes)", in_name[kind], rows, K, v ? "SR" : "RNE");
+      CHECK(same(what, ref.c, ref.s, ref.o, hc, hs, ho, rows, K), "%s: GPU bytes differ from the CPU reference", what);
+      free(hc), free(hs), free(ho);
+    }
+    for (int h = 0; h < 4; h++)
+      for (int ck = 0; ck < 3; ck++)
+        for (int m = 0; m < 2; m++) {
+          const MxScale mode = m ? MX_SCALE_DOWN : MX_SCALE_UP;
+          char what[160];
+          snprintf(what, sizeof what, "%s %dx%d hybrid rows %s%s, cols %s %s%s", in_name[kind], rows, K,
+                   v ? "SR " : "RNE", v ? (v == 1 ? "a" : "b") : "", had_name[h], col_name[ck], m ? " down" : "");
+          ColBuf cref = col_buf(ck, rows, K), cf = col_buf(ck, rows, K);
+          separate_cols(dx, rows, K, mode, hads[h], &cref);
+          Dev d = dev_out(rows, K);
+          uint32_t *scratch = (uint32_t *)dalloc(words * 4);
+          cta_mx_dual_cuda(dx, rows, K, rnd, streams[v], d.c, d.s, d.o, scratch, mode, hads[h], cf.o);
+          int ok = same_bytes(what, "row codes", d.c, ref.c, (size_t)rows * K / 2) &&
+                   same_bytes(what, "row scales", d.s, ref.s, (size_t)rows * K / 16) &&
+                   same_bytes(what, "row outer factors", d.o, ref.o, (size_t)cta_stripes(rows) * sizeof(float)) &&
+                   same_bytes(what, "column codes", cf.o.q, cref.o.q, cf.nq) &&
+                   same_bytes(what, "column scales", col_scales(&cf), col_scales(&cref), cf.ns);
+          if (ok && ck == 2 && (hads[h] == 0 || hads[h] == 32)) {  // the dual producer counts tiled blocks too
+            unsigned long long a, b;
+            download(&a, cf.o.rounded, 8), download(&b, cref.o.rounded, 8);
+            if (a != b) printf("  %s: %llu blocks outside the FP8 tile range, the dual producer %llu\n", what, a, b);
+            ok = a == b;
+          }
+          CHECK(ok, "%s: the hybrid producer's bytes differ from the separate producers'", what);
+          dev_free(&d), col_free(&cref), col_free(&cf);
+          cudaFree(scratch);
+        }
+    dev_free(&ref);
+    cudaFree(ref_scratch);
+  }
+  cudaFree(dx);
+  free(x);
+}
+
+// The hybrid linear (Fprop and Wgrad MXFP4, Dgrad CTA-local) through the backend: Dgrad and Wgrad with the
+// hybrid producer (one fused producer run per backward) and with the separate producers (set_fusion(0):
+// none), bit for bit, for both routes' Hadamards, the FP8 embedding with each Wgrad tiling and the exact
+// reference GEMM, two (step, micro) points of the SR stream; and no hybrid producer where the column copy
+// takes SR (precision.sr dgrad_wgrad).
+static void check_hybrid_linear(int N, int in, int out, int fp8) {
+  const uint64_t seed = 42;  // the SR stream's
+  float *hw = randn((size_t)in * out, 0.02f, 1), *hx = randn((size_t)N * in, 1.0f, 1);
+  float *hdy = randn((size_t)N * out, 0.01f, 1);
+  for (size_t i = 0; i < (size_t)N * out; i++) {  // a zero chunk and outliers in dY
+    const size_t r = i / out, c = i % out;
+    if (r < 128 && c >= 128 && c < 256) hdy[i] = 0.0f;
+    if (i % 613 == 5) hdy[i] *= 512.0f;
+  }
+  float *w = (float *)G->alloc(G->ctx, (size_t)in * out * sizeof(float));
+  G->bind_params(G->ctx, w, (size_t)in * out);
+  G->upload(G->ctx, w, hw, (size_t)in * out * sizeof(float));
+  G->params_changed(G->ctx);
+  void *x = dev_bf16(hx, (size_t)N * in), *dy = dev_bf16(hdy, (size_t)N * out);
+  void *y = G->alloc(G->ctx, (size_t)N * out * 2), *dxo = G->alloc(G->ctx, (size_t)N * in * 2);
+  float *dw = (float *)G->alloc(G->ctx, (size_t)in * out * sizeof(float));
+  const LinearId id = {0, LIN_GATE};
+  const char *hads[2] = {"h32", "h16_plain"}, *gemms[4] = {"reference", "auto", "auto", "auto"},
+             *tiles[4] = {"off", "dy", "x", "off"};
+  for (int h = 0; h < 2; h++)
+    for (int g = 0; g < (fp8 ? 4 : 1); g++)
+      for (int sr = 0; sr < 2; sr++) {
+        if (sr && g) continue;  // the SR column copy: one back end suffices
+        RecipeSpec spec;
+        memset(&spec, 0, sizeof spec);
+        spec.recipe = "mxfp4", spec.dgrad = "nvfp4_cta", spec.sr = sr ? "dgrad_wgrad" : "dgrad";
+        spec.hadamard = hads[h], spec.weight_2d = "on", spec.scale_rounding = "up";
+        spec.fp4_gemm = gemms[g], spec.wgrad_2d = g ? tiles[g] : NULL;
+        Recipe r;
+        char err[256], what[160];
+        if (recipe_resolve(&r, &spec, 90, err, sizeof err)) die("check_hybrid_linear: %s", err);
+        snprintf(what, sizeof what, "N=%d in=%d out=%d %s, %s%s%s, sr %s", N, in, out, hads[h], gemms[g],
+                 g ? " wgrad_2d " : "", g ? tiles[g] : "", spec.sr);
+        for (int p = 0; p < 2; p++) {
+          float *dxs[2], *dws[2];
+          long ran[2];
+          for (int on = 1; on >= 0; on--) {
+            linear_fp4_set_fusion(LF, on);
+            cuda_set_recipe(CB, &r, 1, seed);
+            G->set_step(G->ctx, p ? 1234567 : 3, p ? 0 : 1);
+            G->matmul_fwd(G->ctx, id, y, x, w, N, in, out);
+            G->zero(G->ctx, dw, (size_t)in * out * sizeof(float));
+            const long before = linear_fp4_fused_calls(LF);
+            G->matmul_bwd(G->ctx, id, dxo, dw, dy, x, w, N, in, out, 0);
+            ran[on] = linear_fp4_fused_calls(LF) - before;
+            dxs[on] = host_bf16(dxo, (size_t)N * in), dws[on] = host_f32(dw, (size_t)in * out);
+          }
+          linear_fp4_set_fusion(LF, 1);
+          CHECK(ran[1] == (sr ? 0 : 1) && ran[0] == 0, "%s: %ld hybrid producers ran (fusion on), %ld (off)", what,
+                ran[1], ran[0]);
+          CHECK(!memcmp(dxs[1], dxs[0], (size_t)N * in * sizeof(float)), "%s: Dgrad differs with the hybrid producer",
+                what);
+          CHECK(!memcmp(dws[1], dws[0], (size_t)in * out * sizeof(float)), "%s: Wgrad differs with the hybrid producer",
+                what);
+          printf("  %s, step point %d: Dgrad and Wgrad %s with the hybrid producer (%ld run)\n", what, p,
+                 !memcmp(dxs[1], dxs[0], (size_t)N * in * 4) && !memcmp(dws[1], dws[0], (size_t)in * out * 4)
+                     ? "bit-identical"
+                     : "DIFFERENT",
+                 ran[1]);
+          for (int k = 0; k < 2; k++) free(dxs[k]), free(dws[k]);
+        }
+      }
+  cuda_set_recipe(CB, NULL, 0, 0);
+  void *bufs[] = {w, x, dy, y, dxo, dw};
+  for (int i = 0; i < 6; i++) G->release(G->ctx, bufs[i]);
+  free(hw), free(hx), free(hdy);
+}
+
 int main(void) {
   rng_seed(&rng, 2026);
   const int shapes[][2] = {{16, 16}, {128, 128}, {256, 4096}, {272, 208}, {300, 160}, {513, 96}, {1024, 1024}};
@@ -185,5 +387,15 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) check_case(k, shapes[s][0], shapes[s][1]);
   TEST_SECTION("the outer-factor epilogue");
   test_epilogue();
+  TEST_SECTION("the operand hybrid's dY producer: one read, the two separate producers' bytes");
+  const int hshapes[][2] = {{32, 32}, {128, 128}, {160, 96}, {288, 224}, {800, 160}, {512, 1024}};
+  for (int k = 0; k < IN_NKINDS; k++)
+    for (size_t s = 0; s < sizeof hshapes / sizeof *hshapes; s++) check_hybrid(k, hshapes[s][0], hshapes[s][1]);
+  TEST_SECTION("the hybrid linear: Dgrad and Wgrad bit-identical with the hybrid producer on and off");
+  CHECK(open_backend(), "a CUDA backend instance on device 0");
+  if (G) {
+    check_hybrid_linear(512, 384, 384, 1);  // FP8 back end: tokens and in multiples of 128
+    check_hybrid_linear(288, 256, 160, 0);  // partial tiles and stripes of dY (reference GEMM)
+  }
   TEST_END();
 }
