@@ -412,7 +412,7 @@ static void find_docs(Llama *m, const int *inputs) {
   if (m->doc_start) {
     op->upload(op->ctx, m->doc_start, m->doc_start_h, N * sizeof(int));
     op->upload(op->ctx, m->doc_cu, m->doc_cu_h, (size_t)(n_docs + 1) * sizeof(int));
-    m->docs = (DocMask){.start = m->doc_start, .cu = m->doc_cu, .n_docs = n_docs, .pairs = pairs};
+    m->docs = (DocMask){.start = m->doc_start, .cu = m->doc_cu, .cu_h = m->doc_cu_h, .n_docs = n_docs, .pairs = pairs};
   }
   if (m->doc_pos) op->upload(op->ctx, m->doc_pos, m->doc_pos_h, N * sizeof(int));
 }

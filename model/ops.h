@@ -48,10 +48,11 @@ static inline const char *linear_kind_name(LinearKind k) {
 // starts at every BOS token and at every row's first token (the rest of a document that began
 // before the window). Query t of a row sees the keys of its own document up to t: keys
 // start[n]..t for token n = b*T + t. model/doc_mask.c builds it from the input ids, once per
-// micro-batch; every backend reads what it needs (the CPU start, cuDNN cu and n_docs).
+// micro-batch; every backend reads what it needs (the CPU start, cuDNN cu, cu_h and n_docs).
 typedef struct {
   const int *start;  // [B*T] backend memory: the row position (0..t) where token n's document starts
   const int *cu;     // [n_docs + 1] backend memory: flat index b*T + t of each document's first token, then B*T
+  const int *cu_h;   // cu in host memory, or NULL (cuDNN's deterministic backward groups on the host: downloads cu)
   int n_docs;        // documents in the micro-batch (>= B)
   double pairs;      // (query, key) pairs attended to: the sum over documents of len * (len + 1) / 2
 } DocMask;

@@ -123,7 +123,7 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
     int *ds = op->alloc(op->ctx, (size_t)N * sizeof(int)), *dc = op->alloc(op->ctx, ((size_t)N + 1) * sizeof(int));
     op->upload(op->ctx, ds, start, (size_t)N * sizeof(int));
     op->upload(op->ctx, dc, cu, ((size_t)docs[d].n_docs + 1) * sizeof(int));
-    docs[d].start = ds, docs[d].cu = dc;
+    docs[d].start = ds, docs[d].cu = dc, docs[d].cu_h = NULL;  // cu is reused: no host copy per draw
   }
   const double causal_pairs = (double)b.B * b.T * (b.T + 1) / 2;
   printf(

@@ -5,12 +5,14 @@
 // patches the device pointers into the cached variant pack and enqueues the kernels. With documents
 // (block-causal attention) the graph is THD: ragged offsets and a padding mask (attention_cudnn.h),
 // built as TransformerEngine builds its packed-sequence graphs (64-bit offsets, ragged lse,
-// max_total_seq_len on the backward).
+// max_total_seq_len on the backward). The deterministic document backward runs as several graph calls
+// over groups of documents (doc_mask_groups), each with its own graph batch and length.
 #include "model/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 // The frontend headers define a helper they never use; keep -Wall builds of this file clean.
 #pragma GCC diagnostic push
@@ -53,7 +55,9 @@ struct AttnKey {
   int B, T, H, KV, hd;
   int backward;       // 0: forward graph, 1: backward graph
   int deterministic;  // backward only
-  int docs;           // 0: plain causal; else the graph batch of a document graph (doc_mask_bucket)
+  int docs;           // 0: plain causal; else the graph batch b of a document graph (doc_mask_bucket, or
+                      // a DocGroup's b for the deterministic backward)
+  int S;              // a document graph's sequence length: T, or a DocGroup's S (b * S = B * T)
 };
 
 struct CachedGraph {
@@ -63,9 +67,9 @@ struct CachedGraph {
 };
 
 // A training run uses a couple of shapes (train, maybe eval), and with documents a few buckets of
-// their count, so a small fixed cache suffices; entries are never evicted because a plan may still
-// be running on the stream. Heap-allocated, so no C++ destructor runs at exit after the CUDA runtime
-// has been torn down.
+// their count and, for the deterministic backward, its length classes (8 at T = 8192), so a small
+// fixed cache suffices; entries are never evicted because a plan may still be running on the
+// stream. Heap-allocated, so no C++ destructor runs at exit after the CUDA runtime has been torn down.
 enum { MAX_GRAPHS = 64 };
 
 // One instance per backend (attention_cudnn.h): its handle, graphs and workspace.
@@ -78,12 +82,20 @@ struct AttnCudnn {
   int deterministic_bwd;
   void *docs;  // the ragged offsets and lengths of the current documents (grow-only, like the workspace)
   size_t docs_size;
+  // Host memory of the deterministic document backward (grow-only): cu when DocMask.cu_h is NULL, the
+  // grouping (doc_mask_groups) and the groups' ragged arrays as they are uploaded into docs.
+  int *cu_h, *order;
+  DocGroup *groups;
+  int docs_cap;  // documents the three above have room for
+  char *stage;
+  size_t stage_size;
 };
 
 static const char *key_str(const AttnKey &k) {
-  static char buf[160];
-  char docs[48] = "";
-  if (k.docs) snprintf(docs, sizeof docs, " documents (graph batch %d)", k.docs);
+  static char buf[192];
+  char docs[80] = "";
+  if (k.docs && k.S == k.T) snprintf(docs, sizeof docs, " documents (graph batch %d)", k.docs);
+  else if (k.docs) snprintf(docs, sizeof docs, " documents of at most %d tokens (graph batch %d)", k.S, k.docs);
   snprintf(buf, sizeof buf, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s%s", k.backward ? "backward" : "forward", k.B,
            k.T, k.H, k.KV, k.hd, k.backward && k.deterministic ? " deterministic" : "", docs);
   return buf;
@@ -98,13 +110,15 @@ static void fe_check(fe::error_t e, const char *what, const AttnKey &key, const 
          (int)e.get_code());
 }
 
-// The graph's batch: the sequences, or with documents the bucket of their count.
+// The graph's batch and sequence length: the sequences, or with documents the graph batch b and
+// length S (the bucket of their count and T, or a deterministic backward group's).
 static int64_t graph_batch(const AttnKey &k) { return k.docs ? k.docs : k.B; }
+static int64_t graph_len(const AttnKey &k) { return k.docs ? k.S : k.T; }
 
 // [B, heads, T, hd] view of a row-major [B, T, heads, hd] BF16 buffer. With documents the same
-// strides describe THD: each document's rows start at its ragged offset.
+// strides describe THD ([b, heads, S, hd]): each document's rows start at its ragged offset.
 static void set_bshd(fe::graph::Tensor_attributes &t, int64_t uid, const AttnKey &k, int heads) {
-  int64_t B = graph_batch(k), T = k.T, n = heads, d = k.hd;
+  int64_t B = graph_batch(k), T = graph_len(k), n = heads, d = k.hd;
   t.set_uid(uid).set_dim({B, n, T, d}).set_stride({T * n * d, d, n * d, 1}).set_data_type(fe::DataType_t::BFLOAT16);
 }
 
@@ -118,7 +132,7 @@ static TensorPtr input_bshd(fe::graph::Graph &g, const char *name, int64_t uid, 
 // lse / "Stats": fp32 [B, H, T, 1], i.e. our [B, H, T]. With documents [docs, H, T, 1] over the
 // token-major [B*T, H] buffer, ragged like q.
 static void set_stats(fe::graph::Tensor_attributes &t, const AttnKey &k) {
-  int64_t B = graph_batch(k), H = k.H, T = k.T;
+  int64_t B = graph_batch(k), H = k.H, T = graph_len(k);
   t.set_uid(UID_STATS).set_dim({B, H, T, 1}).set_data_type(fe::DataType_t::FLOAT);
   if (k.docs) t.set_stride({H * T, 1, H, 1});
   else t.set_stride({H * T, T, 1, 1});
@@ -197,7 +211,9 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
                     .set_deterministic_algorithm(k.deterministic != 0);
     if (k.docs) {
       o->set_ragged_offset(r.o), dout->set_ragged_offset(r.o), stats->set_ragged_offset(r.stats);
-      // the tokens in all: sizes the backward's workspace by them instead of graph batch x T
+      // The tokens in all: sizes the frontend's ragged fp32 buffers (dQ accumulator, softmax sums),
+      // which it addresses with the same offsets, by them instead of graph batch x S. A group's
+      // offsets reach any row of the micro-batch, so this is B*T for groups too.
       const int64_t tokens = (int64_t)k.B * k.T;
       opts.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
       opts.set_max_total_seq_len_q(tokens).set_max_total_seq_len_kv(tokens);
@@ -229,7 +245,12 @@ static void build_graph(AttnCudnn *a, CachedGraph *c) {
     }
     cudaError_t e = cudaMalloc(&a->workspace, (size_t)ws);
     if (e != cudaSuccess)
-      die("%s: cannot allocate its %.1f MiB cuDNN workspace: %s", key_str(k), ws / 1048576.0, cudaGetErrorString(e));
+      die("%s: cannot allocate its %.1f MiB cuDNN workspace: %s. %s", key_str(k), ws / 1048576.0, cudaGetErrorString(e),
+          k.backward && k.deterministic
+              ? "The deterministic backward writes dP to it (graph batch x H x length^2 x 2 bytes): set "
+                "parallel.deterministic: false (the fast backward needs little), or shorten batch.seq_len or "
+                "batch.micro_batch"
+              : "Shorten batch.seq_len or batch.micro_batch, or free device memory");
     a->workspace_size = (size_t)ws;
   }
 
@@ -248,7 +269,7 @@ static CachedGraph *get_graph(AttnCudnn *a, const AttnKey &k) {
   for (int i = 0; i < a->n_graphs; i++) {
     const AttnKey &c = a->graphs[i]->key;
     if (c.B == k.B && c.T == k.T && c.H == k.H && c.KV == k.KV && c.hd == k.hd && c.backward == k.backward &&
-        c.deterministic == k.deterministic && c.docs == k.docs)
+        c.deterministic == k.deterministic && c.docs == k.docs && c.S == k.S)
       return a->graphs[i];
   }
   if (a->n_graphs == MAX_GRAPHS)
@@ -292,21 +313,47 @@ struct Arg {
   unsigned align;
 };
 
-// The document graph's offsets and lengths for this call, in the instance's scratch: off_q (q and
-// out), off_kv (k and v), off_lse, then the lengths (seq_q and seq_kv), derived on the device from
-// docs->cu. Sets the graph batch in key->docs.
-static void ragged_args(AttnCudnn *a, AttnKey *key, const DocMask *d, Arg *args) {
-  if (!d->cu || !d->start) die("%s: the DocMask has no document boundaries (cu, start)", key_str(*key));
-  if (d->n_docs < key->B || d->n_docs > key->B * key->T)
-    die("%s: %d documents in %d rows of %d tokens: a row holds 1 to T documents", key_str(*key), d->n_docs, key->B,
-        key->T);
+// A document graph's checks: boundaries present, a plausible count, a cuDNN with ragged lse.
+static void check_docs(const AttnKey &key, const DocMask *d) {
+  if (!d->cu || !d->start) die("%s: the DocMask has no document boundaries (cu, start)", key_str(key));
+  if (d->n_docs < key.B || d->n_docs > key.B * key.T)
+    die("%s: %d documents in %d rows of %d tokens: a row holds 1 to T documents", key_str(key), d->n_docs, key.B,
+        key.T);
   if (cudnnGetVersion() < 90600)
     die("%s: document masking on CUDA needs cuDNN 9.6 or newer (ragged lse); this process loaded cuDNN %zu",
-        key_str(*key), (size_t)cudnnGetVersion());
-  const int nb = key->docs = doc_mask_bucket(d->n_docs);
-  const size_t offs = ((size_t)(nb + 1) * sizeof(int64_t) + 255) & ~(size_t)255;
-  const size_t need = 3 * offs + (size_t)nb * sizeof(int32_t);
-  if (need > a->docs_size) {  // grow-only; the old one may still be read by queued plans
+        key_str(key), (size_t)cudnnGetVersion());
+}
+
+// The ragged description of a graph batch of nb entries, as laid out in the instance's scratch (and,
+// for the deterministic backward's groups, in its host stage): off_q (q and out), off_kv (k and v) and
+// off_lse, nb + 1 each, then the lengths (seq_q and seq_kv), each array 256-byte aligned.
+struct RaggedArrays {
+  int64_t *off_q, *off_kv, *off_lse;
+  int32_t *len;
+};
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t ragged_bytes(int nb) { return 3 * align256((size_t)(nb + 1) * 8) + align256((size_t)nb * 4); }
+
+static RaggedArrays ragged_at(char *base, int nb) {
+  const size_t offs = align256((size_t)(nb + 1) * 8);
+  return RaggedArrays{(int64_t *)base, (int64_t *)(base + offs), (int64_t *)(base + 2 * offs),
+                      (int32_t *)(base + 3 * offs)};
+}
+
+// The variant-pack entries of a ragged description.
+static void ragged_pack(const RaggedArrays &r, Arg *args) {
+  const Arg e[] = {{UID_OFF_Q, r.off_q, "off_q", 8},         {UID_OFF_O, r.off_q, "off_o", 8},
+                   {UID_OFF_K, r.off_kv, "off_k", 8},        {UID_OFF_V, r.off_kv, "off_v", 8},
+                   {UID_OFF_STATS, r.off_lse, "off_lse", 8}, {UID_SEQ_Q, r.len, "seq_q", 4},
+                   {UID_SEQ_KV, r.len, "seq_kv", 4}};
+  for (int i = 0; i < 7; i++) args[i] = e[i];
+}
+
+// The instance's device scratch for ragged descriptions, at least `need` bytes. Grow-only: the old one
+// may still be read by queued plans, so it is freed after a sync.
+static char *docs_scratch(AttnCudnn *a, size_t need) {
+  if (need > a->docs_size) {
     if (a->docs) {
       CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
       CUDA_CHECK(cudaFree(a->docs));
@@ -314,16 +361,27 @@ static void ragged_args(AttnCudnn *a, AttnKey *key, const DocMask *d, Arg *args)
     CUDA_CHECK(cudaMalloc(&a->docs, need));
     a->docs_size = need;
   }
-  char *base = (char *)a->docs;
-  int64_t *off_q = (int64_t *)base, *off_kv = (int64_t *)(base + offs), *off_lse = (int64_t *)(base + 2 * offs);
-  int32_t *len = (int32_t *)(base + 3 * offs);
-  attention_docs_ragged_cuda(d->cu, d->n_docs, nb, (int64_t)key->H * key->hd, (int64_t)key->KV * key->hd, key->H, off_q,
-                             off_kv, off_lse, len);
-  const Arg r[] = {{UID_OFF_Q, off_q, "off_q", 8},         {UID_OFF_O, off_q, "off_o", 8},
-                   {UID_OFF_K, off_kv, "off_k", 8},        {UID_OFF_V, off_kv, "off_v", 8},
-                   {UID_OFF_STATS, off_lse, "off_lse", 8}, {UID_SEQ_Q, len, "seq_q", 4},
-                   {UID_SEQ_KV, len, "seq_kv", 4}};
-  for (int i = 0; i < 7; i++) args[i] = r[i];
+  return (char *)a->docs;
+}
+
+// The document graph's offsets and lengths for this call, in the instance's scratch, derived on the
+// device from docs->cu. Sets the graph batch (the bucket of the count) and length T in key.
+static void ragged_args(AttnCudnn *a, AttnKey *key, const DocMask *d, Arg *args) {
+  check_docs(*key, d);
+  const int nb = key->docs = doc_mask_bucket(d->n_docs);
+  key->S = key->T;
+  RaggedArrays r = ragged_at(docs_scratch(a, ragged_bytes(nb)), nb);
+  attention_docs_ragged_cuda(d->cu, d->n_docs, nb, (int64_t)key->H * key->hd, (int64_t)key->KV * key->hd, key->H,
+                             r.off_q, r.off_kv, r.off_lse, r.len);
+  ragged_pack(r, args);
+}
+
+// Runs the graph of `key` on these tensors (and extra: a ragged description).
+static void run_graph(AttnCudnn *a, const AttnKey &key, const Arg *args, int n, const Arg *extra, int n_extra) {
+  CachedGraph *c = get_graph(a, key);
+  for (int i = 0; i < n; i++) c->pack[args[i].uid] = (void *)args[i].p;
+  for (int i = 0; i < n_extra; i++) c->pack[extra[i].uid] = (void *)extra[i].p;
+  run(a, c);
 }
 
 // Checks the shape and every pointer, then runs the graph of `key` on these tensors (and, with
@@ -334,10 +392,65 @@ static void run_call(AttnCudnn *a, AttnKey key, const DocMask *docs, const Arg *
   Arg extra[7];
   int n_extra = 0;
   if (docs) ragged_args(a, &key, docs, extra), n_extra = 7;
-  CachedGraph *c = get_graph(a, key);
-  for (int i = 0; i < n; i++) c->pack[args[i].uid] = (void *)args[i].p;
-  for (int i = 0; i < n_extra; i++) c->pack[extra[i].uid] = (void *)extra[i].p;
-  run(a, c);
+  run_graph(a, key, args, n, extra, n_extra);
+}
+
+// The deterministic backward over documents. One graph of doc_mask_bucket(n_docs) entries of T tokens
+// would need a dP workspace of 32 x plain causal's or more (attention_cudnn.h), so it runs one graph
+// call per group of doc_mask_groups (model/doc_mask.c): graph batch b, length S, b * S = B * T, hence
+// each within plain causal's workspace. A group's offsets point at its documents' own rows of the
+// same q/k/v/out/dout/lse and dq/dk/dv (increasing, not contiguous: the other documents lie between),
+// so nothing is gathered or scattered, and as every document is in exactly one group each row of
+// dq/dk/dv is written once. The grouping is plain C on the host (from DocMask.cu_h); all groups' ragged
+// arrays are built in the host stage and go to the device scratch in one stream-ordered copy. That
+// copy may overwrite arrays that earlier plans (a forward, the last backward) read: safe, since every
+// plan and the copy are queued on cuda_stream(), which runs the copy after them. And cudaMemcpyAsync
+// from pageable memory (the stage is plain malloc'd) returns only once the source has been staged, so
+// the stage may be rewritten at the next call.
+static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Arg *args, int n) {
+  check_shape(key);
+  for (int i = 0; i < n; i++) check_ptr(key, args[i].p, args[i].name, args[i].align);
+  key.S = key.T;  // for the messages until a group sets its own
+  check_docs(key, d);
+  const int nd = d->n_docs;
+  if (nd > a->docs_cap) {  // grow-only host memory, none of it read by the device
+    free(a->cu_h), free(a->order), free(a->groups);
+    a->cu_h = (int *)xmalloc(((size_t)nd + 1) * sizeof(int));
+    a->order = (int *)xmalloc((size_t)nd * sizeof(int));
+    a->groups = (DocGroup *)xmalloc((size_t)nd * sizeof(DocGroup));
+    a->docs_cap = nd;
+  }
+  const int *cu = d->cu_h;
+  if (!cu) {  // the caller keeps no host copy: download it (a sync)
+    CUDA_CHECK(cudaMemcpyAsync(a->cu_h, d->cu, ((size_t)nd + 1) * sizeof(int), cudaMemcpyDeviceToHost, cuda_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    cu = a->cu_h;
+  }
+  const int ng = doc_mask_groups(cu, nd, key.B, key.T, a->order, a->groups);
+  size_t need = 0;
+  for (int g = 0; g < ng; g++) need += ragged_bytes(a->groups[g].b);
+  if (need > a->stage_size) {
+    free(a->stage);
+    a->stage = (char *)xmalloc(need);
+    a->stage_size = need;
+  }
+  const int64_t q_row = (int64_t)key.H * key.hd, kv_row = (int64_t)key.KV * key.hd;
+  size_t at = 0;
+  for (int g = 0; g < ng; g++) {
+    RaggedArrays h = ragged_at(a->stage + at, a->groups[g].b);
+    doc_mask_group_ragged(cu, nd, a->order, &a->groups[g], q_row, kv_row, key.H, h.off_q, h.off_kv, h.off_lse, h.len);
+    at += ragged_bytes(a->groups[g].b);
+  }
+  char *dev = docs_scratch(a, need);
+  CUDA_CHECK(cudaMemcpyAsync(dev, a->stage, need, cudaMemcpyHostToDevice, cuda_stream()));
+  at = 0;
+  for (int g = 0; g < ng; g++) {
+    key.docs = a->groups[g].b, key.S = a->groups[g].S;
+    Arg extra[7];
+    ragged_pack(ragged_at(dev + at, key.docs), extra);
+    run_graph(a, key, args, n, extra, 7);
+    at += ragged_bytes(key.docs);
+  }
 }
 
 extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const void *q, const void *k, const void *v,
@@ -347,7 +460,7 @@ extern "C" void attention_cudnn_fwd(AttnCudnn *a, void *out, float *lse, const v
                       {UID_V, v, "v", 16},
                       {UID_O, out, "out", 16},
                       {UID_STATS, lse, "lse", 4}};
-  run_call(a, AttnKey{B, T, H, KV, hd, 0, 0, 0}, docs, args, 5);
+  run_call(a, AttnKey{B, T, H, KV, hd, 0, 0, 0, T}, docs, args, 5);
 }
 
 extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
@@ -356,7 +469,9 @@ extern "C" void attention_cudnn_bwd(AttnCudnn *a, void *dq, void *dk, void *dv, 
   const Arg args[] = {{UID_Q, q, "q", 16},     {UID_K, k, "k", 16},        {UID_V, v, "v", 16},
                       {UID_O, out, "out", 16}, {UID_DO, dout, "dout", 16}, {UID_DQ, dq, "dq", 16},
                       {UID_DK, dk, "dk", 16},  {UID_DV, dv, "dv", 16},     {UID_STATS, lse, "lse", 4}};
-  run_call(a, AttnKey{B, T, H, KV, hd, 1, a->deterministic_bwd, 0}, docs, args, 9);
+  const AttnKey key{B, T, H, KV, hd, 1, a->deterministic_bwd, 0, T};
+  if (docs && a->deterministic_bwd) bwd_doc_groups(a, key, docs, args, 9);
+  else run_call(a, key, docs, args, 9);
 }
 
 extern "C" size_t attention_cudnn_version(void) { return cudnnGetVersion(); }
@@ -373,6 +488,7 @@ extern "C" void attention_cudnn_destroy(AttnCudnn *a) {
   for (int i = 0; i < a->n_graphs; i++) delete a->graphs[i];
   if (a->workspace) CUDA_CHECK(cudaFree(a->workspace));
   if (a->docs) CUDA_CHECK(cudaFree(a->docs));
+  free(a->cu_h), free(a->order), free(a->groups), free(a->stage);
   if (a->handle) CUDNN_CHECK(cudnnDestroy(a->handle));
   delete a;
 }

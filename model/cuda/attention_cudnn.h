@@ -20,6 +20,11 @@
 // lse is then cuDNN's ragged layout, [B*T, H] (token-major), not [B, H, T]. The offsets and lengths
 // come from DocMask.cu, on the device, by a small kernel per call (attention_docs.cu) into scratch
 // the instance keeps. Needs cuDNN 9.6 or newer (ragged lse), checked at the first masked call.
+// The deterministic backward is the exception: its workspace grows with graph batch x length^2, so
+// it runs one graph call per group of documents (model/doc_mask.h's doc_mask_groups: documents of
+// similar length, graph batch b and length S with b * S = B*T, each group within plain causal's
+// workspace), the groups found on the host from DocMask.cu_h (downloaded from DocMask.cu, a sync,
+// when NULL) and their offsets uploaded by a stream-ordered copy into the same scratch.
 //
 // Everything is queued on cuda_stream() (common/cuda_common.h); no call synchronizes the host, except
 // the first call for a new shape, which builds and caches the cuDNN graph (tens to hundreds of ms)
@@ -62,8 +67,9 @@ void attention_docs_ragged_cuda(const int *cu, int n_docs, int nb, int64_t q_row
 // Deterministic backward (bit-identical dq/dk/dv from run to run). Off by default: the fast
 // backward sums dq partials with atomics in an unspecified order. On Hopper, cuDNN's deterministic
 // kernel instead materializes dP in a workspace of about B*H*ceil64(T)^2*2 bytes (4 GiB for one
-// Llama-3 8B layer at T=8192) and is slower. Takes effect at the next attention_cudnn_bwd call
-// (each setting has its own cached graph). The forward is always deterministic.
+// Llama-3 8B layer at T=8192) and is slower; with documents each group's (b*H*ceil64(S)^2*2) is at
+// most that. Takes effect at the next attention_cudnn_bwd call (each setting has its own cached
+// graphs). The forward is always deterministic.
 void attention_cudnn_set_deterministic(AttnCudnn *a, int on);
 
 // The cuDNN library loaded at run time (e.g. 91400 for 9.14), for benchmark reports.

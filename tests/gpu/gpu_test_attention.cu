@@ -3,7 +3,10 @@
 // hd=128): checked at sampled rows against a double-precision reference, and timed. The same for
 // document masking (block-causal attention, cuDNN's ragged THD graphs): the ragged offsets kernel
 // against its C reference byte for byte, small shapes against the CPU reference on several document
-// layouts, and the 8B layer on web-like document lengths, sampled and timed beside plain causal.
+// layouts, and the 8B layer on web-like document lengths, sampled and timed beside plain causal. The
+// deterministic document backward (graph calls over groups of documents, doc_mask_groups) against the
+// fast one and the CPU reference, repeatable bit for bit, and at the 8B shape within plain causal's
+// workspace.
 // Usage: gpu_test_attention [--quick]   (--quick skips the 8B shape)
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -107,10 +110,11 @@ typedef struct {
   void *d_q, *d_k, *d_v, *d_dout;  // device BF16 inputs
   void *d_out, *d_dq, *d_dk, *d_dv;
   float *d_lse;
-  // documents (problem_set_docs): docs points at dm (device start and cu), start is the host copy
+  // documents (problem_set_docs): docs points at dm (device start and cu, host cu_h = cu), start and
+  // cu are the host copies
   const DocMask *docs;
   DocMask dm;
-  int *start;
+  int *start, *cu;
 } Problem;
 
 static void problem_init(Problem *p, Shape s, uint64_t seed) {
@@ -141,18 +145,17 @@ static void problem_init(Problem *p, Shape s, uint64_t seed) {
 static void problem_set_docs(Problem *p, const int *tokens, int bos) {
   const size_t N = (size_t)p->s.B * p->s.T;
   p->start = (int *)xmalloc(N * sizeof(int));
-  int *cu = (int *)xmalloc((N + 1) * sizeof(int));
+  int *cu = p->cu = (int *)xmalloc((N + 1) * sizeof(int));
   p->dm.n_docs = doc_mask_build(tokens, p->s.B, p->s.T, bos, p->start, NULL, cu, &p->dm.pairs);
   int *d_start = (int *)dev_alloc(N * sizeof(int)), *d_cu = (int *)dev_alloc((N + 1) * sizeof(int));
   CUDA_CHECK(cudaMemcpy(d_start, p->start, N * sizeof(int), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_cu, cu, (p->dm.n_docs + 1) * sizeof(int), cudaMemcpyHostToDevice));
-  p->dm.start = d_start, p->dm.cu = d_cu;
+  p->dm.start = d_start, p->dm.cu = d_cu, p->dm.cu_h = cu;
   p->docs = &p->dm;
-  free(cu);
 }
 
 static void problem_free(Problem *p) {
-  free(p->q), free(p->k), free(p->v), free(p->dout), free(p->start);
+  free(p->q), free(p->k), free(p->v), free(p->dout), free(p->start), free(p->cu);
   void *d[] = {p->d_q, p->d_k, p->d_v, p->d_dout, p->d_out, p->d_dq, p->d_dk, p->d_dv, p->d_lse};
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) CUDA_CHECK(cudaFree(d[i]));
   if (p->docs) {
@@ -306,6 +309,67 @@ static void test_determinism(Shape s, uint64_t seed, int layout) {
   free(dq), free(dk), free(dv), free(out), free(lse);
   results_free(&a);
   results_free(&b);
+  problem_free(&p);
+}
+
+// The deterministic document backward, run as graph calls over groups of documents (doc_mask_groups),
+// against the fast (one graph) backward and the CPU reference; twice bit for bit; and once more with
+// DocMask.cu_h NULL (cu downloaded instead), the same bits.
+static void test_docs_deterministic(Shape s, uint64_t seed, int layout) {
+  char name[192];
+  snprintf(name, sizeof name, "B=%d T=%d H=%d KV=%d hd=%d, documents: %s: deterministic (grouped) backward", s.B, s.T,
+           s.H, s.KV, s.hd, DOC_LAYOUTS[layout]);
+  TEST_SECTION(name);
+  Problem p;
+  problem_init(&p, s, seed);
+  int *tokens = doc_tokens(layout, s, seed);
+  problem_set_docs(&p, tokens, 1);
+  free(tokens);
+  int *order = (int *)xmalloc(p.dm.n_docs * sizeof(int));
+  DocGroup *groups = (DocGroup *)xmalloc(p.dm.n_docs * sizeof(DocGroup));
+  const int ng = doc_mask_groups(p.cu, p.dm.n_docs, s.B, s.T, order, groups);
+  printf("  %d documents in %d groups:", p.dm.n_docs, ng);
+  for (int g = 0; g < ng && g < 8; g++) printf(" {S %d, b %d, n %d}", groups[g].S, groups[g].b, groups[g].n);
+  printf("%s\n", ng > 8 ? " ..." : "");
+  free(order), free(groups);
+
+  gpu_fwd(&p);
+  gpu_bwd(&p);  // the fast backward: one graph
+  Results f = download_results(&p);
+  attention_cudnn_set_deterministic(A, 1);
+  gpu_bwd(&p);
+  Results a = download_results(&p);
+  gpu_bwd(&p);
+  Results b = download_results(&p);
+  p.dm.cu_h = NULL;
+  gpu_bwd(&p);
+  Results c = download_results(&p);
+  p.dm.cu_h = p.cu;
+  attention_cudnn_set_deterministic(A, 0);
+
+  float *out = (float *)xmalloc(p.nq * 4), *lse = (float *)xmalloc(p.nl * 4);
+  float *dq = (float *)xmalloc(p.nq * 4), *dk = (float *)xmalloc(p.nkv * 4), *dv = (float *)xmalloc(p.nkv * 4);
+  attention_forward(out, lse, p.q, p.k, p.v, p.start, s.B, s.T, s.H, s.KV, s.hd);
+  attention_backward(dq, dk, dv, p.dout, p.q, p.k, p.v, out, lse, p.start, s.B, s.T, s.H, s.KV, s.hd);
+  printf("  fast backward vs CPU reference:\n");
+  check_close("dq", f.dq, dq, p.nq, TOL_GRAD);
+  check_close("dk", f.dk, dk, p.nkv, TOL_GRAD);
+  check_close("dv", f.dv, dv, p.nkv, TOL_GRAD);
+  printf("  deterministic backward vs CPU reference:\n");  // NaN where a group left a row unwritten
+  check_close("dq", a.dq, dq, p.nq, TOL_GRAD);
+  check_close("dk", a.dk, dk, p.nkv, TOL_GRAD);
+  check_close("dv", a.dv, dv, p.nkv, TOL_GRAD);
+  printf("  deterministic vs fast backward:\n");
+  check_close("dq", a.dq, f.dq, p.nq, TOL_GRAD);
+  check_close("dk", a.dk, f.dk, p.nkv, TOL_GRAD);
+  check_close("dv", a.dv, f.dv, p.nkv, TOL_GRAD);
+  CHECK(!memcmp(a.dq, b.dq, p.nq * 4) && !memcmp(a.dk, b.dk, p.nkv * 4) && !memcmp(a.dv, b.dv, p.nkv * 4),
+        "deterministic document backward differs between two runs");
+  CHECK(!memcmp(a.dq, c.dq, p.nq * 4) && !memcmp(a.dk, c.dk, p.nkv * 4) && !memcmp(a.dv, c.dv, p.nkv * 4),
+        "deterministic document backward with cu downloaded (DocMask.cu_h NULL) differs");
+  printf("  workspace held: %.1f MiB\n", attention_cudnn_workspace_bytes(A) / 1048576.0);
+  free(out), free(lse), free(dq), free(dk), free(dv);
+  results_free(&f), results_free(&a), results_free(&b), results_free(&c);
   problem_free(&p);
 }
 
@@ -589,8 +653,8 @@ static float llama8b_fast(Problem *p, Results *g) {
 
 // The 8B layer's data (p, after the plain runs) as packed web-like documents (mean 1,000 tokens, as
 // ./train --bench-attention draws them): sampled check with the documents' starts, and the cost
-// beside plain causal (plain_ms: fwd+bwd of the same data).
-static void llama8b_docs(Problem *p, float plain_ms) {
+// beside plain causal (plain_ms: fwd+bwd of the same data). Keeps the results in g.
+static void llama8b_docs(Problem *p, float plain_ms, Results *g_out) {
   const Shape s = p->s;
   TEST_SECTION("Llama-3 8B layer, documents of web-like lengths (mean 1000): sampled check, cost beside causal");
   int *tokens = (int *)xmalloc((size_t)s.B * s.T * sizeof(int));
@@ -601,11 +665,10 @@ static void llama8b_docs(Problem *p, float plain_ms) {
   printf("  %d documents, %.1f%% of the causal pairs\n", p->dm.n_docs, 100 * p->dm.pairs / causal_pairs);
   gpu_fwd(p);
   gpu_bwd(p);
-  Results g = download_results(p);
+  Results g = *g_out = download_results(p);
   Sampled S = sampled_ref(s, p->q, p->k, p->v, p->dout, p->start, 8, 64, 6);
   check_sampled(s, &S, &g, TOL_OUT, TOL_LSE, TOL_GRAD);
   sampled_free(&S);
-  results_free(&g);
   const double fwd = 4.0 * p->dm.pairs * s.H * s.hd, bwd = 2.5 * fwd;
   float fwd_ms = time_op(p, 0, 3, 20), bwd_ms = time_op(p, 1, 3, 20), fb = fwd_ms + bwd_ms;
   printf("  forward   %7.3f ms  %6.1f TFLOP/s over the documents' pairs\n", fwd_ms, fwd / fwd_ms * 1e-9);
@@ -634,6 +697,44 @@ static void llama8b_deterministic(Problem *p, const Results *g) {
   float det_ms = time_op(p, 1, 1, 5);
   printf("  deterministic backward %.3f ms (%.1f TFLOP/s), workspace %.1f MiB\n", det_ms,
          2.5 * fwd_flop(p->s) / det_ms * 1e-9, attention_cudnn_workspace_bytes(A) / 1048576.0);
+  attention_cudnn_set_deterministic(A, 0);
+  results_free(&a);
+  results_free(&b);
+}
+
+// The deterministic backward on the 8B layer's web-like documents (p and the fast results g from
+// llama8b_docs): one graph of 32+ entries of 8192 tokens would need a 128 GiB dP workspace; the groups
+// must fit in what plain causal's deterministic backward already holds (plain_ws, up to a few MiB of
+// the frontend's own), repeat bit for bit and agree with the fast backward. Run last: a group that
+// still could not allocate dies with the message.
+static void llama8b_docs_deterministic(Problem *p, const Results *g, size_t plain_ws) {
+  TEST_SECTION("Llama-3 8B layer, web-like documents: deterministic backward (groups of documents)");
+  int *order = (int *)xmalloc(p->dm.n_docs * sizeof(int));
+  DocGroup *groups = (DocGroup *)xmalloc(p->dm.n_docs * sizeof(DocGroup));
+  const int ng = doc_mask_groups(p->cu, p->dm.n_docs, p->s.B, p->s.T, order, groups);
+  printf("  %d documents in %d groups:", p->dm.n_docs, ng);
+  for (int i = 0; i < ng; i++) printf(" {S %d, b %d, n %d}", groups[i].S, groups[i].b, groups[i].n);
+  printf("\n");
+  free(order), free(groups);
+  attention_cudnn_set_deterministic(A, 1);
+  gpu_bwd(p);
+  Results a = download_results(p);
+  gpu_bwd(p);
+  Results b = download_results(p);
+  CHECK(
+      memcmp(a.dq, b.dq, p->nq * 4) == 0 && memcmp(a.dk, b.dk, p->nkv * 4) == 0 && memcmp(a.dv, b.dv, p->nkv * 4) == 0,
+      "deterministic document backward differs between two runs at the 8B shape");
+  check_close("dq", a.dq, g->dq, p->nq, TOL_GRAD);
+  check_close("dk", a.dk, g->dk, p->nkv, TOL_GRAD);
+  check_close("dv", a.dv, g->dv, p->nkv, TOL_GRAD);
+  const size_t ws = attention_cudnn_workspace_bytes(A);
+  printf("  workspace held %.1f MiB (plain causal's deterministic backward: %.1f MiB)\n", ws / 1048576.0,
+         plain_ws / 1048576.0);
+  CHECK(ws <= plain_ws + ((size_t)64 << 20),
+        "the groups grew the workspace to %.1f MiB, beyond plain causal's %.1f MiB", ws / 1048576.0,
+        plain_ws / 1048576.0);
+  float det_ms = time_op(p, 1, 1, 5);
+  printf("  deterministic document backward %.3f ms\n", det_ms);
   attention_cudnn_set_deterministic(A, 0);
   results_free(&a);
   results_free(&b);
@@ -676,10 +777,21 @@ int main(int argc, char **argv) {
   if (!quick) plain_ms = llama8b_fast(&big, &big_fast);
   test_determinism(shapes[1], 5, DOCS_NONE);
   test_determinism(shapes[1], 6, DOCS_RANDOM);
+  // The grouped deterministic document backward: many short documents (class 64, groups of b = 4),
+  // T = 200 (classes 200 and 100), one document per row (S = T, b = B), web-like lengths over the
+  // classes 1024 .. 64.
+  test_docs_deterministic(shapes[0], 21, DOCS_SHORT);
+  test_docs_deterministic(shapes[3], 22, DOCS_RANDOM);
+  test_docs_deterministic(shapes[2], 23, DOCS_ONE_PER_ROW);
+  test_docs_deterministic((Shape){2, 1024, 8, 2, 128}, 24, DOCS_WEB);
   if (!quick) {
     llama8b_deterministic(&big, &big_fast);
+    const size_t plain_ws = attention_cudnn_workspace_bytes(A);
     results_free(&big_fast);
-    llama8b_docs(&big, plain_ms);
+    Results docs_fast;
+    llama8b_docs(&big, plain_ms, &docs_fast);
+    llama8b_docs_deterministic(&big, &docs_fast, plain_ws);
+    results_free(&docs_fast);
     problem_free(&big);
   }
 

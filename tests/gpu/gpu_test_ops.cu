@@ -408,7 +408,7 @@ static void run_attention_docs(OpRun *R, const int *d) {
   const int B = d[0], T = d[1], H = d[2], KV = d[3], hd = d[4];
   const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nl = (size_t)B * H * T;
   int *start = (int *)xmalloc((size_t)B * T * sizeof(int)), *cu = (int *)xmalloc(((size_t)B * T + 1) * sizeof(int));
-  DocMask m;
+  DocMask m = {};  // cu_h NULL: the host cu is freed below
   some_documents(R, B, T, start, NULL, cu, &m);
   m.start = in_int(R, start, (size_t)B * T), m.cu = in_int(R, cu, (size_t)m.n_docs + 1);
   free(start), free(cu);

@@ -74,6 +74,163 @@ static void test_ragged(void) {
   CHECK(ok, "offsets of q/out, k/v and lse rows, lengths, empty padding entries at the end");
 }
 
+// ---- the deterministic backward's groups of documents ---------------------------------------------
+
+static int ceil64(int x) { return (x + 63) / 64 * 64; }
+
+// The length classes, counted here: T, then halves while whole and at least DOC_GROUP_MIN_LEN.
+static int smallest_class(int T) {
+  int S = T;
+  while (S % 2 == 0 && S / 2 >= DOC_GROUP_MIN_LEN) S /= 2;
+  return S;
+}
+
+// The micro-batch [B, T] of documents with these lengths, row after row (each row's lengths sum
+// to T): cu as doc_mask_build writes it. Returns n_docs.
+static int cu_of_lengths(const int *lens, int n, int *cu) {
+  cu[0] = 0;
+  for (int i = 0; i < n; i++) cu[i + 1] = cu[i] + lens[i];
+  return n;
+}
+
+// Groups cu's documents and checks every property the attention relies on; returns the group count
+// (and the groups and order in *groups, *order when not NULL; the caller frees them). quiet: no line
+// of figures (the checks still count and print on failure).
+static int check_groups(const char *what, const int *cu, int n_docs, int B, int T, int quiet, DocGroup **groups_out,
+                        int **order_out) {
+  int *order = xmalloc((size_t)n_docs * sizeof(int)), *seen = xcalloc((size_t)n_docs, sizeof(int));
+  DocGroup *g = xmalloc((size_t)n_docs * sizeof(DocGroup));
+  const int ng = doc_mask_groups(cu, n_docs, B, T, order, g), N = B * T, smin = smallest_class(T);
+  const int64_t q_row = 32 * 128, kv_row = 8 * 128, lse_row = 32;
+  int once = 1, shape = 1, lengths = 1, increasing = 1, full = 1, offsets = 1, workspace = 1, placed = 0;
+  int *covered = xcalloc((size_t)N, sizeof(int));  // how many group entries hold each token's row
+  for (int j = 0; j < ng; j++) {
+    const DocGroup *x = &g[j];
+    int k = 0;
+    while (k < 20 && (T >> k) != x->S) k++;
+    shape &= x->first == placed && x->n >= 1 && x->n <= x->b && (long)x->b * x->S == N && k < 20 && T % x->S == 0 &&
+             x->b == B << k && x->S >= smin;
+    workspace &= (double)x->b * ceil64(x->S) * ceil64(x->S) <= (double)B * ceil64(T) * ceil64(T);
+    // a class's groups are full but its last: the next group has another S
+    if (x->n < x->b && j + 1 < ng && g[j + 1].S == x->S) full = 0;
+    for (int i = 0; i < x->n; i++) {
+      const int d = order[x->first + i], L = cu[d + 1] - cu[d];
+      seen[d]++;
+      lengths &= L <= x->S && (x->S == smin || 2 * L > x->S);
+      if (i > 0) increasing &= d > order[x->first + i - 1];
+    }
+    placed += x->n;
+    int64_t *oq = xmalloc((size_t)(x->b + 1) * 8), *ok = xmalloc((size_t)(x->b + 1) * 8);
+    int64_t *ol = xmalloc((size_t)(x->b + 1) * 8);
+    int32_t *len = xmalloc((size_t)x->b * 4);
+    doc_mask_group_ragged(cu, n_docs, order, x, q_row, kv_row, lse_row, oq, ok, ol, len);
+    for (int i = 0; i <= x->b; i++) {
+      const int d = i < x->n ? order[x->first + i] : -1;
+      const int64_t row = d >= 0 ? cu[d] : N;
+      offsets &= oq[i] == row * q_row && ok[i] == row * kv_row && ol[i] == row * lse_row;
+      if (i > 0) offsets &= oq[i] >= oq[i - 1];
+      if (i < x->b) {
+        offsets &= len[i] == (d >= 0 ? cu[d + 1] - cu[d] : 0);
+        for (int t = 0; t < len[i]; t++) covered[oq[i] / q_row + t]++;
+      }
+    }
+    free(oq), free(ok), free(ol), free(len);
+  }
+  for (int d = 0; d < n_docs; d++) once &= seen[d] == 1;
+  for (int t = 0; t < N; t++) once &= covered[t] == 1;
+  if (!quiet) printf("  %-44s %5d documents, %3d groups\n", what, n_docs, ng);
+  CHECK(once && placed == n_docs, "%s: a document (or a token's row) is in %s one group", what,
+        placed == n_docs ? "not exactly" : "more or less than");
+  CHECK(shape, "%s: a group's S is not T/2^k >= the smallest class, or b * S != B*T, or n outside 1..b", what);
+  CHECK(lengths && increasing && full, "%s: lengths in (S/2, S] %d, documents increasing %d, groups full %d", what,
+        lengths, increasing, full);
+  CHECK(offsets, "%s: offsets or lengths of the ragged arrays wrong (or not increasing)", what);
+  CHECK(workspace, "%s: a group's dP workspace b * ceil64(S)^2 exceeds plain causal's B * ceil64(T)^2", what);
+  free(seen), free(covered);
+  if (groups_out) *groups_out = g, *order_out = order;
+  else free(g), free(order);
+  return ng;
+}
+
+static void test_groups(void) {
+  TEST_SECTION("groups of documents for the deterministic backward (doc_mask_groups)");
+  {  // hand-worked: T = 256 has classes 256, 128, 64
+    const int lens[] = {10, 64, 65, 117, 256}, B = 2, T = 256;
+    int cu[6];
+    DocGroup *g;
+    int *order;
+    int ng = check_groups("B=2 T=256, lengths 10 64 65 117 | 256", cu, cu_of_lengths(lens, 5, cu), B, T, 0, &g, &order);
+    const DocGroup want[3] = {{64, 8, 0, 2}, {128, 4, 2, 2}, {256, 2, 4, 1}};
+    const int want_order[5] = {0, 1, 2, 3, 4};
+    CHECK(ng == 3 && !memcmp(g, want, sizeof want) && same_ints(order, want_order, 5),
+          "groups {S, b, first, n}: {64, 8, 0, 2} {128, 4, 2, 2} {256, 2, 4, 1}");
+    int64_t oq[9], okv[9], ol[9];
+    int32_t len[8];
+    doc_mask_group_ragged(cu, 5, order, &g[0], 4096, 1024, 32, oq, okv, ol, len);
+    int ok =
+        oq[0] == 0 && oq[1] == 10 * 4096 && okv[1] == 10 * 1024 && ol[1] == 10 * 32 && len[0] == 10 && len[1] == 64;
+    for (int i = 2; i <= 8; i++) ok &= oq[i] == 512 * 4096 && okv[i] == 512 * 1024 && ol[i] == 512 * 32;
+    for (int i = 2; i < 8; i++) ok &= len[i] == 0;
+    CHECK(ok, "group 0's ragged arrays: documents at rows 0 and 10 (10 and 64 tokens), 6 empty entries at row 512");
+    doc_mask_group_ragged(cu, 5, order, &g[1], 4096, 1024, 32, oq, okv, ol, len);
+    CHECK(oq[0] == 74 * 4096 && oq[1] == 139 * 4096 && len[0] == 65 && len[1] == 117 && len[2] == 0 &&
+              oq[4] == 512 * 4096,
+          "group 1: rows 74 and 139 (65 and 117 tokens): not contiguous with group 0's");
+    free(g), free(order);
+  }
+  enum { T8 = 8192 };
+  int *cu = xmalloc((4 * T8 + 1) * sizeof(int)), *lens = xmalloc(4 * T8 * sizeof(int));
+  DocGroup *g;
+  int *order;
+  lens[0] = T8;
+  int ng = check_groups("one document of T = 8192", cu, cu_of_lengths(lens, 1, cu), 1, T8, 0, &g, &order);
+  CHECK(ng == 1 && g[0].S == T8 && g[0].b == 1 && g[0].n == 1, "one group, S = T, b = 1 (plain causal's shape)");
+  free(g), free(order);
+  for (int i = 0; i < T8; i++) lens[i] = 1;
+  ng = check_groups("T = 8192 documents of one token", cu, cu_of_lengths(lens, T8, cu), 1, T8, 0, &g, &order);
+  int all = 1;
+  for (int j = 0; j < ng; j++) all &= g[j].S == 64 && g[j].b == 128 && g[j].n == 128;
+  CHECK(ng == 64 && all, "64 full groups of S = 64, b = 128: %d groups", ng);
+  free(g), free(order);
+  {  // documents at the class boundaries of T = 1024 (classes 1024, 512, 256, 128, 64), B = 3 rows
+    const int bl[] = {64, 65, 128, 129, 256, 257, 125, 512, 512, 513, 511};
+    const int want_S[] = {64, 128, 128, 256, 256, 512, 128, 512, 512, 1024, 512};
+    ng = check_groups("B=3 T=1024, lengths at class boundaries", cu, cu_of_lengths(bl, 11, cu), 3, 1024, 0, &g, &order);
+    int ok = 1;
+    for (int j = 0; j < ng; j++)
+      for (int i = 0; i < g[j].n; i++) ok &= g[j].S == want_S[order[g[j].first + i]];
+    CHECK(ok && ng == 5, "64 -> 64, 65 -> 128, 128 -> 128, 129 -> 256, 257 -> 512, 513 -> 1024 (%d groups)", ng);
+    free(g), free(order);
+  }
+  // T without many factors of two: T = 200 has classes 200 and 100; T = 9 and T = 96 only T.
+  const int l200[] = {100, 100, 1, 99, 100};
+  ng = check_groups("B=2 T=200, lengths 100 100 | 1 99 100", cu, cu_of_lengths(l200, 5, cu), 2, 200, 0, &g, &order);
+  CHECK(ng == 2 && g[0].S == 100 && g[0].b == 4 && g[0].n == 4 && g[1].n == 1 && order[4] == 4,
+        "T=200: five documents of at most 100 tokens, class 100 with b = 4: groups of 4 and 1");
+  free(g), free(order);
+  const int l9[] = {9, 3, 6};
+  ng = check_groups("B=2 T=9, lengths 9 | 3 6", cu, cu_of_lengths(l9, 3, cu), 2, 9, 0, &g, &order);
+  CHECK(ng == 2 && g[0].S == 9 && g[0].b == 2 && g[0].n == 2 && g[1].n == 1, "T=9: one class, groups of B = 2");
+  free(g), free(order);
+
+  // Random micro-batches: the properties above on documents found from random BOS tokens.
+  Rng r;
+  rng_seed(&r, 77);
+  const int Ts[] = {64, 96, 100, 128, 200, 256, 384, 1000, 1024, 3072};
+  int *tokens = xmalloc(4 * 3072 * sizeof(int)), *start = xmalloc(4 * 3072 * sizeof(int));
+  for (int c = 0; c < 60; c++) {
+    const int T = Ts[c % 10], B = 1 + (int)(rng_u64(&r) % 4);
+    const int every = 1 + (int)(rng_u64(&r) % (c % 3 ? 300 : 5));  // a third with many short documents
+    for (int n = 0; n < B * T; n++) tokens[n] = rng_u64(&r) % every == 0;
+    double pairs;
+    const int nd = doc_mask_build(tokens, B, T, 1, start, NULL, cu, &pairs);
+    char what[64];
+    snprintf(what, sizeof what, "random: B=%d T=%d, BOS 1 in %d", B, T, every);
+    check_groups(what, cu, nd, B, T, c >= 10, NULL, NULL);  // the first 10 print their figures
+  }
+  free(cu), free(lens), free(tokens), free(start);
+}
+
 // ---- block-causal attention against an explicit mask ---------------------------------------------
 
 typedef struct {
@@ -340,6 +497,7 @@ int main(void) {
   rng_seed(&rng, 29);
   test_build();
   test_ragged();
+  test_groups();
   test_attention_mask();
   test_packed_ops();
   test_packed_model();
