@@ -12,7 +12,8 @@
 // suite only): TRAIN_INJECT_NAN_AT=step[,count[,grad]] makes the loss NaN for `count` (default 1)
 // steps from `step` (1-based, as printed), or with ",grad" one gradient element instead, so that
 // both non-finite checks can be exercised; TRAIN_CKPT_SLOW_MS stretches checkpoint writes so a
-// crash test can kill a save half-way (run/checkpoint.h).
+// crash test can kill a save half-way, and TRAIN_CKPT_PAUSE=FILE holds every save after its first
+// section until FILE exists (run/checkpoint.h).
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -67,13 +68,18 @@ static void usage(FILE *f) {
           "  --bench [--layers a,b] [--bench-steps N]\n"
           "                            time training steps at depths a and b (default 2,4), extrapolate\n"
           "                            to the config's depth: tokens/s/GPU, MFU, memory, per-kernel table\n"
+          "  --bench-save [--layers N] [--bench-steps N]\n"
+          "                            time a checkpoint save at depth N (default: the config's, at most 4):\n"
+          "                            the stall, the background write, steps during it; extrapolated per rank\n"
           "  --bench-attention [--bench-steps N]\n"
           "                            time attention fwd+bwd at the config's shapes, plain causal beside\n"
           "                            document-masked (model.doc_mask) on web-like document lengths\n"
-          "  --dgrad-diagnostic N [--dgrad-draws K]\n"
+          "  --dgrad-diagnostic N [--dgrad-draws K] [--dgrad-tokens M]\n"
           "                            the paper's Dgrad diagnostic on N micro-batches of the (resumed or\n"
           "                            init_from) model: MXFP4 vs CTA-local NVFP4 error energy per block\n"
-          "                            and component, K SR draws averaged (4); needs precision.recipe bf16\n"
+          "                            and component, K SR draws averaged (4), on the first M tokens of\n"
+          "                            each micro-batch in whole sequences (2048; 0: all); needs\n"
+          "                            precision.recipe bf16\n"
           "signals: SIGTERM/SIGINT save a checkpoint and exit; SIGUSR1 saves one and keeps training\n");
 }
 
@@ -233,7 +239,7 @@ static void window_push(LossWindow *w, double loss) {
 
 // A skipped step: said on stdout and in the JSONL log (non-finite values as strings, which JSON
 // allows); at reliability.max_bad_steps in a row the run stops, naming the checkpoint to go back to.
-static void report_bad_step(const Run *r, MetricsLog *log, double loss, float norm, int bad_steps) {
+static void report_bad_step(Run *r, MetricsLog *log, double loss, float norm, int bad_steps) {
   printf("step %6lld: loss %g, grad norm %g: not finite, skipping the update (%d in a row, limit %d)\n",
          (long long)r->step, loss, norm, bad_steps, r->cfg.max_bad_steps);
   char l[32], g[32];
@@ -245,6 +251,7 @@ static void report_bad_step(const Run *r, MetricsLog *log, double loss, float no
   metrics_end(log);
   metrics_flush(log);
   if (bad_steps < r->cfg.max_bad_steps) return;
+  checkpoint_wait(r);  // a write in the background ends first: the message names the newest checkpoint
   fflush(stdout);
   die("%d consecutive non-finite steps (reliability.max_bad_steps), the last at step %lld: stopping; none of them "
       "updated the weights; %s%s",
@@ -391,8 +398,9 @@ static void format_eta(double s, char *buf, size_t len) {
 
 // The command line beyond the config: what to do with it.
 typedef struct {
-  int print_config, dry_run, eval_only, bench_steps, bench_attention;
+  int print_config, dry_run, eval_only, bench_steps, bench_attention, bench_save;
   int diag_batches, diag_draws;         // --dgrad-diagnostic N, --dgrad-draws K
+  int diag_tokens;                      // --dgrad-tokens M
   const char *dump_dir, *bench_layers;  // --compare-dump DIR; --bench / --layers A,B
   int64_t max_steps;                    // --max-steps (-1: the schedule's total_steps)
 } Cli;
@@ -401,7 +409,7 @@ typedef struct {
 // status (after --print-config or an error).
 static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
   char err[1024];
-  *cli = (Cli){.bench_steps = 10, .max_steps = -1, .diag_draws = 4};
+  *cli = (Cli){.bench_steps = 10, .max_steps = -1, .diag_draws = 4, .diag_tokens = 2048};
   config_defaults(cfg);
   const char *cfg_path = argv[1];
   if (config_load(cfg, cfg_path, err, sizeof err)) {
@@ -424,8 +432,10 @@ static int parse_cli(int argc, char **argv, TrainConfig *cfg, Cli *cli) {
     else if (!strcmp(argv[i], "--layers") && i + 1 < argc) cli->bench_layers = argv[++i];
     else if (!strcmp(argv[i], "--bench-steps") && i + 1 < argc) cli->bench_steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--bench-attention")) cli->bench_attention = 1;
+    else if (!strcmp(argv[i], "--bench-save")) cli->bench_save = 1;
     else if (!strcmp(argv[i], "--dgrad-diagnostic") && i + 1 < argc) cli->diag_batches = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--dgrad-draws") && i + 1 < argc) cli->diag_draws = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--dgrad-tokens") && i + 1 < argc) cli->diag_tokens = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
       char *end;
       cli->max_steps = strtoll(argv[++i], &end, 10);
@@ -523,7 +533,7 @@ static void open_run(Run *run, const Cli *cli) {
                       .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
                       .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
   run->zero = zero_create(run->model, run->ops, run->comm, &zopt);
-  if (!on_host(run)) run->host_stage = xmalloc((n + 2 * (run->zero->hi - run->zero->lo)) * sizeof(float));
+  checkpoint_open(run);  // the staging buffer of checkpoints (pinned on a GPU), before resume fills it
   run->inputs = xmalloc((size_t)B * T * sizeof(int));
   run->targets = xmalloc((size_t)B * T * sizeof(int));
   run->train = loader_open(cfg->train_data, B, T, run->rank, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);
@@ -688,6 +698,7 @@ static void train(Run *run, MetricsLog *log, const Mfu *mfu, int64_t max_steps) 
     // The logs reach the disk before a checkpoint that a resume would continue after them.
     if (save || save_now || stop_now) metrics_sync(log);
     else metrics_flush(log);
+    checkpoint_poll(run);  // reports a background write once done (stops the run if it failed)
     if (save) save_checkpoint(run);
     if (save_now) {
       save_request = 0;
@@ -701,6 +712,7 @@ static void train(Run *run, MetricsLog *log, const Mfu *mfu, int64_t max_steps) 
       break;
     }
   }
+  checkpoint_wait(run);  // a stop or the end waits until the last checkpoint is written
   free(spikes.loss);
 }
 
@@ -748,7 +760,7 @@ static void close_run(Run *run) {
   zero_free(run->zero);
   llama_free(run->model);
   comm_free(run->comm);
-  free(run->host_stage);
+  checkpoint_close(run);
   free(run->inputs);
   free(run->targets);
 }
@@ -777,7 +789,7 @@ int main(int argc, char **argv) {
     print_sizes(cfg);
     return 0;
   }
-  if (cli.bench_layers || cli.bench_attention) {  // synthetic tokens; no data, checkpoints or multi-process launch
+  if (cli.bench_layers || cli.bench_attention || cli.bench_save) {  // synthetic tokens, one process, no data
     cfg->data_parallel = 1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     char plans[CFG_PATH + 64];
@@ -785,6 +797,12 @@ int main(int argc, char **argv) {
     const Ops *ops = backend_open(cfg->backend, &bo);
     apply_recipe(cfg, ops, cfg->model.n_layers);
     if (cli.bench_attention) return bench_attention_main(cfg, ops, cli.bench_steps);
+    if (cli.bench_save)  // one depth: --layers N, else the config's up to 4
+      return bench_save_main(cfg, ops,
+                             cli.bench_layers          ? atoi(cli.bench_layers)
+                             : cfg->model.n_layers < 4 ? cfg->model.n_layers
+                                                       : 4,
+                             cli.bench_steps);
     return bench_main(cfg, ops, cli.bench_layers, cli.bench_steps);
   }
 
@@ -795,7 +813,8 @@ int main(int argc, char **argv) {
     metrics_close(elog);
     return 0;
   }
-  if (cli.diag_batches) return dgrad_diagnostic(&run, cli.diag_batches, cli.diag_draws, cfg->seed ^ 0xd9a4u, stdout);
+  if (cli.diag_batches)
+    return dgrad_diagnostic(&run, cli.diag_batches, cli.diag_draws, cli.diag_tokens, cfg->seed ^ 0xd9a4u, stdout);
   if (cli.dump_dir) {  // after resume, so a checkpoint's parameters can be dumped too
     compare_dump(&run, cli.dump_dir);
     return 0;

@@ -77,6 +77,11 @@ typedef struct Ops {
   void (*profile_report)(void *ctx, FILE *f, int steps);
   void (*library_report)(void *ctx, FILE *f);  // the run-time libraries it loaded (a line for the bench)
   void (*end_report)(void *ctx, int rank);     // lines for the end of a run (the FP8 Wgrad tiles' exactness counts)
+  // Page-locked host memory (a checkpoint's staging, run/resume.c): device-to-host copies into it run
+  // at the link's full speed, with no bounce through a driver buffer. NULL on the CPU, whose copies
+  // are memcpy (plain malloc serves). host_alloc returns NULL when the memory cannot be pinned.
+  void *(*host_alloc)(void *ctx, size_t bytes);
+  void (*host_free)(void *ctx, void *p);
   // Named ranges for a profiler's timeline (NVTX on the CUDA backend with logging.nvtx; NULL when off,
   // and on the CPU): the graph brackets each block's forward and backward with them.
   void (*range_push)(void *ctx, const char *name);

@@ -12,6 +12,7 @@
 
 #include "common/common.h"
 #include "model/adamw.h"
+#include "run/ckpt_async.h"
 #include "model/llama.h"
 #include "run/bench_attention.h"
 #include "fp4/recipe.h"
@@ -229,5 +230,145 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
          100 * tps * flops / PEAK_BF16_FLOPS);
   printf("BENCH %s %s optimizer amortized /%-4d: %8.0f tok/s/GPU  MFU %5.1f%%\n", op->name, cfg->recipe, accum,
          tps_amort, 100 * tps_amort * flops / PEAK_BF16_FLOPS);
+  return 0;
+}
+
+// ---- --bench-save: what a checkpoint save costs (bench.h) ---------------------------------------
+
+// One training step (forward, backward, AdamW), synced: its seconds.
+static double timed_step(const Ops *op, Llama *m, const int *in, const int *tg, float *am, float *av,
+                         const TrainConfig *cfg, int64_t t) {
+  op->sync(op->ctx);
+  double t0 = now_seconds();
+  op->set_step(op->ctx, t, 0);
+  llama_zero_grad(m);
+  llama_forward_backward(m, in, tg, cfg->ignore_index, 1.0f);
+  optimizer(op, m, am, av, cfg, t);
+  op->sync(op->ctx);
+  return now_seconds() - t0;
+}
+
+int bench_save_main(TrainConfig *cfg, const Ops *op, int layers, int steps) {
+  enum { SAVES = 3 };
+  const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
+  if (layers < 1 || layers > L)
+    die("--bench-save: --layers must be one depth from 1 to model.n_layers (%d), got %d", L, layers);
+  Recipe full;
+  char err[1024];
+  RecipeSpec spec = config_recipe_spec(cfg);
+  if (recipe_resolve(&full, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
+  BlockKind kinds[FMT_N];
+  block_kinds(&full, L, kinds);  // the route's most common block kind, in every block: the bytes are the same
+  if (op->set_recipe) op->set_recipe(op->ctx, &kinds[0].r, layers, cfg->seed);
+  LlamaConfig mc = cfg->model;
+  mc.n_layers = layers;
+  Llama *m = llama_create_ex(&mc, B, T, op, llama_recompute_parse(cfg->recompute));
+  llama_init(m, cfg->seed);
+  const size_t n = llama_param_count(m), nb = n * sizeof(float);
+  float *am = op->alloc(op->ctx, nb), *av = op->alloc(op->ctx, nb);
+  op->zero(op->ctx, am, nb);
+  op->zero(op->ctx, av, nb);
+  int *in = xmalloc(N * sizeof(int)), *tg = xmalloc(N * sizeof(int));
+  Rng r;
+  rng_seed(&r, cfg->seed);
+  for (int i = 0; i < N; i++) in[i] = (int)(rng_u64(&r) % mc.vocab_size);
+  for (int i = 0; i < N; i++) tg[i] = i + 1 < N ? in[i + 1] : in[0];
+
+  // The staging buffer of a one-process run (run/resume.c's checkpoint_open): params, m, v, a meta.
+  char meta[64] = "bench-save";
+  size_t sizes[4] = {sizeof meta, nb, nb, nb}, stage_bytes = ckpt_stage_bytes(sizes, 4);
+  void *stage = op->host_alloc ? op->host_alloc(op->ctx, stage_bytes) : NULL;
+  const int pinned = stage != NULL;
+  if (!stage) stage = memset(xmalloc(stage_bytes), 0, stage_bytes);  // touched first, as checkpoint_open does
+  char dir[CFG_PATH + 16];
+  if (cfg->ckpt_dir[0]) snprintf(dir, sizeof dir, "%s/bench_save", cfg->ckpt_dir);
+  else if (!mkdtemp(strcpy(dir, "/tmp/bench_save_XXXXXX"))) die("--bench-save: cannot create a directory in /tmp");
+  if (make_dirs(dir, err, sizeof err)) die("--bench-save: %s", err);
+  const double gb = 3.0 * nb / 1e9;
+  printf(
+      "bench-save: %s backend, model %s at depth %d of %d (%zu parameters), a save of params and AdamW m, v "
+      "= %.3g GB from %s memory into %s host memory, written to %s\n",
+      op->name, cfg->model_preset, layers, L, n, gb, op->host_memory ? "host" : "device",
+      pinned ? "pinned" : "pageable", dir);
+  fflush(stdout);
+
+  CkptWriter *w = ckpt_writer_open(stage, stage_bytes);
+  int64_t t = 0;
+  for (int i = 0; i < 2; i++) timed_step(op, m, in, tg, am, av, cfg, ++t);  // warm-up
+  double *alone = xmalloc(steps * sizeof(double));
+  for (int i = 0; i < steps; i++) alone[i] = timed_step(op, m, in, tg, am, av, cfg, ++t);
+  const double step_alone = median(alone, steps);
+  double stall[SAVES], write[SAVES], during_ms[SAVES];
+  int cap = 0;
+  double *dur = NULL;
+  printf(
+      "\n| save | stall s | copy GB/s | background write s | write GB/s | steps during the write | their median "
+      "ms (alone %.1f) |\n|---|---|---|---|---|---|---|\n",
+      step_alone * 1e3);
+  for (int s = 0; s < SAVES; s++) {
+    CkptSource src[4] = {{"meta", meta, sizeof meta, NULL, NULL},
+                         {"params", llama_params(m), nb, op->download, op->ctx},
+                         {"adam_m", am, nb, op->download, op->ctx},
+                         {"adam_v", av, nb, op->download, op->ctx}};
+    op->sync(op->ctx);
+    double t0 = now_seconds();
+    if (ckpt_writer_submit(w, dir, s + 1, src, 4, 1, 0, NULL, err, sizeof err)) die("--bench-save: %s", err);
+    stall[s] = now_seconds() - t0;
+    int k = 0;  // training goes on while the thread writes
+    while (ckpt_writer_busy(w)) {
+      dur = grow_array(dur, k, &cap, sizeof *dur);
+      dur[k++] = timed_step(op, m, in, tg, am, av, cfg, ++t);
+    }
+    CkptResult res;
+    if (ckpt_writer_wait(w, &res) != 1 || res.failed) die("--bench-save: %s", res.err);
+    write[s] = res.write_s, during_ms[s] = k ? 1e3 * median(dur, k) : 0;
+    remove(res.path);  // one file on the disk at a time
+    printf("| %d | %.3g | %.3g | %.3g | %.3g | %d | %.1f |\n", s + 1, stall[s], gb / stall[s], write[s], gb / write[s],
+           k, during_ms[s]);
+    fflush(stdout);
+  }
+  ckpt_writer_close(w);
+  remove(dir);  // empty now (ours alone: a checkpoint.dir is left)
+  const double copy_rate = gb / median(stall, SAVES), write_rate = gb / median(write, SAVES);
+  if (!op->host_memory) {  // the same copy into pageable memory, for comparison (touched once first)
+    float *pageable = xmalloc(nb);
+    op->download(op->ctx, pageable, llama_params(m), nb);
+    double t0 = now_seconds();
+    op->download(op->ctx, pageable, llama_params(m), nb);
+    double dt = now_seconds() - t0;
+    printf("\nthe params' download into pageable memory: %.3g GB/s (%s: %.3g GB/s)\n", nb / 1e9 / dt,
+           pinned ? "pinned" : "the staging buffer", copy_rate);
+    free(pageable);
+  }
+  // A run of `ranks` data-parallel ranks: rank 0's file holds all the params and its shard of m and
+  // v, another rank's only its shard. The stall scales with those bytes at the measured copy rate
+  // (with sharded fp32 masters rank 0 first all-gathers the params on the device, not timed here).
+  const double full_gb = (double)llama_num_params(&cfg->model) * sizeof(float) / 1e9;
+  printf(
+      "\nextrapolated to %d layers (%.3g GB of fp32 params) at %.3g GB/s copies and %.3g GB/s writes:\n"
+      "| ranks | rank 0 GB | its stall s | its write s | other ranks GB | their stall s | their write s |\n"
+      "|---|---|---|---|---|---|---|\n",
+      L, full_gb, copy_rate, write_rate);
+  double stall8 = 0;
+  for (int ranks = 1; ranks <= 8; ranks *= 2) {
+    double r0 = full_gb + 2 * full_gb / ranks, other = 2 * full_gb / ranks;
+    if (ranks == 8) stall8 = r0 / copy_rate;
+    printf("| %d | %.3g | %.3g | %.3g |", ranks, r0, r0 / copy_rate, r0 / write_rate);
+    if (ranks == 1) printf(" - | - | - |\n");
+    else printf(" %.3g | %.3g | %.3g |\n", other, other / copy_rate, other / write_rate);
+  }
+  printf(
+      "BENCHSAVE %s stall %.3g s for %.3g GB (%.3g GB/s, %s), background write %.3g s; at %d layers on 8 ranks "
+      "rank 0 stalls %.3g s (target < 1 s)\n",
+      op->name, median(stall, SAVES), gb, copy_rate, pinned ? "pinned" : "pageable", median(write, SAVES), L, stall8);
+  if (pinned) op->host_free(op->ctx, stage);
+  else free(stage);
+  free(dur);
+  free(alone);
+  free(in);
+  free(tg);
+  op->release(op->ctx, am);
+  op->release(op->ctx, av);
+  llama_free(m);
   return 0;
 }

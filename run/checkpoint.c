@@ -429,6 +429,16 @@ static long slow_write_ms(void) {
   return s ? strtol(s, NULL, 10) : 0;
 }
 
+// Test hook: TRAIN_CKPT_PAUSE=FILE holds every save after the first section of its temp file (a
+// partial checkpoint on disk) until FILE exists, saying so on stderr, so that a test can kill or
+// signal a process while a write is pending at an event rather than after a time.
+static void pause_for_test(const char *tmp) {
+  const char *go = getenv("TRAIN_CKPT_PAUSE");
+  if (!go || !*go || access(go, F_OK) == 0) return;
+  fprintf(stderr, "test hook: checkpoint write paused in '%s' until '%s' exists\n", tmp, go);
+  while (access(go, F_OK)) nanosleep(&(struct timespec){0, 10000000L}, NULL);
+}
+
 // Writes header+table (head bytes of buf) and the sections at their table offsets into a new file
 // at tmp, then fsyncs it: without the fsync a crash after the rename could leave the final name
 // pointing at blocks never written. On failure the file is removed.
@@ -443,6 +453,7 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
   for (int i = 0; i < n && !bad; i++) {
     bad = write_all_fd(fd, zeros, e[i].offset - pos) || write_all_fd(fd, secs[i].data, e[i].bytes);
     pos = e[i].offset + e[i].bytes;
+    if (i == 0 && !bad) pause_for_test(tmp);
     if (slow_ms > 0) nanosleep(&(struct timespec){slow_ms / n / 1000, slow_ms / n % 1000 * 1000000L}, NULL);
   }
   if (!bad) bad = fsync(fd);

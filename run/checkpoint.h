@@ -66,7 +66,9 @@ int ckpt_section_size(const char *path, const char *name, size_t *bytes, char *e
 
 // Test hook: the environment variable TRAIN_CKPT_SLOW_MS=ms makes every ckpt_save take about ms
 // milliseconds longer (sleeps between sections, while the temp file is open), so crash tests can
-// kill a process in the middle of a save. Unset in normal runs.
+// kill a process in the middle of a save. TRAIN_CKPT_PAUSE=FILE holds every save after the first
+// section of its temp file until FILE exists (a line on stderr says so), so that a test can act
+// while a partial temp file is on disk. Both are unset in normal runs.
 
 #ifdef __cplusplus
 }

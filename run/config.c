@@ -148,6 +148,9 @@ static const Key KEYS[] = {
     KINT("checkpoint.interval", ckpt_interval, "0", 0, BIG, "steps between checkpoints; 0: only at the end"),
     KINT("checkpoint.keep", ckpt_keep, "3", 1, BIG, "checkpoints kept (older ones are deleted)"),
     KBOOL("checkpoint.resume", resume, "false", "resume from the latest checkpoint in checkpoint.dir, if any"),
+    KBOOL("checkpoint.async", ckpt_async, "true",
+          "copy the state to host memory at the save's step and write the file in a background thread while "
+          "training goes on (costs a host copy of the saved state); false: training waits for the whole write"),
     KSTR("checkpoint.init_from", init_from, "",
          "start from the \"params\" of this file instead of the random init: a model imported by "
          "scripts/hf/import_hf.py, or another run's checkpoint; the model keys must match it; a resume takes "

@@ -62,6 +62,7 @@ typedef struct {
   int ckpt_interval;         // steps between checkpoints (0: only at the end)
   int ckpt_keep;             // how many to keep
   int resume;                // 1: resume from the latest checkpoint in ckpt_dir if there is one
+  int ckpt_async;            // 1: copy the state, write the file in a background thread (run/ckpt_async.h)
   char init_from[CFG_PATH];  // parameters to start from instead of the random init (scripts/hf/import_hf.py)
 
   // logging

@@ -4,10 +4,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model/cpu/linear_fp4.h"
 #include "run/run.h"
 
 // N micro-batches of r's training data through r's model (BF16: r's recipe must be bf16), each block's
-// QKV, O and FFN Dgrad recomputed in both formats with `draws` SR draws averaged (Philox seeded by seed);
-// prints a table per block and component, then a line "DGRAD_DIAG comparisons C, CTA-local lower in K,
-// geometric mean E_MX/E_CTA G". Returns 0.
-int dgrad_diagnostic(Run *r, int batches, int draws, uint64_t seed, FILE *out);
+// QKV, O and FFN Dgrad recomputed in both formats with `draws` SR draws averaged (Philox seeded by seed)
+// on the first `tokens` tokens of each micro-batch, rounded up to whole sequences (0: all of it); prints
+// a line per batch, then a table per block and component and a line "DGRAD_DIAG comparisons C,
+// CTA-local lower in K, geometric mean E_MX/E_CTA G" (stdout flushed line by line; progress on stderr).
+// Returns 0.
+int dgrad_diagnostic(Run *r, int batches, int draws, int tokens, uint64_t seed, FILE *out);
+
+// One linear's Dgrad in L's format (MXFP4 or CTA-local NVFP4, 2D weight tiles, SR on dY; dies on
+// another route): for k < draws, est += dX^_k / draws in that order, dX^_k being what
+// linear_fp4_cpu_backward computes for dY [rows, out_dim] and W [out_dim, in] at L->step = step,
+// L->micro = k (bit for bit: tests/unit/test_dgrad_diag.c), with W^T quantized once for all draws.
+void dgrad_diag_estimate(const LinearFp4Cpu *L, uint32_t step, LinearId id, float *est, const float *dy, const float *w,
+                         int rows, int in, int out_dim, int draws);

@@ -1,6 +1,6 @@
 // run/resume.c: checkpoints of a training run: what a checkpoint must agree on with the run that loads
-// it, saving (one file, or one per rank plus a manifest), resuming (resharding across world sizes)
-// and checkpoint.init_from.
+// it, saving (one file, or one per rank plus a manifest; in the background with checkpoint.async,
+// run/ckpt_async.h), resuming (resharding across world sizes) and checkpoint.init_from.
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "run/checkpoint.h"
+#include "run/ckpt_async.h"
 #include "run/manifest.h"
 #include "run/run.h"
 
@@ -95,7 +96,10 @@ static int recipe_mismatch(const RecipeMeta *a, const RecipeMeta *b, char *msg, 
 }
 
 // The checkpointed state: params (all of them), then AdamW m and v (this rank's shard). state[]
-// is backend memory; host[] is the same memory on the CPU, else room in the staging buffer.
+// is backend memory; host[] is the same memory on the CPU, else room in the staging buffer, laid
+// out as run/ckpt_async.h lays sections out (each at a 64-byte boundary). Only rank 0's file holds
+// the parameters, so only its staging buffer has room for them: host[0] is NULL elsewhere, and
+// everywhere when there is no staging buffer (no checkpoint.dir).
 typedef struct {
   float *state[3], *host[3];
   size_t bytes[3];
@@ -105,18 +109,129 @@ int on_host(const Run *r) { return r->ops->host_memory; }
 
 static CkptState ckpt_state(Run *r) {
   const Zero *z = r->zero;
-  size_t n = z->n, s = z->hi - z->lo, offset[3] = {0, n, n + s};
+  size_t n = z->n, s = z->hi - z->lo, off = 0;
   CkptState c = {{llama_params(r->model), z->m, z->v}, {0}, {n * sizeof(float), s * sizeof(float), s * sizeof(float)}};
-  for (int i = 0; i < 3; i++) c.host[i] = on_host(r) ? c.state[i] : r->host_stage + offset[i];
+  for (int i = 0; i < 3; i++) {
+    if (on_host(r)) c.host[i] = c.state[i];
+    else if (r->host_stage && (i || r->rank == 0)) {
+      c.host[i] = (float *)((char *)r->host_stage + off);
+      off += ckpt_stage_bytes(&c.bytes[i], 1);
+    }
+  }
   return c;
 }
 
-// With one process: checkpoint.dir/ckpt_<step>.bin. With world > 1: a sharded checkpoint, one file
-// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (parallel/zero.h). Only rank 0's
-// file holds the parameters (all of them, gathered first when the masters are sharded).
-void save_checkpoint(Run *r) {
-  if (!r->cfg.ckpt_dir[0]) return;
-  const int sharded = r->world > 1;
+// The staging buffer holds what this rank saves: its params (rank 0), m and v for a device backend's
+// downloads, and with checkpoint.async also the small sections, all copied at the save's step. It
+// is pinned (Ops.host_alloc) where the backend can pin, so the downloads run at the link's speed.
+// The CPU backend's synchronous save writes from its live state and needs none.
+void checkpoint_open(Run *r) {
+  r->pending_step = -1;
+  const int async = r->cfg.ckpt_async;
+  if (!r->cfg.ckpt_dir[0] || (on_host(r) && !async)) return;
+  CkptState st = ckpt_state(r);
+  size_t sizes[8] = {st.bytes[1], st.bytes[2]};
+  int k = 2;
+  if (r->rank == 0) sizes[k++] = st.bytes[0];
+  if (async) {
+    sizes[k++] = sizeof(RunMeta), sizes[k++] = sizeof(LoaderState), sizes[k++] = sizeof(LoaderBlendState);
+    sizes[k++] = sizeof(RecipeMeta), sizes[k++] = sizeof r->route;
+  }
+  r->stage_bytes = ckpt_stage_bytes(sizes, k);
+  if (r->ops->host_alloc) {
+    r->host_stage = r->ops->host_alloc(r->ops->ctx, r->stage_bytes);
+    r->stage_pinned = r->host_stage != NULL;
+    if (!r->stage_pinned)
+      fprintf(stderr,
+              "warning: cannot pin %.2f GB of host memory for checkpoint staging: pageable memory instead "
+              "(slower saves)\n",
+              r->stage_bytes / 1e9);
+  }
+  if (!r->host_stage) {  // touched now: the first save would otherwise pay every page fault in its stall
+    r->host_stage = xmalloc(r->stage_bytes);
+    memset(r->host_stage, 0, r->stage_bytes);
+  }
+  printf("checkpoint staging: %.3f GB of %s host memory (%s%s)%s\n", r->stage_bytes / 1e9,
+         r->stage_pinned ? "pinned" : "pageable", r->rank == 0 ? "the parameters and " : "",
+         r->world > 1 ? "this rank's AdamW m, v" : "AdamW m, v",
+         async ? "; saves copy the state there and write it in the background" : "");
+}
+
+void checkpoint_close(Run *r) {
+  ckpt_writer_close(r->writer);  // train() waited for the last write: nothing is pending
+  r->writer = NULL;
+  if (r->stage_pinned) r->ops->host_free(r->ops->ctx, r->host_stage);
+  else free(r->host_stage);
+  r->host_stage = NULL;
+}
+
+// Where this rank's file goes: checkpoint.dir, or its rank_<r>/ sub-directory when sharded.
+static void rank_dir(const Run *r, char *dir, size_t len) {
+  if (r->world > 1) snprintf(dir, len, "%s/rank_%d", r->cfg.ckpt_dir, r->rank);
+  else snprintf(dir, len, "%s", r->cfg.ckpt_dir);
+}
+
+// The data loader's position (and a blend's per-source counts) at the save's step.
+typedef struct {
+  LoaderState ls;
+  LoaderBlendState blend;
+} LoaderSnap;
+
+// The sections of this rank's file in their order: meta, params (rank 0's file only), adam_m,
+// adam_v, loader, blend (a blend of sources only; a single source writes none), recipe, route.
+// big[]: where params, m and v are now, read with copy (NULL: host memory). Returns the count.
+static int sections(Run *r, const CkptState *st, const void *const big[3], CkptCopyFn copy, LoaderSnap *ld,
+                    CkptSource *out) {
+  static const char *names[3] = {"params", "adam_m", "adam_v"};
+  CkptSource *s = out;
+  *s++ = (CkptSource){"meta", &r->meta, sizeof r->meta, NULL, NULL};
+  for (int i = 0; i < 3; i++)
+    if (i || r->rank == 0) *s++ = (CkptSource){names[i], big[i], st->bytes[i], copy, r->ops->ctx};
+  loader_get_state(r->train, &ld->ls);
+  *s++ = (CkptSource){"loader", &ld->ls, sizeof ld->ls, NULL, NULL};
+  if (loader_get_blend(r->train, &ld->blend) > 1)
+    *s++ = (CkptSource){"blend", &ld->blend, sizeof ld->blend, NULL, NULL};
+  *s++ = (CkptSource){"recipe", &r->recipe, sizeof r->recipe, NULL, NULL};
+  *s++ = (CkptSource){"route", r->route, sizeof r->route, NULL, NULL};
+  return (int)(s - out);
+}
+
+// A failed save (disk full, permissions) stops the run: training on without being able to save
+// would only widen the gap since the last checkpoint, which ckpt_save leaves intact. The other
+// ranks then stop at their next collective, naming this one.
+static void stop_on_failed_save(const Run *r, int64_t step, const char *err) {
+  die("checkpoint at step %lld failed: %s; stopping (%s%s)", (long long)step, err,
+      r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run", r->last_ckpt);
+}
+
+// World > 1, once this rank's file of `step` is durable (sum and bytes: its file_checksum): an
+// all-reduce of every rank's size and checksum (when it returns every file is durable), then rank
+// 0 writes the manifest naming them, then a barrier (nobody reports the checkpoint before its
+// manifest exists). Collective. path gets the manifest's path.
+static void write_manifest(Run *r, int64_t step, uint64_t sum, uint64_t bytes, char *path, size_t len) {
+  char err[1024];
+  Manifest man = {step, r->world, r->zero->n, xcalloc((size_t)r->world, sizeof(ShardFile))};
+  double *info = xcalloc(4 * (size_t)r->world, sizeof(double)), *mine = info + 4 * r->rank;
+  mine[0] = (double)(sum >> 32), mine[1] = (double)(sum & 0xffffffffu), mine[2] = (double)bytes;  // exact in doubles
+  comm_allreduce_sum_f64(r->comm, info, 4 * r->world);
+  for (int k = 0; k < r->world; k++) {
+    ShardFile *f = &man.files[k];
+    snprintf(f->path, sizeof f->path, "%s/rank_%d/ckpt_%08lld.bin", r->cfg.ckpt_dir, k, (long long)step);
+    comm_shard_range(man.n, r->world, k, &f->lo, &f->hi);
+    f->checksum = (uint64_t)info[4 * k] << 32 | (uint64_t)info[4 * k + 1];
+    f->bytes = (uint64_t)info[4 * k + 2];
+  }
+  if (r->rank == 0 && manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
+    die("checkpoint at step %lld: %s", (long long)step, err);
+  comm_barrier(r->comm);
+  free(info);
+  manifest_free(&man);
+  snprintf(path, len, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);
+}
+
+// checkpoint.async: false. The whole save happens here: downloads into the staging buffer (device
+// backends), ckpt_save, and with world > 1 the checksum of the file and the manifest.
+static void save_sync(Run *r) {
   CkptState st = ckpt_state(r);
   // With sharded fp32 masters the shards meet in the (dead between steps) gradient buffer first:
   // a collective, so every rank calls it.
@@ -124,56 +239,105 @@ void save_checkpoint(Run *r) {
   for (int i = 0; i < 3; i++)
     if (!on_host(r) && (i || r->rank == 0))
       r->ops->download(r->ops->ctx, st.host[i], i ? st.state[i] : params, st.bytes[i]);
-  LoaderState ls;
-  loader_get_state(r->train, &ls);
-  LoaderBlendState blend;  // a blend's sources and per-source counts; a single source writes none
-  int blended = loader_get_blend(r->train, &blend) > 1;
-  CkptSection secs[8] = {{"meta", &r->meta, sizeof r->meta}}, *s = secs + 1;
-  if (r->rank == 0) *s++ = (CkptSection){"params", st.host[0], st.bytes[0]};
-  *s++ = (CkptSection){"adam_m", st.host[1], st.bytes[1]};
-  *s++ = (CkptSection){"adam_v", st.host[2], st.bytes[2]};
-  *s++ = (CkptSection){"loader", &ls, sizeof ls};
-  if (blended) *s++ = (CkptSection){"blend", &blend, sizeof blend};
-  *s++ = (CkptSection){"recipe", &r->recipe, sizeof r->recipe};
-  *s++ = (CkptSection){"route", r->route, sizeof r->route};
-  char dir[2048], err[1024];
-  if (sharded) snprintf(dir, sizeof dir, "%s/rank_%d", r->cfg.ckpt_dir, r->rank);
-  else snprintf(dir, sizeof dir, "%s", r->cfg.ckpt_dir);
+  CkptSource src[8];
+  CkptSection secs[8];
+  LoaderSnap ld;
+  const void *big[3] = {st.host[0], st.host[1], st.host[2]};
+  int n = sections(r, &st, big, NULL, &ld, src);
+  for (int i = 0; i < n; i++) secs[i] = (CkptSection){src[i].name, (void *)src[i].src, src[i].bytes};
+  char dir[2048], err[1024], path[4200];
+  rank_dir(r, dir, sizeof dir);
   double t0 = now_seconds();
-  // A failed save (disk full, permissions) stops the run: training on without being able to save
-  // would only widen the gap since the last checkpoint, which ckpt_save leaves intact. The other
-  // ranks then stop at their next collective, naming this one.
-  if (ckpt_save(dir, r->step, secs, (int)(s - secs), r->cfg.ckpt_keep, err, sizeof err))
-    die("checkpoint at step %lld failed: %s; stopping (%s%s)", (long long)r->step, err,
-        r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run", r->last_ckpt);
-  char path[2200];
+  if (ckpt_save(dir, r->step, secs, n, r->cfg.ckpt_keep, err, sizeof err)) stop_on_failed_save(r, r->step, err);
   snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
-  if (sharded) {
-    // Every rank's file is durable once this all-reduce of their sizes and checksums returns.
-    Manifest man = {r->step, r->world, r->zero->n, xcalloc((size_t)r->world, sizeof(ShardFile))};
-    double *info = xcalloc(4 * (size_t)r->world, sizeof(double)), *mine = info + 4 * r->rank;
+  if (r->world > 1) {
     uint64_t sum, bytes;
     if (file_checksum(path, &sum, &bytes, err, sizeof err)) die("checkpoint at step %lld: %s", (long long)r->step, err);
-    mine[0] = (double)(sum >> 32), mine[1] = (double)(sum & 0xffffffffu), mine[2] = (double)bytes;  // exact in doubles
-    comm_allreduce_sum_f64(r->comm, info, 4 * r->world);
-    for (int k = 0; k < r->world; k++) {
-      ShardFile *f = &man.files[k];
-      snprintf(f->path, sizeof f->path, "%s/rank_%d/ckpt_%08lld.bin", r->cfg.ckpt_dir, k, (long long)r->step);
-      comm_shard_range(man.n, r->world, k, &f->lo, &f->hi);
-      f->checksum = (uint64_t)info[4 * k] << 32 | (uint64_t)info[4 * k + 1];
-      f->bytes = (uint64_t)info[4 * k + 2];
-    }
-    if (r->rank == 0 && manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
-      die("checkpoint at step %lld: %s", (long long)r->step, err);
-    comm_barrier(r->comm);  // nobody reports the checkpoint before its manifest exists
-    free(info);
-    manifest_free(&man);
-    snprintf(path, sizeof path, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)r->step);
+    write_manifest(r, r->step, sum, bytes, path, sizeof path);
   }
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
   r->saved_step = r->step;
   printf("saved checkpoint %s (%.2fs)\n", r->last_ckpt, now_seconds() - t0);
   fflush(stdout);
+}
+
+// Takes this rank's finished background write (waiting for it), stopping the run if it failed.
+static void collect(Run *r) {
+  if (!ckpt_writer_wait(r->writer, &r->pending))
+    die("checkpoint at step %lld: the writer has no save to report", (long long)r->pending_step);
+  if (r->pending.failed) stop_on_failed_save(r, r->pending.step, r->pending.err);
+  r->pending_collected = 1;
+}
+
+// Every rank's file of the pending save is written: with world > 1 the manifest (collective), then
+// the checkpoint counts as saved.
+static void finish(Run *r) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s", r->pending.path);
+  if (r->world > 1) write_manifest(r, r->pending.step, r->pending.checksum, r->pending.bytes, path, sizeof path);
+  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
+  printf("saved checkpoint %s (stall %.3fs, background write %.3fs)\n", r->last_ckpt, r->pending_stall,
+         r->pending.write_s);
+  fflush(stdout);
+  r->pending_step = -1;
+  r->pending_collected = 0;
+}
+
+void checkpoint_wait(Run *r) {
+  if (r->pending_step < 0) return;
+  if (!r->pending_collected) {
+    if (ckpt_writer_busy(r->writer)) {
+      printf("checkpoint: waiting for the background write of step %lld\n", (long long)r->pending_step);
+      fflush(stdout);
+    }
+    collect(r);
+  }
+  finish(r);
+}
+
+void checkpoint_poll(Run *r) {
+  if (r->pending_step < 0) return;
+  if (!r->pending_collected && !ckpt_writer_busy(r->writer)) collect(r);
+  if (r->world == 1) {
+    if (r->pending_collected) finish(r);
+    return;
+  }
+  // Every rank has the same save pending and polls at the same step boundaries: the all-reduce
+  // pairs up, and all of them see the same sum.
+  double done = r->pending_collected;
+  comm_allreduce_sum_f64(r->comm, &done, 1);
+  if (done == r->world) finish(r);
+}
+
+// checkpoint.async: true. Waits for the previous write (two saves never overlap), then copies the
+// state at this step into the staging buffer and hands the file to the writer's thread.
+static void save_async(Run *r) {
+  checkpoint_wait(r);
+  if (!r->writer) r->writer = ckpt_writer_open(r->host_stage, r->stage_bytes);
+  double t0 = now_seconds();
+  CkptState st = ckpt_state(r);
+  const void *big[3] = {zero_full_params(r->zero), st.state[1], st.state[2]};  // a collective, as above
+  CkptSource src[8];
+  LoaderSnap ld;
+  int n = sections(r, &st, big, on_host(r) ? NULL : r->ops->download, &ld, src);
+  char dir[2048], err[1024];
+  rank_dir(r, dir, sizeof dir);
+  if (ckpt_writer_submit(r->writer, dir, r->step, src, n, r->cfg.ckpt_keep, r->world > 1, NULL, err, sizeof err))
+    die("checkpoint at step %lld: %s", (long long)r->step, err);
+  r->pending_step = r->saved_step = r->step;
+  r->pending_stall = now_seconds() - t0;
+  printf("checkpoint at step %lld: state copied in %.3fs, writing it in the background\n", (long long)r->step,
+         r->pending_stall);
+  fflush(stdout);
+}
+
+// With one process: checkpoint.dir/ckpt_<step>.bin. With world > 1: a sharded checkpoint, one file
+// per rank under checkpoint.dir/rank_<r>/ plus rank 0's manifest (parallel/zero.h). Only rank 0's
+// file holds the parameters (all of them, gathered first when the masters are sharded).
+void save_checkpoint(Run *r) {
+  if (!r->cfg.ckpt_dir[0]) return;
+  if (r->cfg.ckpt_async) save_async(r);
+  else save_sync(r);
 }
 
 // Loads the newest valid checkpoint, after checking that it was written by a compatible run.
@@ -244,6 +408,8 @@ int resume(Run *r) {
         "'%s', this run has '%s'",
         path, old_route, r->route);
   CkptState st = ckpt_state(r);
+  float *tmp = st.host[0] ? NULL : xmalloc(st.bytes[0]);  // a staging buffer without room for the params
+  if (tmp) st.host[0] = tmp;
   LoaderState ls;
   CkptSection secs[] = {{"params", st.host[0], st.bytes[0]}, {"loader", &ls, sizeof ls}};
   if (ckpt_load(path, secs, 2, &step, err, sizeof err)) die("%s", err);
@@ -251,6 +417,7 @@ int resume(Run *r) {
     die("resume: %s", err);
   if (!on_host(r))
     for (int i = 0; i < 3; i++) r->ops->upload(r->ops->ctx, st.state[i], st.host[i], st.bytes[i]);
+  free(tmp);
   r->ops->params_changed(r->ops->ctx);
   // A blend's sources and counts ("blend"; single-source checkpoints, older ones too, have none).
   LoaderBlendState blend;
@@ -299,10 +466,12 @@ void init_from(Run *r) {
   if (model_mismatch(&model, &r->cfg.model, "the file", why, sizeof why))
     die("checkpoint.init_from: '%s' holds a different model: %s", path, why);
   size_t bytes = llama_param_count(r->model) * sizeof(float);
-  float *host = on_host(r) ? llama_params(r->model) : r->host_stage;  // the staging buffer starts with the params
+  float *host = ckpt_state(r).host[0], *tmp = host ? NULL : xmalloc(bytes);  // rank 0's staging buffer, or room
+  if (tmp) host = tmp;
   CkptSection params = {"params", host, bytes};
   if (ckpt_load(path, &params, 1, NULL, err, sizeof err)) die("checkpoint.init_from: %s", err);
   if (!on_host(r)) r->ops->upload(r->ops->ctx, llama_params(r->model), host, bytes);
+  free(tmp);
   r->ops->params_changed(r->ops->ctx);
   printf("initialized from %s\n", path);
 }

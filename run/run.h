@@ -6,6 +6,7 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "parallel/comm.h"
+#include "run/ckpt_async.h"
 #include "run/config.h"
 #include "model/llama.h"
 #include "run/mc_eval.h"
@@ -49,19 +50,37 @@ typedef struct {
   Zero *zero;  // the optimizer: AdamW moments of this rank's shard (all of them when world is 1)
   DataLoader *train, *val;
   int *inputs, *targets;
-  float *host_stage;  // device backends: host room for the params and the m, v shards of a checkpoint
-  Tokenizer *tok;     // eval.tasks: the tokenizer and the parsed, tokenized tasks
+  // Checkpoint staging (run/resume.c's checkpoint_open): host room for what this rank saves (the
+  // params on rank 0, its m and v; with checkpoint.async the small sections too), pinned when the
+  // backend can. NULL without checkpoint.dir, and on the CPU without checkpoint.async.
+  float *host_stage;
+  size_t stage_bytes;
+  int stage_pinned;       // from Ops.host_alloc (else malloc)
+  CkptWriter *writer;     // checkpoint.async: the background writer, from the first save on
+  int64_t pending_step;   // the save being written in the background (-1: none)
+  int pending_collected;  // its file is written (the result is in `pending`); world > 1: the manifest waits
+  double pending_stall;   // seconds the save held training up (the gather and the copies)
+  CkptResult pending;
+  Tokenizer *tok;  // eval.tasks: the tokenizer and the parsed, tokenized tasks
   McTask *tasks[EVAL_MAX_TASKS];
   int n_tasks;
   RunMeta meta;
   RecipeMeta recipe;
   char route[256];       // recipe_route_key: the spans and per-contraction formats, saved as the "route" section
   int64_t step;          // optimizer steps completed
-  int64_t saved_step;    // step of the newest checkpoint of this run (-1: none yet)
-  char last_ckpt[4200];  // its path (a manifest when sharded), for messages when something goes wrong
+  int64_t saved_step;    // step of the newest checkpoint of this run, saved or being written (-1: none yet)
+  char last_ckpt[4200];  // the newest complete one's path (a manifest when sharded), for messages when
+                         // something goes wrong
 } Run;
 
 int on_host(const Run *r);     // the backend computes in host memory (no staging needed)
+void checkpoint_open(Run *r);  // the staging buffer; after zero_create, before resume and init_from
 void save_checkpoint(Run *r);  // this rank's part of a checkpoint at r->step (a manifest when sharded)
-int resume(Run *r);            // loads the newest complete checkpoint; 1 if one was loaded
-void init_from(Run *r);        // checkpoint.init_from: parameters from another file, when not resuming
+// checkpoint.async: at every step boundary, reports a background write that is done (with world > 1
+// once every rank's is: an all-reduce of a flag each step while one is pending, then the manifest).
+// Stops the run when the write failed. Every rank calls it at the same points.
+void checkpoint_poll(Run *r);
+void checkpoint_wait(Run *r);   // waits for a pending background write and reports it (collective when world > 1)
+void checkpoint_close(Run *r);  // stops the writer, frees the staging buffer
+int resume(Run *r);             // loads the newest complete checkpoint; 1 if one was loaded
+void init_from(Run *r);         // checkpoint.init_from: parameters from another file, when not resuming

@@ -591,6 +591,19 @@ static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
 static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
   cuda_download((CudaBackend *)ctx, dst, src, bytes);
 }
+// cudaHostAlloc pins the pages (the driver, not RLIMIT_MEMLOCK, bounds it); a failure is answered
+// with NULL, and the caller falls back to pageable memory.
+static void *cu_host_alloc(void *ctx, size_t bytes) {
+  void *p = NULL;
+  if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+static void cu_host_free(void *ctx, void *p) {
+  if (p) CUDA_CHECK(cudaFreeHost(p));
+}
 static void cu_set_input_saving(void *ctx, int on) { linear_fp4_set_save_inputs(((CudaBackend *)ctx)->lin, on); }
 static int cu_linear_saves_input(void *ctx, LinearId id) {
   return linear_fp4_saves_input(((CudaBackend *)ctx)->lin, id);
@@ -619,6 +632,8 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->zero = cu_zero;
   o->upload = cu_upload;
   o->download = cu_download;
+  o->host_alloc = cu_host_alloc;
+  o->host_free = cu_host_free;
   o->acts_to_f32 = cu_acts_to_f32;
   o->sync = cu_sync;
   o->bind_params = cu_bind_params;

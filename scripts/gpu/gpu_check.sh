@@ -3,8 +3,8 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx]
-# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate and harness; benchown: the MXFP4 bench
+#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall]
+# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness and ckptstall; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own, fp8_cutlass and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -23,7 +23,10 @@
 # bench with parallel.deterministic true and false, their tok/s ratio and each part's share of the cost
 # (attention backward, GEMMs) from the per-kernel tables (docs/determinism.md). nvtx (not default): what the
 # NVTX ranges of logging.nvtx cost, the bench with them off and on, alternating NVTX_ROUNDS (2) times, then
-# once each under Nsight Systems when it is there, with the ranges' summary (docs/logging.md).
+# once each under Nsight Systems when it is there, with the ranges' summary (docs/logging.md). ckptstall (not
+# default): ./train --bench-save at 8B shapes with CKPT_LAYERS (4) layers: the stall of an asynchronous checkpoint
+# save (state copied into pinned host memory) and its background write, extrapolated per rank of 1-8 (target: under
+# 1 s per rank; docs/checkpoint_format.md).
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -210,6 +213,13 @@ if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact loss
     timeout 300 bash tests/system/test_crash.sh >"$OUT/crash_gpu.log" 2>&1
   tail -n 14 "$OUT/crash_gpu.log"
   note "gpu crash test: $(tail -n 1 "$OUT/crash_gpu.log")"
+fi
+
+if has ckptstall; then  # asynchronous checkpoints at 8B shapes: the stall per save, the background write
+  timeout 600 ./train configs/llama3_8b.yaml --bench-save --layers "${CKPT_LAYERS:-4}" \
+    --set checkpoint.dir=/tmp/ckptstall >"$OUT/ckptstall.log" 2>&1; rc=$?
+  grep -E '^(\||the params)' "$OUT/ckptstall.log"
+  note "ckptstall: $(grep '^BENCHSAVE' "$OUT/ckptstall.log" || echo "no BENCHSAVE line (exit $rc)")"
 fi
 
 if has repro; then  # bit-reproducible by default (docs/determinism.md): two processes, then a resume

@@ -39,9 +39,10 @@ check "the blended run succeeds" '[ $rc -eq 0 ] && [ "$(grep -c "\"loss\"" "$tmp
 check "the banner lists each source with its weight and tokens/epoch" \
   'grep -q "^data: a blend of 2 sources" "$tmp/full.out" && grep -Eq "^  prose +weight 0.7500, [0-9]+ tokens/epoch" "$tmp/full.out" && grep -Eq "^  code +weight 0.2500, " "$tmp/full.out"'
 
-# Killed once it logs step 5 (its newest checkpoint is step 4), then resumed to the end.
+# Killed once it logs step 5 (its newest checkpoint is step 4: saves are synchronous here, so the
+# step-4 file is complete before step 5 runs), then resumed to the end.
 R=("${C[@]}" --set data.train="$blend" --set checkpoint.dir="$tmp/ck" --set checkpoint.interval=2
-   --set logging.file="$tmp/part.jsonl")
+   --set checkpoint.async=false --set logging.file="$tmp/part.jsonl")
 ./train "${R[@]}" >"$tmp/a.out" 2>&1 &
 pid=$!; wait_until "grep -q '^step *5/' '$tmp/a.out' 2>/dev/null || ! kill -0 $pid 2>/dev/null"
 kill -KILL $pid 2>/dev/null; killed=$?; wait $pid 2>/dev/null

@@ -22,8 +22,8 @@ C=(configs/tiny.yaml --set parallel.threads=2 --set schedule.total_steps=16 --se
    --set logging.interval=1 --set eval.interval=4 --set eval.batches=2 --set checkpoint.dir="$tmp/ck"
    --set checkpoint.interval=4 --set logging.file="$tmp/m.jsonl" --set logging.tensorboard="$tmp/tb")
 # The first run, and the follower beside it; the run is killed once its step-8 save is under way
-# (the logs of step 8 reached the disk before it began).
-TRAIN_CKPT_SLOW_MS=300 ./train "${C[@]}" >"$tmp/a.out" 2>&1 &
+# (the logs of step 8 reached the disk before it began; a synchronous save, so that no later step is logged).
+TRAIN_CKPT_SLOW_MS=300 ./train "${C[@]}" --set checkpoint.async=false >"$tmp/a.out" 2>&1 &
 pid=$!
 python3 scripts/wandb_follow.py "$tmp/m.jsonl" --pid $pid --poll 0.1 >"$tmp/follow_a.out" 2>&1 &
 fpid=$!
