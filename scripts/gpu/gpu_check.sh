@@ -3,8 +3,8 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall]
-# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness and ckptstall; benchown: the MXFP4 bench
+#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag]
+# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness, ckptstall and dgraddiag; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own, fp8_cutlass and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -309,6 +309,24 @@ fi
 if has probe; then
   bash scripts/eval/harness_wheels.sh probe 2>&1 | tee "$OUT/probe.txt"
   note "harness probe: $(tr '\n' ' ' <"$OUT/probe.txt")"
+fi
+
+if has dgraddiag; then  # the paper's Dgrad diagnostic on the replication's MXFP4 + H32 model (docs/formats.md 7)
+  # DIAG_STEPS (128) steps of scripts/runs/replicate.sh keeping the checkpoint, then DIAG_BATCHES (3)
+  # micro-batches through its BF16 backward, MXFP4 and CTA-local Dgrads against the unquantized one
+  dck=/dev/shm/dgrad_diag_ckpt
+  RECIPES=mxfp4_h32 STEPS=${DIAG_STEPS:-128} VAL_POINTS=2 TASKS= KEEP_CKPT=1 CKPT_DIR=$dck GPUS=1 PACK=0 \
+    CORPUS=${CORPUS:-.deps/novels.jsonl.zst} TOKENIZER=${TOKENIZER:-.deps/tokenizer/tokenizer.model} OUT=$OUT/diag_train \
+    timeout 300 bash scripts/runs/replicate.sh >"$OUT/dgrad_diag_train.log" 2>&1
+  ck=$(ls $dck/mxfp4_h32/ckpt_*.bin 2>/dev/null | tail -n 1)
+  if [ -n "$ck" ]; then
+    timeout 400 ./train configs/replicate/base.yaml --set data.train=runs/novels/nv_train_000000.bin --set data.val= \
+      --set eval.interval=0 --set precision.recipe=bf16 --set checkpoint.dir= --set checkpoint.resume=false \
+      --set checkpoint.init_from="$ck" --dgrad-diagnostic "${DIAG_BATCHES:-3}" >"$OUT/dgrad_diag_replicate.log" 2>&1
+    tail -n 6 "$OUT/dgrad_diag_replicate.log"
+    note "dgrad diagnostic ($ck): $(grep '^DGRAD_DIAG' "$OUT/dgrad_diag_replicate.log" || echo 'no summary line')"
+  else note "dgrad diagnostic: no checkpoint (see dgrad_diag_train.log)"; fi
+  rm -rf "$dck"
 fi
 
 if has replicate; then
