@@ -19,7 +19,7 @@ under .deps/, and pass --tokenizer and --corpus. --stages: then one run on one t
 TOKENIZE_STAGES=1, printing where its time went per kind of task (docs/data.md's stage shares), for
 the output with --zstd 0 and with --zstd 3.
 """
-import argparse, json, os, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_tokenizer as bt  # noqa: E402
@@ -43,6 +43,37 @@ def physical_cores():
         return f"{len(pairs)} physical" if pairs else "physical cores unknown"
     except OSError:
         return "physical cores unknown"
+
+
+class Clocks:
+    """The cores' clock while ./train runs: /proc/cpuinfo's "cpu MHz" every 20 ms, the mean of the t
+    fastest CPUs per sample, so that a machine that runs 16 threads at a lower clock than one shows it
+    (where the file's figures are static, as on some VMs, the column says nothing)."""
+
+    def __init__(self, top):
+        self.top, self.samples, self.stop = top, [], threading.Event()
+
+    def _run(self):
+        while not self.stop.wait(0.02):
+            try:
+                mhz = sorted((float(l.split(":")[1]) for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")),
+                             reverse=True)
+            except (OSError, ValueError):
+                return
+            if mhz:
+                self.samples.append(sum(mhz[:self.top]) / len(mhz[:self.top]))
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def mean(self):
+        return f"{sum(self.samples) / len(self.samples):.0f}" if self.samples else "?"
 
 
 def best(fn, repeat):
@@ -79,15 +110,16 @@ def main():
               f"best of {a.repeat}; ./train tokenize --zstd {a.zstd}, output in {scratch or 'the temp folder'}")
         print()
         print("| threads | ./train MB/s | speedup | ./train MB/s incl. start-up | tiktoken MB/s | tiktoken speedup "
-              "| ./train / tiktoken | ids identical |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| ./train / tiktoken | ids identical | MHz during ./train |")
+        print("|---|---|---|---|---|---|---|---|---|")
         base = tik_base = None
         for t in threads:
             runs = []
-            for _ in range(a.repeat):
-                shutil.rmtree(f"{tmp}/out", ignore_errors=True)
-                os.makedirs(f"{tmp}/out")
-                runs.append(bt.run_ours(a.train, a.tokenizer, corpus, t, f"{tmp}/out/w", zstd=a.zstd))
+            with Clocks(t) as clocks:
+                for _ in range(a.repeat):
+                    shutil.rmtree(f"{tmp}/out", ignore_errors=True)
+                    os.makedirs(f"{tmp}/out")
+                    runs.append(bt.run_ours(a.train, a.tokenizer, corpus, t, f"{tmp}/out/w", zstd=a.zstd))
             ours_s, wall_s = min(r[0] for r in runs), min(r[1] for r in runs)
             same = np.array_equal(bt.read_tokens(f"{tmp}/out/w"), want) if a.zstd == 0 else None
 
@@ -101,7 +133,7 @@ def main():
             base, tik_base = base or ours, tik_base or tik_mb
             ids = "yes" if same else "no" if same is not None else "not checked (zstd)"
             print(f"| {t} | {ours:.1f} | {ours / base:.2f}x | {mb / wall_s:.1f} | {tik_mb:.1f} "
-                  f"| {tik_mb / tik_base:.2f}x | {ours / tik_mb:.2f}x | {ids} |")
+                  f"| {tik_mb / tik_base:.2f}x | {ours / tik_mb:.2f}x | {ids} | {clocks.mean()} |")
             sys.stdout.flush()
         for z in (0, 3) if a.stages else ():
             shutil.rmtree(f"{tmp}/out", ignore_errors=True)
