@@ -42,6 +42,7 @@ PRINTED_BY = [
     ("bench_mxfp4_own", "`./train ... --bench --set precision.fp4_gemm=fp8_own` (`gpu_check.sh benchown`)"),
     ("bench_mxfp4_tuned", "`./train ... --bench --set precision.fp4_gemm=fp8` (`gpu_check.sh benchown`)"),
     ("bench_route_", "`./train configs/paper/ROUTE.yaml --bench --layers 2,4 --bench-steps 3` (`gpu_check.sh benchroutes`)"),
+    ("attention_peer", "`python3 scripts/gpu/attention_peer.py` (`gpu_check.sh attnpeer`)"),
     ("bench_attention", "`./train configs/llama3_8b.yaml --bench-attention` (`gpu_check.sh docmask`)"),
     ("bench_docmask", "`./train configs/llama3_8b.yaml --bench --set model.doc_mask=block_causal` (`gpu_check.sh docmask`)"),
     ("bench_nvtx", "`./train configs/llama3_8b.yaml --bench --set logging.nvtx=...` (`gpu_check.sh nvtx`)"),

@@ -3,8 +3,8 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag]
-# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness, ckptstall and dgraddiag; benchown: the MXFP4 bench
+#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer]
+# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness, ckptstall, dgraddiag and attnpeer; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_own, fp8_cutlass and fp8 (tuned per shape); ncuown: Nsight Compute on
 # the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -104,6 +104,18 @@ if has docmask; then  # document masking's cost at the 8B shapes: attention alon
     >"$OUT/bench_docmask.log" 2>&1
   grep -E "attention (fwd|bwd)" "$OUT/bench_docmask.log"
   while read -r l; do note "doc_mask=block_causal: $l"; done < <(grep '^BENCH' "$OUT/bench_docmask.log")
+fi
+
+if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's at the 8B shape, one call
+  for d in true false; do
+    timeout 300 ./train configs/llama3_8b.yaml --bench-attention --set parallel.deterministic=$d \
+      >"$OUT/bench_attention_det_$d.log" 2>&1
+    grep -E '^(bench: cuDNN|\| plain causal)' "$OUT/bench_attention_det_$d.log"
+    note "attention, engine, deterministic $d: $(grep '^| plain causal' "$OUT/bench_attention_det_$d.log")"
+  done
+  timeout 300 python3 scripts/gpu/attention_peer.py >"$OUT/attention_peer.log" 2>&1
+  tail -n 4 "$OUT/attention_peer.log"
+  note "$(grep '^PEER attention' "$OUT/attention_peer.log" || echo "attention peer: no PEER line (attention_peer.log)")"
 fi
 
 if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside ours and CUTLASS's
