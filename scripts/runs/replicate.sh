@@ -93,6 +93,8 @@ esac
 SCALE=${SCALE:-1}
 STEPS=${STEPS:-$(awk -v s="$b_steps" -v k="$SCALE" 'BEGIN { n = int(s * k + 0.5); print (n < 1 ? 1 : n) }')}
 [[ $STEPS =~ ^[0-9]+$ ]] && [ "$STEPS" -ge 1 ] || die "STEPS=$STEPS: expected a positive integer"
+# the budget as the outputs name it: its steps overridden by STEPS or SCALE say so
+budget_label="BUDGET=$BUDGET"; [ "$STEPS" = "$b_steps" ] || budget_label+=" with STEPS=$STEPS"
 WARMUP=${WARMUP:-$((STEPS / 20))}
 LR=${LR:-6e-4}
 VAL_POINTS=${VAL_POINTS:-$b_points}
@@ -258,7 +260,7 @@ epoch_tokens=$("$TRAIN" "${common[@]}" --set schedule.total_steps=1 --set schedu
 epochs=$(awk -v t="$tokens" -v e="${epoch_tokens:-0}" 'BEGIN { if (e > 0) printf "%.2f", t / e; else print "?" }')
 
 cat <<EOF
-replicate: BUDGET=$BUDGET, $STEPS steps x $GB x $SEQ tokens = $tokens tokens (${epochs} epochs of $train_shard), warmup $WARMUP, cosine lr $LR
+replicate: $budget_label, $STEPS steps x $GB x $SEQ tokens = $tokens tokens (${epochs} epochs of $train_shard), warmup $WARMUP, cosine lr $LR
 replicate: $(printf '%s\n' "$dry" | head -n 1)
 replicate: recipes ${recipes[*]}; validation every $every steps ($VAL_BATCHES x $MB x $SEQ tokens of $val_shard)
 replicate: downstream ${TASKS:-none} (limit $TASK_LIMIT per task, $EVAL_RECIPE forward, $EVAL_MB x $EVAL_SEQ tokens) from the final checkpoints in $CKPT_DIR
@@ -362,7 +364,7 @@ commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
   echo "# Scaled-down replication: ${recipes[*]}"
   echo
-  echo "$(date -u +%Y-%m-%dT%H:%MZ), commit $commit, $gpu_name, BUDGET=$BUDGET, $GPUS run(s) at a time."
+  echo "$(date -u +%Y-%m-%dT%H:%MZ), commit $commit, $gpu_name, $budget_label, $GPUS run(s) at a time."
   echo "$(printf '%s\n' "$dry" | head -n 1 | sed 's/^model: //'); $STEPS steps of $GB x $SEQ tokens = $tokens tokens"
   echo "(${epochs} epochs of the training split), AdamW lr $LR, $WARMUP warmup steps then cosine to 0.1 x lr, seed 42,"
   echo "same data order in every run. Validation: every $every steps, $VAL_BATCHES x $MB x $SEQ tokens of the held-out split."
