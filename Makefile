@@ -95,7 +95,7 @@ ifneq ($(wildcard $(CUTLASS_HOME)/include/cutlass/cutlass.h),)
 $(BUILD)/fp4/gemm_cutlass.cu.o: NVFLAGS += -DFP4_HAVE_CUTLASS -DNDEBUG -I$(CUTLASS_HOME)/include --expt-relaxed-constexpr
 $(BUILD)/fp4/gemm_cutlass.cu.o: $(CUTLASS_HOME)/include/cutlass/version.h
 else
-$(info note: no CUTLASS in $(CUTLASS_HOME)/include (scripts/deps.sh fetch gets it): fp4_gemm fp8 tunes between cuBLASLt and our own kernel only)
+$(info note: no CUTLASS in $(CUTLASS_HOME)/include (scripts/deps.sh fetch gets it): fp4_gemm fp8 keeps cuBLASLt on every shape)
 endif
 endif
 

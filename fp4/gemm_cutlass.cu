@@ -14,7 +14,7 @@
 // The tile scheduler is CUTLASS's persistent one (every output tile by one CTA over all of K: no
 // split-K, no stream-K, no atomics), so the reduction order is fixed and results are bit-identical run
 // to run. The promotion is an explicit fused multiply-add (below, replacing CUTLASS's accumulator
-// helper), as in our own kernel.
+// helper), as in our former own kernel (docs/gemm_wgmma.md).
 //
 // The kernels are Hopper-only: CUTLASS compiles their bodies for sm_90a and a stub for other targets
 // (its ENABLE_SM90_KERNEL_LEVEL guard), and fp4_gemm_cutlass_available() asks for a cc 9.0 device.
@@ -42,10 +42,10 @@
 #include "cutlass/gemm/collective/fp8_accumulation.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
-// The promotion with an explicit fused multiply-add, acc = fmaf(block, sa * sb, acc), as our own
-// kernel does: CUTLASS writes it `acc += block * s`, which the build's -fmad=false (an FMA only where
+// The promotion with an explicit fused multiply-add, acc = fmaf(block, sa * sb, acc), as our former
+// own kernel did: CUTLASS writes it `acc += block * s`, which the build's -fmad=false (an FMA only where
 // the code calls one) would split into a multiply and an add, more instructions and energy per flop
-// in the mainloop (our kernel gained 11-26% from the fused form, docs/gemm_wgmma.md). With the
+// in the mainloop (our former own kernel gained 11-26% from the fused form, docs/gemm_wgmma.md). With the
 // engine's power-of-two scales block * s is exact and both forms round once, at the add: the same
 // bits. A specialization of CUTLASS's accumulator helper (fp8_accumulation.hpp) for fp32 register
 // accumulators, with the interface its blockwise collective calls: the block accumulator (operator()),

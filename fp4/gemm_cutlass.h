@@ -1,8 +1,8 @@
 // fp4/gemm_cutlass.h: the FP8-embedded MXFP4 GEMM on CUTLASS's Hopper blockwise-scaled FP8 kernel
-// (fp4/gemm_cutlass.cu), a third kernel beside cuBLASLt's block-scaled GEMM (fp4_gemm_fp8) and our own
-// (fp4_gemm_wgmma), with their operands and semantics (fp4/gemm_fp4.h, TN):
+// (fp4/gemm_cutlass.cu), the kernel beside cuBLASLt's block-scaled GEMM (fp4_gemm_fp8), with its
+// operands and semantics (fp4/gemm_fp4.h, TN):
 //   out[M,N] = alpha * sum_k A[m,k] sa B[n,k] sb + beta * out       out BF16 (out_fp32 = 0) or fp32
-// CUTLASS promotes the FP8 MMAs' sums into fp32 once per 128 of K, as cuBLASLt and ours do, and its
+// CUTLASS promotes the FP8 MMAs' sums into fp32 once per 128 of K, as cuBLASLt does, and its
 // epilogue here rounds alpha * acc to the out type before adding beta * out in fp32 (cuBLASLt's
 // arithmetic, docs/gemm_wgmma.md): the same sums in the same order, so the same bits are expected; the
 // tuner (fp4_gemm_fp8_on) keeps it only where they are, per shape (docs/gemm_cutlass.md).
@@ -24,7 +24,7 @@ int fp4_gemm_cutlass_available(void);
 // (Fprop, Dgrad) and BLK128x128 A x VEC128 B into fp32 (Wgrad with wgrad_2d: dy); others go to
 // cuBLASLt. Shapes: N % 8 (BF16) or N % 4 (fp32), K % 16, M % 4 for a VEC128 A and N % 4 for a
 // VEC128 B (their scales come by TMA); 16-byte aligned pointers. Any K (a partial last 128-block reads
-// zeros past K, as ours).
+// zeros past K).
 const char *fp4_gemm_cutlass_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
 // Runs configuration cfg (0 .. fp4_gemm_cutlass_configs() - 1) or, in the plain form, 0. Dies
 // naming the reason when unsupported. Queued on cuda_stream(); no host sync, no allocation (the
@@ -36,7 +36,7 @@ void fp4_gemm_cutlass_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, i
 // The number of configurations of the per-shape search (0 when the kernel is not built): a kernel
 // (tile 128x128 cooperative, alone or in a cluster of two along M or N, or 64-wide ping-pong) with a
 // raster order and a swizzle. *tuned (if not NULL): how many of them, the first ones, have run on
-// hardware and may be chosen by the tuner (fp4_gemm_fp8_on), as for our kernel: a training run is not
+// hardware and may be chosen by the tuner (fp4_gemm_fp8_on): a training run is not
 // where a kernel runs first.
 int fp4_gemm_cutlass_configs(int *tuned);
 // "128x128c2m/N4": tile, cluster (c1, c2m: two CTAs along M share B, c2n: along N share A), raster

@@ -64,7 +64,7 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
 // A speed reference, not a path of the engine: the same E4M3 bytes as one per-tensor-scaled FP8 GEMM
 // (scale_a, scale_b: device scalars), BF16 out, alpha 1, beta 0; fast_accum: cuBLASLt's FAST_ACCUM
 // (the MMAs accumulate over all of K). What the two-level block-scaled kernels are measured against:
-// the same MMAs on the same data without the promotion (docs/gemm_wgmma.md).
+// the same MMAs on the same data without the promotion (docs/gemm_wgmma.md: the H200 measurements).
 void fp4_gemm_fp8_tensorwise(void *out, const uint8_t *a, const uint8_t *b, const float *scale_a, const float *scale_b,
                              int M, int N, int K, int fast_accum);
 // 1 if cuBLASLt offers an algorithm for this shape and scale-mode pair, else 0 (builds and caches the
@@ -80,58 +80,21 @@ double fp4_gemm_fp8_tflops(int M, int N, int K, int a_blk128, int b_blk128, int 
 Fp8Operand fp4_bench_operand(int rows, int K, int blk128, uint32_t seed);
 void fp4_bench_operand_free(Fp8Operand o);
 
-// ---- Our own Hopper FP8 path (fp4/gemm_wgmma.cu): the same operands, scale layouts and semantics as
-// fp4_gemm_fp8 (VEC128 x BLK128x128 either way round, or VEC128 x VEC128), on wgmma fed by TMA, warp
-// specialized, persistent, 128 x 128 or 128 x 256 tiles, alone or in clusters of two; no atomics, so bit-identical run
-// to run (and, measured on the H200, bit-identical to cuBLASLt's block-scaled result: the same two-level sums). The
-// engine uses it under precision.fp4_gemm: fp8_own (Recipe.fp8_own). available: a cc 9.0 device (the kernel is built
-// for sm_90a only).
-int fp4_gemm_wgmma_available(void);
-// NULL if the kernel takes this GEMM, else why not (shape, scale pair, alignment, device).
-const char *fp4_gemm_wgmma_unsupported(Fp8Operand A, Fp8Operand B, int M, int N, int K);
-// A launch configuration: tile width bn (128 or 256; the tile is 128 x bn), CTAs per cluster (1 or 2:
-// the B tile multicast to two tile rows), pipelined (bn 128 only: two block accumulators, the next K
-// block's MMAs in flight during a promotion), epi_smem (the epilogue staged through shared memory for
-// whole-row stores), ordered (the two consumer warpgroups issue their MMAs in strict turn, "ping-pong",
-// so that one's promotion overlaps the other's MMAs). A build has the combinations that
-// fp4_gemm_wgmma_configs lists, no others.
+// ---- The FP8 embedding on the fastest kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM
+// or CUTLASS's (fp4/gemm_cutlass.h), per shape. FP8_KERNEL_TUNED times them on the shape's first call
+// (its own operands, scratch copies of out) and keeps CUTLASS's only where the result has cuBLASLt's
+// exact bits and it is faster, so the timing-dependent choice never changes a result; a build without
+// CUTLASS (or a GPU other than cc 9.0) keeps cuBLASLt everywhere. CUBLASLT and CUTLASS force one.
+// Returns the kernel that ran: 0 cuBLASLt, 2 CUTLASS's (1 was our own wgmma kernel, removed on
+// 2026-12-05: docs/gemm_wgmma.md) (Fp8Kernel: fp4/recipe.h). The choices are kept per process (reset:
+// the next call of a shape tunes again).
 typedef struct {
-  int bn, cluster, pipelined, epi_smem, ordered;
-} Fp4WgmmaCfg;
-// Dies naming the reason when unsupported. The _cfg form fixes the configuration (tuning, tests); the
-// plain one takes fp4_gemm_wgmma_default_cfg(M, N).
-void fp4_gemm_wgmma(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
-void fp4_gemm_wgmma_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                        float beta, Fp4WgmmaCfg cfg);
-Fp4WgmmaCfg fp4_gemm_wgmma_default_cfg(int M, int N);
-// Every configuration the kernel has (*n of them), for tests and benchmarks; the first *tuned (if not
-// NULL) have run on hardware and are the ones fp4_gemm_fp8_on may choose.
-const Fp4WgmmaCfg *fp4_gemm_wgmma_configs(int *n, int *tuned);
-// "256x1", "128x1p" (pipelined), "128x1e" (epilogue through shared memory), "256x1o" (ordered): into
-// buf, returned.
-const char *fp4_gemm_wgmma_cfg_name(Fp4WgmmaCfg cfg, char *buf, int n);
-// For profiling only, wrong results by design: configuration cfg (256x1e, 256x2, 128x1pe or 128x2pe; VEC128
-// A x BLK128x128 B into BF16) with one part of its work left out, to see what bounds the rest: ablate
-// 0 nothing (the real kernel), 1 the promotion, 2 the MMAs, 3 both (the operand feed alone), 4 the
-// promotion replaced by as many fused multiply-adds on the result accumulators alone (no block sums
-// read), 5 no block sums at all (a per-tensor GEMM's mainloop: the MMAs accumulate over all of K).
-void fp4_gemm_wgmma_ablate(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K, Fp4WgmmaCfg cfg, int ablate);
-
-// ---- The FP8 embedding on the fastest kernel (fp4/gemm_fp8_select.cu): cuBLASLt's block-scaled GEMM,
-// ours or CUTLASS's (fp4/gemm_cutlass.h), per shape. FP8_KERNEL_TUNED times them on the shape's first
-// call (its own operands, scratch copies of out) and keeps ours or CUTLASS's only where the result has
-// cuBLASLt's exact bits and it is faster, so the timing-dependent choice never changes a result;
-// CUBLASLT, OWN and CUTLASS force one. Returns the kernel that ran: 0 cuBLASLt, 1 ours, 2 CUTLASS's
-// (Fp8Kernel: fp4/recipe.h). The choices are kept per process (reset: the next call of a shape tunes
-// again).
-typedef struct {
-  int key[7];                        // out_fp32, A blk128, B blk128, M, N, K, beta != 0
-  int own;                           // 1: our kernel, with cfg; 2: CUTLASS's, configuration cutlass_cfg
-  Fp4WgmmaCfg cfg;                   // our fastest configuration with cuBLASLt's bits (when ms_own > 0)
-  int cutlass_cfg;                   // CUTLASS's fastest with cuBLASLt's bits (when ms_cutlass > 0)
-  double ms_lt, ms_own, ms_cutlass;  // per call at tuning (0: not timed)
-  const char *why;                   // why cuBLASLt was kept without a comparison, or NULL
-  const char *why_cutlass;           // why CUTLASS's kernel was no candidate, or NULL
+  int key[7];                // out_fp32, A blk128, B blk128, M, N, K, beta != 0
+  int kernel;                // 0: cuBLASLt; 2: CUTLASS's, configuration cutlass_cfg
+  int cutlass_cfg;           // CUTLASS's fastest with cuBLASLt's bits (when ms_cutlass > 0)
+  double ms_lt, ms_cutlass;  // per call at tuning (0: not timed)
+  const char *why;           // why cuBLASLt was kept without a comparison, or NULL
+  const char *why_cutlass;   // why CUTLASS's kernel was no candidate, or NULL
   long calls;
 } Fp8Choice;
 int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,

@@ -94,19 +94,18 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   // CTA-local NVFP4's native path (FP4 GEMM, then the outer factors) has never run on Blackwell, so
   // auto keeps such routes on the exact reference there (fp4 asks for it and is refused at run time).
   const int mx = may_use_any(r, FMT_MXFP4), any_cta = may_use_any(r, FMT_NVFP4_CTA);
-  // gemm: auto reference fp8 fp4 fp8_own fp8_cublaslt fp8_cutlass
+  // gemm: auto reference fp8 fp4 fp8_cublaslt fp8_cutlass
+  if (s->fp4_gemm && !strcmp(s->fp4_gemm, RECIPE_FP4_GEMM_REMOVED))
+    return snprintf(err, errlen, "precision.fp4_gemm: %s; use one of %s", RECIPE_FP4_GEMM_REMOVED_WHY, RECIPE_FP4_GEMM),
+           -1;
   PICK(gemm, "precision.fp4_gemm", AUTO(s->fp4_gemm), RECIPE_FP4_GEMM);
   if (gemm == 0 && cc >= 100) r->gemm = any_cta ? GEMM_REFERENCE : GEMM_FP4_NATIVE;
   else if (gemm == 0) r->gemm = cc >= 90 && mx ? GEMM_FP8_EMBED : GEMM_REFERENCE;
   else r->gemm = gemm == 1 ? GEMM_REFERENCE : gemm == 3 ? GEMM_FP4_NATIVE : GEMM_FP8_EMBED;
   // auto keeps cuBLASLt until the tuned path (fp8) has run on hardware: a default is not where code first runs
-  r->fp8_kernel = gemm == 4   ? FP8_KERNEL_OWN
-                  : gemm == 6 ? FP8_KERNEL_CUTLASS
-                  : gemm == 2 ? FP8_KERNEL_TUNED
-                              : FP8_KERNEL_CUBLASLT;
-  if ((r->fp8_kernel == FP8_KERNEL_OWN || r->fp8_kernel == FP8_KERNEL_CUTLASS) && cc && cc != 90)
-    return snprintf(err, errlen, "precision.fp4_gemm: %s is a Hopper (sm_90) kernel; this GPU is sm_%d",
-                    r->fp8_kernel == FP8_KERNEL_OWN ? "fp8_own" : "fp8_cutlass", cc),
+  r->fp8_kernel = gemm == 5 ? FP8_KERNEL_CUTLASS : gemm == 2 ? FP8_KERNEL_TUNED : FP8_KERNEL_CUBLASLT;
+  if (r->fp8_kernel == FP8_KERNEL_CUTLASS && cc && cc != 90)
+    return snprintf(err, errlen, "precision.fp4_gemm: fp8_cutlass is a Hopper (sm_90) kernel; this GPU is sm_%d", cc),
            -1;
   if (r->gemm == GEMM_FP4_NATIVE && cc && cc < 100)
     return snprintf(err, errlen, "precision.fp4_gemm: fp4 needs an sm_100 GPU (this one is sm_%d)", cc), -1;
@@ -179,12 +178,12 @@ int recipe_check(const Recipe *r, char *err, int errlen) {
                     "precision.fp4_gemm: fp8 cannot hold NVFP4 exactly and no contraction is MXFP4; use reference "
                     "(Hopper) or fp4"),
            -1;
-  if (r->fp8_kernel < FP8_KERNEL_TUNED || r->fp8_kernel > FP8_KERNEL_CUTLASS)
-    return snprintf(err, errlen, "precision.fp4_gemm: FP8 kernel %d is not an Fp8Kernel", (int)r->fp8_kernel), -1;
-  if ((r->fp8_kernel == FP8_KERNEL_OWN || r->fp8_kernel == FP8_KERNEL_CUTLASS) &&
-      r->gemm != GEMM_FP8_EMBED)  // the others mean nothing elsewhere
-    return snprintf(err, errlen, "precision.fp4_gemm: %s runs the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)",
-                    r->fp8_kernel == FP8_KERNEL_OWN ? "fp8_own" : "fp8_cutlass"),
+  if (r->fp8_kernel != FP8_KERNEL_TUNED && r->fp8_kernel != FP8_KERNEL_CUBLASLT && r->fp8_kernel != FP8_KERNEL_CUTLASS)
+    return snprintf(err, errlen, "precision.fp4_gemm: FP8 kernel %d is not an Fp8Kernel%s", (int)r->fp8_kernel,
+                    r->fp8_kernel == 2 ? " (2 was fp8_own, removed on 2026-12-05)" : ""),
+           -1;
+  if (r->fp8_kernel == FP8_KERNEL_CUTLASS && r->gemm != GEMM_FP8_EMBED)  // the others mean nothing elsewhere
+    return snprintf(err, errlen, "precision.fp4_gemm: fp8_cutlass runs the FP8 embedding (Recipe.gemm GEMM_FP8_EMBED)"),
            -1;
   return 0;
 }

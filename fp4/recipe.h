@@ -19,9 +19,10 @@ typedef struct {
   int first, last;
 } BlockSpan;
 typedef enum { GEMM_REFERENCE, GEMM_FP8_EMBED, GEMM_FP4_NATIVE } FP4GemmBackend;
-// GEMM_FP8_EMBED's kernel: per shape the fastest of cuBLASLt, ours and CUTLASS's where the bits agree
-// (tuned), or one forced (fp4/gemm_fp4.h's fp4_gemm_fp8_on).
-typedef enum { FP8_KERNEL_TUNED = 0, FP8_KERNEL_CUBLASLT = 1, FP8_KERNEL_OWN = 2, FP8_KERNEL_CUTLASS = 3 } Fp8Kernel;
+// GEMM_FP8_EMBED's kernel: per shape the faster of cuBLASLt and CUTLASS's where the bits agree (tuned;
+// cuBLASLt alone in a build without CUTLASS), or one forced (fp4/gemm_fp4.h's fp4_gemm_fp8_on). 2 was
+// our own wgmma kernel, removed on 2026-12-05 (docs/gemm_wgmma.md).
+typedef enum { FP8_KERNEL_TUNED = 0, FP8_KERNEL_CUBLASLT = 1, FP8_KERNEL_CUTLASS = 3 } Fp8Kernel;
 // On the FP8 path cuBLASLt runs a Wgrad with both operands in VEC128 (one exponent per 128 tokens of a
 // row) at ~880 TFLOP/s, with one in BLK128x128 (one per 128x128 tile) at ~1100 (docs/results_fp4.md).
 // The tile embedding is exact while a tile's 32-blocks lie within 14 binades of its largest
@@ -38,7 +39,7 @@ typedef struct {
   int weight_2d;              // 2D weight tiles (32x32 MX, 16x16 NV): W and W^T share codes
   int scale_round_up;         // MXFP4: 2^ceil(log2 amax) (the paper) rather than OCP's floor - 2
   FP4GemmBackend gemm;        // how the quantized GEMMs run
-  Fp8Kernel fp8_kernel;       // GEMM_FP8_EMBED: cuBLASLt, ours (fp4/gemm_wgmma.cu), CUTLASS's, or tuned per shape
+  Fp8Kernel fp8_kernel;       // GEMM_FP8_EMBED: cuBLASLt, CUTLASS's, or tuned per shape
   int wgrad_2d;               // FP8 path: the Wgrad operand embedded per 128x128 tile (faster GEMM): WGRAD_2D_*
   int bf16_first, bf16_last;  // blocks kept in BF16 at either end (over every span)
   // precision.fprop/dgrad/wgrad: 0 = auto (the block's format), else 1 + the FP4Format, so that a
@@ -57,7 +58,13 @@ typedef struct {
 #define RECIPE_WEIGHT_2D "auto|on|off"
 #define RECIPE_SCALE_ROUNDING "auto|up|down"
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
-#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_own|fp8_cublaslt|fp8_cutlass"
+#define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_cublaslt|fp8_cutlass"
+// A value precision.fp4_gemm took until 2026-12-05, refused (recipe_resolve, run/config.c) with this
+// note rather than as unknown: a config that names it must not run another kernel silently.
+#define RECIPE_FP4_GEMM_REMOVED "fp8_own"
+#define RECIPE_FP4_GEMM_REMOVED_WHY                                                        \
+  "fp8_own was our own Hopper FP8 kernel, removed on 2026-12-05 (it never beat cuBLASLt: " \
+  "docs/gemm_wgmma.md); fp8_cublaslt gives the same bits"
 
 // A recipe as the config spells it: the precision.* keys (NULL: "auto", except recipe).
 typedef struct {
@@ -76,9 +83,10 @@ typedef struct {
 // runs, and combinations no format can honour are refused (recipe_check).
 // fp4_gemm "auto" picks by compute capability: native FP4 on sm_100+, the FP8 embedding on sm_90,
 // the reference elsewhere, the FP8 embedding on cuBLASLt. "fp8" is the FP8 embedding with its kernel
-// tuned per shape (FP8_KERNEL_TUNED: ours or CUTLASS's only where faster with cuBLASLt's bits; opt-in
-// until it has run on hardware); "fp8_cublaslt", "fp8_own" and "fp8_cutlass" force one (the last two:
-// sm_90 only) (cc = major*10 + minor; 0 when
+// tuned per shape (FP8_KERNEL_TUNED: CUTLASS's only where faster with cuBLASLt's bits, so cuBLASLt
+// alone in a build without CUTLASS; opt-in until it has run on hardware); "fp8_cublaslt" and
+// "fp8_cutlass" force one (the last: sm_90 only); "fp8_own" is refused (RECIPE_FP4_GEMM_REMOVED)
+// (cc = major*10 + minor; 0 when
 // there is no GPU). wgrad_2d: auto (dy on the FP8 path) | off | dy | x; other back ends ignore it. Then recipe_check.
 // Returns 0, or -1 with err naming the key.
 int recipe_resolve(Recipe *r, const RecipeSpec *spec, int cc, char *err, int errlen);

@@ -128,9 +128,10 @@ static const Key KEYS[] = {
     KENUM("precision.wgrad_2d", wgrad_2d, "auto", RECIPE_WGRAD_2D,
           "fp8 back end: embed one Wgrad operand per 128x128 tile for cuBLASLt's faster mode (auto = dy)"),
     KENUM("precision.fp4_gemm", fp4_gemm, "auto", RECIPE_FP4_GEMM,
-          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the fastest of "
-          "cuBLASLt, our wgmma kernel and CUTLASS's where their bits agree), fp8_cublaslt, fp8_own or fp8_cutlass "
-          "(one of them), fp4 (Blackwell native); auto: fp4 on Blackwell (reference with CTA-local NVFP4), "
+          "FP4 GEMM back end: reference (dequantize, BF16 GEMM), fp8 (Hopper embedding: per shape the faster of "
+          "cuBLASLt and CUTLASS's where their bits agree; cuBLASLt alone in a build without CUTLASS), fp8_cublaslt "
+          "or fp8_cutlass (one of them; fp8_own, our own kernel, was removed on 2026-12-05), fp4 (Blackwell native); "
+          "auto: fp4 on Blackwell (reference with CTA-local NVFP4), "
           "fp8_cublaslt on Hopper with an MXFP4 contraction, else reference"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
@@ -437,6 +438,9 @@ static int set_value(TrainConfig *c, const Key *k, const char *text, char *msg, 
         range_text(k, r, sizeof r);
         for (char *s = r; *s; s++)
           if (*s == '|') *s = '/';
+        // a value the key no longer takes says why (a config naming it must not run something else)
+        if (!strcmp(k->name, "precision.fp4_gemm") && !strcmp(text, RECIPE_FP4_GEMM_REMOVED))
+          return snprintf(msg, n, "%s; allowed: %s", RECIPE_FP4_GEMM_REMOVED_WHY, k->choices), -1;
         return snprintf(msg, n, "invalid value %s (allowed: %s)", shown, r), -1;
       }
       if (k->type == K_PRESET) {

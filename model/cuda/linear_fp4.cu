@@ -82,8 +82,6 @@ void linear_fp4_set_recipe(LinearFp4 *L, const Recipe *r, int n_layers, uint64_t
     if (r->gemm == GEMM_FP4_NATIVE && outer)
       die("cuda_set_recipe: precision.fp4_gemm fp4 with CTA-local NVFP4: the native path (FP4 GEMM, then the outer "
           "factors' epilogue) is compiled for sm_100a but has never run on a Blackwell GPU; use reference");
-    if (r->fp8_kernel == FP8_KERNEL_OWN && !fp4_gemm_wgmma_available())
-      die("cuda_set_recipe: precision.fp4_gemm fp8_own needs a compute capability 9.0 GPU (Hopper); use fp8");
     if (r->fp8_kernel == FP8_KERNEL_CUTLASS && !fp4_gemm_cutlass_available())
       die("cuda_set_recipe: precision.fp4_gemm fp8_cutlass needs a compute capability 9.0 GPU and a build with "
           "CUTLASS (scripts/deps.sh fetches it); use fp8");
@@ -203,13 +201,10 @@ static void fp4_gemm(LinearFp4 *L, const LinearFormat *f, const char *use, Linea
   const char *engine;
   if (A.fp8) {
     Fp8Operand a = {A.q, A.sf, A.blk128}, b = {B.q, B.sf, B.blk128};
-    const int own = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, out_fp32, a, b, M, N, K, alpha, beta);
-    engine = own == 2 ? "cutlass"
-             : own    ? "own"
-                      : "fp8",
-    s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
-               : A.blk128 ? GEMM_ENGINE_FP8_ABLK
-                          : GEMM_ENGINE_FP8_VEC;
+    const int kernel = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, out_fp32, a, b, M, N, K, alpha, beta);
+    engine = kernel == 2 ? "cutlass" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
+                                                         : A.blk128 ? GEMM_ENGINE_FP8_ABLK
+                                                                    : GEMM_ENGINE_FP8_VEC;
   } else if (A.outer) {  // CTA-local: the GEMM on unscaled operands, then alpha_i beta_j (alpha is 1)
     Fp4Operand a = {A.q, A.sb}, b = {B.q, B.sb};
     const int native = L->recipe.gemm == GEMM_FP4_NATIVE;

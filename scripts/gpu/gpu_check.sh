@@ -2,11 +2,11 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
-#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [ncuown] [ablate] [owntrain] [nsys] [benchfp4] [fp4train] [crash] [peer]
+#   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer]
-# (default: all but docmask, benchdet, benchown, ncuown, ablate, owntrain, crash, probe, replicate, harness, ckptstall, dgraddiag and attnpeer; benchown: the MXFP4 bench
-# with precision.fp4_gemm fp8_cublaslt, fp8_own, fp8_cutlass and fp8 (tuned per shape); ncuown: Nsight Compute on
-# the own GEMM's configurations; gputests skips the CPU tests, which CI runs). probe: the
+# (default: all but docmask, benchdet, benchown, crash, probe, replicate, harness, ckptstall, dgraddiag and attnpeer; benchown: the MXFP4 bench
+# with precision.fp4_gemm fp8_cublaslt, fp8_cutlass and fp8 (tuned per shape); gputests skips the CPU tests, which CI
+# runs; ncuown, ablate and owntrain went with our own GEMM on 2026-12-05, docs/gemm_wgmma.md). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
 # replicate: scripts/runs/replicate.sh into $OUT/replicate with its environment knobs (BUDGET, SCALE,
 # TASK_LIMIT, ...), from the carried .deps/novels.jsonl.zst, .deps/evals and .deps/tokenizer.model.
@@ -118,48 +118,14 @@ if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's
   note "$(grep '^PEER attention' "$OUT/attention_peer.log" || echo "attention peer: no PEER line (attention_peer.log)")"
 fi
 
-if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside ours and CUTLASS's
-  for g in fp8_cublaslt fp8_own fp8_cutlass fp8; do
+if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside CUTLASS's and the tuned choice
+  for g in fp8_cublaslt fp8_cutlass fp8; do
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fp4_gemm=$g >"$OUT/bench_$g.log" 2>&1
     grep -E "gemm (fwd|dgrad|wgrad) (q|gate|down) " "$OUT/bench_$g.log"
     [ "$g" = fp8 ] && sed -n '/^FP8 GEMM kernel per shape/,$p' "$OUT/bench_$g.log" | head -n 16
     while read -r l; do note "fp4_gemm=$g: $l"; done < <(grep '^BENCH' "$OUT/bench_$g.log")
   done
-fi
-
-if has ncuown; then  # Nsight Compute on one 8B fprop per own configuration (gpu_test_fp4_gemm --profile)
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
-  if [ -n "$NCU" ]; then
-    # every kernel of the run (operand set-up, ours, cuBLASLt's): cuBLASLt's beside ours, same sections
-    timeout 400 "$NCU" --clock-control none --launch-count 60 --section SpeedOfLight --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
-      --section Occupancy build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_own.txt" 2>&1
-    grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp|No Eligible|Stall|Registers Per|Executed Ipc A" \
-      "$OUT/ncu_own.txt" | grep -vE "fill|init|rng|quant|embed" | head -n 100
-    # the stall reasons of ours and cuBLASLt's (the warp states per issued instruction)
-    timeout 300 "$NCU" --clock-control none --kernel-name regex:'wgmma_gemm|nvjet' --launch-skip 4 --launch-count 5 \
-      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-      build/gpu_tests/gpu_test_fp4_gemm --profile >"$OUT/ncu_stalls.txt" 2>&1
-    awk '/wgmma_gemm|nvjet/{print substr($0, 1, 90)} /stalled/ && $NF + 0 >= 0.1' "$OUT/ncu_stalls.txt" | head -n 80
-    note "ncu own: $(grep -c 'wgmma_gemm_kernel' "$OUT/ncu_own.txt") own kernels profiled, $(grep -cE '^  [A-Za-z_].*\(' "$OUT/ncu_own.txt") in all (ncu_own.txt)"
-  else note "ncu: not installed"; fi
-fi
-
-if has ablate; then  # what bounds our pipelined GEMM: its rate with one part of the work left out at a time
-  # the SM clock and the power drawn, every 100 ms, beside the ablation's time-stamped lines
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit --format=csv,noheader -lms 100 \
-    >"$OUT/ablate_clocks.txt" 2>&1 & smi=$!
-  timeout 260 build/gpu_tests/gpu_test_fp4_gemm --ablate >"$OUT/ablate.log" 2>&1
-  kill $smi 2>/dev/null
-  cat "$OUT/ablate.log"
-  note "ablate: $(tail -n 1 "$OUT/ablate.log")"
-fi
-
-if has owntrain; then  # training with our GEMM: bit-identical run to run and to cuBLASLt's (tiny, small)
-  timeout 300 bash scripts/gpu/own_gemm_train.sh >"$OUT/own_gemm_train.log" 2>&1
-  tail -n 12 "$OUT/own_gemm_train.log"
-  note "own GEMM training: $(tail -n 1 "$OUT/own_gemm_train.log")"
 fi
 
 if has nsys; then  # GPU idle time between kernels in the bench (launch gaps, syncs), if Nsight Systems is there
@@ -247,7 +213,7 @@ if has repro; then  # bit-reproducible by default (docs/determinism.md): two pro
   # small preset, MXFP4, 30 steps, default settings: runs a and b are separate processes sharing one
   # record of GEMM choices (a records, b reuses), c stops at step 15 and a fourth process resumes it
   # to 30. Every logged loss and gradient norm must equal run a's. Per back end: auto (fp8_cublaslt on
-  # Hopper) and fp8 (per shape cuBLASLt or our kernel, a choice recorded too). Then, for contrast and
+  # Hopper) and fp8 (per shape cuBLASLt or CUTLASS's, a choice recorded too). Then, for contrast and
   # not asserted, two runs with parallel.deterministic false.
   rd=$OUT/repro; mkdir -p "$rd"
   R=(configs/small.yaml --set parallel.backend=cuda --set precision.recipe=mxfp4 --set data.train=synthetic

@@ -16,7 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/common.h"
 #include "fp4/fp8_embed.h"
@@ -208,42 +207,14 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     CHECK(K % 128 != 0, "%s: cuBLASLt refused the fp8 GEMM at K = %d, a multiple of 128", name, K);
   }
 
-  // Our own wgmma GEMM (fp4/gemm_wgmma.cu), both tile widths: against fp64, twice bit-identical, and
-  // beside cuBLASLt (so far the same bits: the same two-level sums; the check allows the fp8 bound).
-  if (fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
-    float *got_own = (float *)xmalloc(n * 4);
-    int ncfg;
-    const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
-    for (int ci = 0; ci < ncfg; ci++) {  // every configuration: width, cluster, pipelined
-      const Fp4WgmmaCfg c = cfgs[ci];
-      auto own = [&] { fp4_gemm_wgmma_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, c); };
-      char path[24], cn[16];
-      snprintf(path, sizeof path, "own%s", fp4_gemm_wgmma_cfg_name(c, cn, sizeof cn));
-      run(got_own, own);
-      vs_fp64(path, got_own, tol_fp8);
-      run(got, own);
-      CHECK(memcmp(got, got_own, n * 4) == 0, "%s: two %s calls on the same inputs differ", name, path);
-      if (ok) {  // the same two-level sums in the same order and the same epilogue arithmetic: the same bits
-        double d = rel_err(got_own, got_fp8, n);
-        printf("%s-vs-fp8 %.1e  ", path, d);
-        CHECK(memcmp(got_own, got_fp8, n * 4) == 0, "%s: %s differs from cuBLASLt's bits: rel L2 %.3e", name, path, d);
-      }
-    }
-    free(got_own);
-  }
-
   // CUTLASS's blockwise-scaled kernel (fp4/gemm_cutlass.cu), every configuration: against fp64, twice
-  // bit-identical, and against cuBLASLt's bits (or, where cuBLASLt refuses a partial last 128-group,
-  // our own kernel's): the same two-level sums in the same order and the same epilogue arithmetic, so
-  // the same bits are expected; the share of outputs that differ and by how much is printed either way.
+  // bit-identical, and against cuBLASLt's bits where cuBLASLt takes the shape (a partial last 128-group:
+  // fp64 alone): the same two-level sums in the same order and the same epilogue arithmetic, so the
+  // same bits are expected; the share of outputs that differ and by how much is printed either way.
   const char *no_cutlass = fp4_gemm_cutlass_unsupported(out_fp32, fp8_of(A), fp8_of(B), M, N, K);
   if (!no_cutlass) {
     float *got_cut = (float *)xmalloc(n * 4), *oracle = ok ? got_fp8 : NULL;
     const char *oracle_name = "fp8";
-    if (!oracle && !fp4_gemm_wgmma_unsupported(fp8_of(A), fp8_of(B), M, N, K)) {  // partial K: ours is the oracle
-      oracle = (float *)xmalloc(n * 4), oracle_name = "own";
-      run(oracle, [&] { fp4_gemm_wgmma(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
-    }
     for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++) {
       auto cut = [&] { fp4_gemm_cutlass_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); };
       char path[40];
@@ -260,24 +231,22 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
               path, fp4_gemm_cutlass_cfg_name(ci), oracle_name, d.frac, d.max_rel);
       }
     }
-    if (oracle && oracle != got_fp8) free(oracle);
     free(got_cut);
   } else if (fp4_gemm_cutlass_available()) {
     printf("cutlass: %s  ", no_cutlass);
   }
 
   // The accumulating BF16 form (a Dgrad with dx_accumulate): which epilogue arithmetic gives cuBLASLt's
-  // bits? Our kernel's fp32 accumulators (alpha 1, beta 0: the two-level sums, cuBLASLt's too), then on
-  // the host: (0) alpha * acc rounded in fp32, then + beta * out (the fp32 out's form; ours before
-  // 2026-12-02); (1) one fused multiply-add, fma(alpha, acc, beta * out); (2) the exact sum rounded
-  // once (double); (3) alpha * acc rounded to BF16 first (ours since: all of cuBLASLt's bits at 3126cc1).
-  // All four reported (the finding behind our epilogue's arithmetic); (3) asserted: it is cuBLASLt's.
-  if (ok && !out_fp32 && beta != 0.0f && fp4_gemm_wgmma_available() && !(A->blk && B->blk)) {
+  // bits? cuBLASLt's own fp32 accumulators (fp32 out, alpha 1, beta 0: the two-level sums), then on the
+  // host: (0) alpha * acc rounded in fp32, then + beta * out (the fp32 out's form); (1) one fused
+  // multiply-add, fma(alpha, acc, beta * out); (2) the exact sum rounded once (double); (3) alpha * acc
+  // rounded to BF16 first (all of cuBLASLt's bits since 3126cc1, found with our former own kernel's
+  // accumulators). All four reported (the finding behind CUTLASS's epilogue here); (3) asserted.
+  if (ok && !out_fp32 && beta != 0.0f && fp4_gemm_fp8_supported(1, A->blk, B->blk, M, N, K)) {
     float *acc = (float *)xmalloc(n * 4);
     void *d_acc;
     CUDA_CHECK(cudaMalloc(&d_acc, n * 4));
-    int ncfg;
-    fp4_gemm_wgmma_cfg(d_acc, 1, fp8_of(A), fp8_of(B), M, N, K, 1.0f, 0.0f, fp4_gemm_wgmma_configs(&ncfg, NULL)[0]);
+    fp4_gemm_fp8(d_acc, 1, fp8_of(A), fp8_of(B), M, N, K, 1.0f, 0.0f);
     download_floats(acc, d_acc, n, 1);
     CUDA_CHECK(cudaFree(d_acc));
     size_t match[4] = {0, 0, 0, 0};
@@ -301,21 +270,19 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   // both on scratch copies) and the next give cuBLASLt's bits, an accumulating out added to once.
   if (ok) {
     fp4_gemm_fp8_choices_reset();  // this shape tunes again here
-    int own = 0;
+    int kernel = 0;
     for (int call = 0; call < 2; call++) {
       run(got, [&] {
-        own = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
+        kernel = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
       });
       CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: tuned call %d (%s) differs from cuBLASLt: rel %.3e", name, call,
-            own == 2 ? "cutlass"
-            : own    ? "own"
-                     : "cuBLASLt",
-            rel_err(got, got_fp8, n));
+            kernel == 2 ? "cutlass" : "cuBLASLt", rel_err(got, got_fp8, n));
     }
     const Fp8Choice *c = fp4_gemm_fp8_choice_at(fp4_gemm_fp8_choice_count() - 1);
-    CHECK(c && c->calls == 2 && c->own == own && c->key[3] == M && c->key[4] == N && c->key[5] == K,
-          "%s: the choice recorded (%d calls, own %d)", name, c ? (int)c->calls : -1, c ? c->own : -1);
-    if (c) printf("tuned: %s  ", c->own == 2 ? "cutlass" : c->own ? "own" : "cuBLASLt");
+    CHECK(c && c->calls == 2 && c->kernel == kernel && (kernel == 0 || kernel == 2) && c->key[3] == M &&
+              c->key[4] == N && c->key[5] == K,
+          "%s: the choice recorded (%d calls, kernel %d)", name, c ? (int)c->calls : -1, c ? c->kernel : -1);
+    if (c) printf("tuned: %s  ", c->kernel == 2 ? "cutlass" : "cuBLASLt");
   }
 
   run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
@@ -686,73 +653,10 @@ static double time_ms_events(cudaEvent_t e0, cudaEvent_t e1, F call) {
 }
 
 // The 21 training GEMMs of a block at T = 8192 tokens (fprop, dgrad, wgrad of q, k, v, o, gate, up,
-// down) of the Llama-3 8B shapes (dim 4096, KV 1024, FFN 14336) or the small preset's (1024, 256,
-// 2816), in the engine's scale modes (B in 128x128 tiles for fprop and dgrad; dY^T, the A of the
-// wgrad, in tiles as Recipe.wgrad_2d's default): our GEMM beside cuBLASLt's best block-scaled
-// algorithm on the same operands, and the two results against each other.
-static void bench_own(const char *model, int dim, int kv, int ffn) {
-  char title[96];
-  snprintf(title, sizeof title, "own wgmma FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)", model);
-  TEST_SECTION(title);
-  BlockGemm gs[21];
-  const int ngemm = block_gemms(dim, kv, ffn, gs);
-  int ncfg;
-  const Fp4WgmmaCfg *cfgs = fp4_gemm_wgmma_configs(&ncfg, NULL);
-  char cname[16][12];
-  printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
-  for (int i = 0; i < ncfg && i < 16; i++) {
-    fp4_gemm_wgmma_cfg_name(cfgs[i], cname[i], sizeof cname[i]);
-    printf(" %7s", cname[i]);
-  }
-  printf(" %6s %7s %6s | %s\n", "best", "default", "", "rel diff");
-  double sum_lt = 0, sum_own = 0, sum_def = 0;  // time of the 21: cuBLASLt, own's best config, own's default
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  warm_clocks();
-  for (int k = 0; k < ngemm; k++) {
-    const BlockGemm &g = gs[k];
-    const int M = g.M, N = g.N, K = g.K, f32 = g.f32;
-    const Fp8Operand A = fp4_bench_operand(M, K, g.ablk, g.seed_a), B = fp4_bench_operand(N, K, g.bblk, g.seed_b);
-    void *o1, *o2;
-    const size_t on = (size_t)M * N * (f32 ? 4 : 2);
-    CUDA_CHECK(cudaMalloc(&o1, on));
-    CUDA_CHECK(cudaMalloc(&o2, on));
-    const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
-    const Fp4WgmmaCfg def = fp4_gemm_wgmma_default_cfg(M, N);
-    double ms[18];
-    const int nw = ncfg + 2;
-    for (int w = 0; w < nw; w++)  // cuBLASLt, every own configuration, the default last (its result in o2)
-      ms[w] = time_ms_events(e0, e1, [&] {
-        if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
-        else fp4_gemm_wgmma_cfg(o2, f32, A, B, M, N, K, alpha, beta, w == nw - 1 ? def : cfgs[w - 1]);
-      });
-    const size_t n = (size_t)M * N;
-    float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
-    download_floats(g1, o1, n, f32);
-    download_floats(g2, o2, n, f32);
-    double best = ms[1];
-    for (int w = 2; w < nw - 1; w++) best = ms[w] < best ? ms[w] : best;
-    const double d = rel_err(g2, g1, n), fl = 2.0 * M * N * K;
-    sum_lt += ms[0], sum_own += best, sum_def += ms[nw - 1];
-    printf("  %-5s %-6s %6d %6d %6d | %8.0f", g.name, g.use, M, N, K, fl / ms[0] / 1e9);
-    for (int w = 1; w < nw - 1; w++) printf(" %7.0f", fl / ms[w] / 1e9);
-    char dn[16];
-    printf(" %5.2fx %7s %5.2fx | %.1e\n", ms[0] / best, fp4_gemm_wgmma_cfg_name(def, dn, sizeof dn), ms[0] / ms[nw - 1],
-           d);
-    CHECK(memcmp(g1, g2, n * 4) == 0, "%s %s: own differs from cuBLASLt's bits (rel %.3e)", g.name, g.use, d);
-    free(g1), free(g2);
-    CUDA_FREE_ALL(o1, o2);
-    fp4_bench_operand_free(A), fp4_bench_operand_free(B);
-  }
-  printf("  the 21 GEMMs: cuBLASLt %.3f ms, own (best configuration) %.3f ms (%.2fx), own (default) %.3f ms (%.2fx)\n",
-         sum_lt, sum_own, sum_lt / sum_own, sum_def, sum_lt / sum_def);
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
-}
-
-// The same 21 GEMMs on CUTLASS's kernel (fp4/gemm_cutlass.h), every configuration beside cuBLASLt's
-// best block-scaled algorithm; the best configuration's result against cuBLASLt's bits. For the
+// down) of the Llama-3 8B shapes (dim 4096, KV 1024, FFN 14336), in the engine's scale modes (B in
+// 128x128 tiles for fprop and dgrad; dY^T, the A of the wgrad, in tiles as Recipe.wgrad_2d's default),
+// on CUTLASS's kernel (fp4/gemm_cutlass.h), every configuration beside cuBLASLt's best block-scaled
+// algorithm; the best configuration's result against cuBLASLt's bits. For the
 // per-shape choice of issue 30: where CUTLASS measures faster, the tuner (fp4_gemm_fp8_on) takes it.
 static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
   char title[112];
@@ -779,7 +683,7 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
     const size_t on = (size_t)M * N * (f32 ? 4 : 2), n = (size_t)M * N;
     CUDA_CHECK(cudaMalloc(&o1, on));
     CUDA_CHECK(cudaMalloc(&o2, on));
-    const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation, as bench_own
+    const float alpha = 1.0f / 4096.0f, beta = 0.0f;  // the wgrad form without accumulation: comparable bytes
     double ms[17];
     for (int w = 0; w <= ncfg && w < 17; w++)  // cuBLASLt, then every configuration
       ms[w] = time_ms_events(e0, e1, [&] {
@@ -811,102 +715,13 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
   CUDA_CHECK(cudaEventDestroy(e1));
 }
 
-// --profile: one Llama-3 8B fprop (8192 x 4096 x 4096, B in 128x128 tiles) per own configuration
-// (256x1eo, 256x1e, the default, 256x1 and 128x1pe) and
-// one cuBLASLt call, each after a warm-up, nothing else: for ncu (--launch-skip 1 --launch-count 1 per
-// kernel name) to profile the kernels themselves.
-static int profile_own(void) {
-  const int M = 8192, N = 4096, K = 4096;
-  const Fp8Operand A = fp4_bench_operand(M, K, 0, 7), B = fp4_bench_operand(N, K, 1, 8);
-  void *o;
-  CUDA_CHECK(cudaMalloc(&o, (size_t)M * N * 2));
-  const Fp4WgmmaCfg cfgs[4] = {{256, 1, 0, 1, 1}, {256, 1, 0, 1, 0}, {256, 1, 0, 0, 0}, {128, 1, 1, 1, 0}};
-  for (int i = 0; i < 2; i++)
-    for (int c = 0; c < 4; c++) fp4_gemm_wgmma_cfg(o, 0, A, B, M, N, K, 1.0f, 0.0f, cfgs[c]);
-  for (int i = 0; i < 2; i++) fp4_gemm_fp8(o, 0, A, B, M, N, K, 1.0f, 0.0f);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaFree(o));
-  fp4_bench_operand_free(A), fp4_bench_operand_free(B);
-  printf("profile: done\n");
-  return 0;
-}
-
-// --ablate: what bounds our kernel (256x1e, 256x2, 128x1pe, 128x2pe) on two 8B fprops: its rate with one
-// part of the work left out at a time (fp4_gemm_wgmma_ablate: results wrong by design), beside
-// cuBLASLt's. A part whose removal barely changes the rate is not the bound.
-enum { ABLATE_CFGS = 4, ABLATE_VARIANTS = 6 };
-static const Fp4WgmmaCfg ablate_cfgs[ABLATE_CFGS] = {
-    {256, 1, 0, 1, 0}, {256, 2, 0, 0, 0}, {128, 1, 1, 1, 0}, {128, 2, 1, 1, 0}};
-typedef struct {
-  void *out;
-  Fp8Operand A, B;
-  int M, N, K, variant;  // variant -1: cuBLASLt; -3, -2: cuBLASLt per-tensor (fast accumulation, not);
-                         // else ablate_cfgs[variant / 6], ablation variant % 6
-  const float *one;      // a device 1.0f: the per-tensor scales
-} AblateCall;
-enum { ABLATE_REPS = 20 };  // calls per timed sample: a sample is long against the event resolution
-static void ablate_calls(void *arg) {
-  const AblateCall *c = (const AblateCall *)arg;
-  for (int i = 0; i < ABLATE_REPS; i++) {
-    if (c->variant == -1) fp4_gemm_fp8(c->out, 0, c->A, c->B, c->M, c->N, c->K, 1.0f, 0.0f);
-    else if (c->variant < 0)
-      fp4_gemm_fp8_tensorwise(c->out, c->A.e4m3, c->B.e4m3, c->one, c->one, c->M, c->N, c->K, c->variant == -3);
-    else
-      fp4_gemm_wgmma_ablate(c->out, c->A, c->B, c->M, c->N, c->K, ablate_cfgs[c->variant / ABLATE_VARIANTS],
-                            c->variant % ABLATE_VARIANTS);
-  }
-}
-static int ablate_own(void) {
-  static const char *what[ABLATE_VARIANTS] = {
-      "full kernel", "no promotion", "no MMAs", "feed only", "FFMAs off the block sums", "per-tensor mainloop"};
-  const int shapes[2][3] = {{8192, 4096, 4096}, {8192, 14336, 4096}};
-  printf("ablate: TFLOP/s (as if the whole GEMM were done), median of 15 samples of %d calls\n", ABLATE_REPS);
-  warm_clocks();
-  for (int s = 0; s < 2; s++) {
-    AblateCall c = {NULL,
-                    fp4_bench_operand(shapes[s][0], shapes[s][2], 0, 21 + s),
-                    fp4_bench_operand(shapes[s][1], shapes[s][2], 1, 31 + s),
-                    shapes[s][0],
-                    shapes[s][1],
-                    shapes[s][2],
-                    -1,
-                    NULL};
-    CUDA_CHECK(cudaMalloc(&c.out, (size_t)c.M * c.N * 2));
-    float *one;
-    const float h_one = 1.0f;
-    CUDA_CHECK(cudaMalloc(&one, sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
-    c.one = one;
-    for (c.variant = -3; c.variant < ABLATE_CFGS * ABLATE_VARIANTS; c.variant++) {
-      const double tf = 2.0 * c.M * c.N * c.K / (time_median_ms(ablate_calls, &c) / ABLATE_REPS * 1e-3) / 1e12;
-      char name[16] = "cuBLASLt";
-      const char *lt_what = c.variant == -3 ? "per-tensor, fast accum" : c.variant == -2 ? "per-tensor" : "";
-      if (c.variant >= 0) fp4_gemm_wgmma_cfg_name(ablate_cfgs[c.variant / ABLATE_VARIANTS], name, sizeof name);
-      // the time of day ends each line, to read the GPU's clock and power at it off a sampler's log
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      printf("  %5d %5d %5d  %-8s %-24s %6.0f  %02d:%02d:%02d.%03d\n", c.M, c.N, c.K, name,
-             c.variant < 0 ? lt_what : what[c.variant % ABLATE_VARIANTS], tf, (int)(ts.tv_sec / 3600 % 24),
-             (int)(ts.tv_sec / 60 % 60), (int)(ts.tv_sec % 60), (int)(ts.tv_nsec / 1000000));
-    }
-    CUDA_FREE_ALL(c.out, one);
-    fp4_bench_operand_free(c.A), fp4_bench_operand_free(c.B);
-  }
-  printf("ablate: done\n");
-  return 0;
-}
-
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile_own();
-  if (argc > 1 && strcmp(argv[1], "--ablate") == 0) return ablate_own();
   int dev;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s (cc %d.%d); native FP4 path %s; own wgmma GEMM %s; CUTLASS GEMM %s\n", prop.name, prop.major,
-         prop.minor,
+  printf("device %s (cc %d.%d); native FP4 path %s; CUTLASS GEMM %s\n", prop.name, prop.major, prop.minor,
          fp4_gemm_native_available() ? "available: tested below" : "unavailable here (needs cc 10.0): not tested",
-         fp4_gemm_wgmma_available() ? "available: tested below" : "unavailable here (needs cc 9.0): not tested",
          fp4_gemm_cutlass_available() ? "available: tested below"
                                       : "unavailable (needs cc 9.0 and a build with CUTLASS): not tested");
   Rng rng;
@@ -916,13 +731,11 @@ int main(int argc, char **argv) {
   test_layer(128, 128, 128, 0, &rng);
   test_layer(256, 384, 512, 1, &rng);
   test_layer(96, 160, 256, 1, &rng);  // K = 160 (Fprop) and K = 96 (Wgrad): partial 128-groups
-  // every K partial (Fprop 1056, Dgrad 352, Wgrad 224): cuBLASLt refuses them all; CUTLASS against ours
+  // every K partial (Fprop 1056, Dgrad 352, Wgrad 224): cuBLASLt refuses them all; CUTLASS against fp64
   test_layer(224, 1056, 352, 0, &rng);
   test_nvfp4_reference(&rng);
   if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) {
     bench();
-    if (fp4_gemm_wgmma_available())
-      bench_own("Llama-3 8B", 4096, 1024, 14336), bench_own("small preset", 1024, 256, 2816);
     if (fp4_gemm_cutlass_available()) bench_cutlass("Llama-3 8B", 4096, 1024, 14336);
   }
   fp4_gemm_shutdown();

@@ -139,15 +139,17 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "dgrad_wgrad", "h16", "on", "up", "fp8", 0, 0, 90, err), "%s", err);
   CHECK(r.sr_dgrad && r.sr_wgrad && r.hadamard == 16 && r.gemm == GEMM_FP8_EMBED, "and on");
 
-  TEST_SECTION("the FP8 embedding's kernel: cuBLASLt by default, tuned per shape (fp8), or ours or CUTLASS's forced");
+  TEST_SECTION("the FP8 embedding's kernel: cuBLASLt by default, tuned per shape (fp8), or one forced");
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "auto", 0, 0, 90, err), "%s", err);
   CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT, "auto on Hopper: gemm %d kernel %d", r.gemm,
         r.fp8_kernel);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8", 0, 0, 90, err) && r.fp8_kernel == FP8_KERNEL_TUNED,
         "fp8: tuned (%d)", r.fp8_kernel);
-  CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err), "%s", err);
-  CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_OWN && r.wgrad_2d == WGRAD_2D_DY,
-        "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
+  // fp8_own (our own kernel, removed on 2026-12-05) is refused by name, never run as another kernel
+  CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err) &&
+            strstr(err, "precision.fp4_gemm") && strstr(err, "fp8_own") && strstr(err, "removed") &&
+            strstr(err, RECIPE_FP4_GEMM) && !strstr(RECIPE_FP4_GEMM, "fp8_own"),
+        "fp8_own refused, naming the key, why and the values it takes: %s", err);
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 90, err), "%s", err);
   CHECK(r.gemm == GEMM_FP8_EMBED && r.fp8_kernel == FP8_KERNEL_CUBLASLT && r.wgrad_2d == WGRAD_2D_DY,
         "gemm %d kernel %d wgrad_2d %d", r.gemm, r.fp8_kernel, r.wgrad_2d);
@@ -162,22 +164,20 @@ int main(void) {
   CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_cutlass", 0, 0, 100, err) &&
             strstr(err, "fp8_cutlass") && strstr(err, "sm_100"),
         "CUTLASS's Hopper kernel refused off Hopper: %s", err);
-  CHECK(resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 100, err) && strstr(err, "fp8_own") &&
-            strstr(err, "sm_100"),
-        "ours refused off Hopper: %s", err);
-  CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_own", 0, 0, 90, err) && strstr(err, "NVFP4"),
+  CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_cutlass", 0, 0, 90, err) && strstr(err, "NVFP4"),
         "refused for NVFP4: %s", err);
   CHECK(resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "fp8_cublaslt", 0, 0, 90, err) && strstr(err, "NVFP4"),
         "refused for NVFP4: %s", err);
   {
     Recipe bad = r;
     CHECK(!resolve(&bad, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err), "%s", err);
-    bad.fp8_kernel = FP8_KERNEL_OWN;  // by hand: a kernel choice without the embedding
-    CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "fp8_own"), "own without GEMM_FP8_EMBED: %s", err);
-    bad.fp8_kernel = FP8_KERNEL_CUTLASS;
+    bad.fp8_kernel = FP8_KERNEL_CUTLASS;  // by hand: a kernel choice without the embedding
     CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "fp8_cutlass"), "CUTLASS without GEMM_FP8_EMBED: %s", err);
     bad.fp8_kernel = (Fp8Kernel)7;
     CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "Fp8Kernel"), "an unknown kernel: %s", err);
+    bad.fp8_kernel = (Fp8Kernel)2;  // the removed own kernel's number
+    CHECK(recipe_check(&bad, err, sizeof err) && strstr(err, "Fp8Kernel") && strstr(err, "fp8_own"),
+          "the removed kernel's number: %s", err);
   }
 
   TEST_SECTION("the Wgrad operand in 128x128 tiles (FP8 path only)");
@@ -247,6 +247,15 @@ int main(void) {
   CHECK(config_load_string(&c, y, strlen(y), "x.yaml", err, sizeof err) && strstr(err, "x.yaml") &&
             strstr(err, "precision.fp4_gemm"),
         "the config rejects nvfp4 on fp8: %s", err);
+  config_defaults(&c);
+  y = "precision:\n  recipe: mxfp4\n  fp4_gemm: fp8_own\n";
+  CHECK(config_load_string(&c, y, strlen(y), "x.yaml", err, sizeof err) && strstr(err, "x.yaml") &&
+            strstr(err, "precision.fp4_gemm") && strstr(err, "removed") && strstr(err, "fp8_cutlass"),
+        "the config refuses the removed fp8_own, naming the key, why and the values it takes: %s", err);
+  config_defaults(&c);
+  CHECK(config_set(&c, "precision.fp4_gemm=fp8_own", err, sizeof err) && strstr(err, "precision.fp4_gemm") &&
+            strstr(err, "removed") && strstr(err, "fp8_cublaslt"),
+        "--set refuses it too: %s", err);
   config_defaults(&c);
   y = "precision:\n  recipe: mxfp4\n  bf16_last_blocks: 1\n";
   CHECK(!config_load_string(&c, y, strlen(y), "x.yaml", err, sizeof err), "%s", err);
