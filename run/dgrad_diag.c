@@ -15,10 +15,9 @@
 // Only the first `rows` rows of dY are taken (whole sequences: --dgrad-tokens), and the work is done
 // after the backward, not inside the tap: the tap copies the operands, then every (component, format)
 // product runs as one single-threaded task on the CPU backend's OpenMP threads (tasks are independent:
-// the fp4 quantizers are serial, so parallel GEMMs alone would leave them on one core). W^T is quantized
-// once per linear and format instead of once per draw: only dY's SR bits change between draws. Every
-// element is computed by the same operations in the same order as the one-call-per-draw version, so the
-// numbers do not depend on the thread count or on how the tasks are scheduled.
+// the fp4 quantizers are serial, so parallel GEMMs alone would leave them on one core). Each task calls
+// the CPU reference (linear_fp4_cpu_backward) once per draw, so the numbers do not depend on the thread
+// count or on how the tasks are scheduled.
 #include "run/dgrad_diag.h"
 
 #include <math.h>
@@ -27,14 +26,11 @@
 
 #include "common/common.h"
 #include "data/loader.h"
-#include "fp4/mxfp4.h"
-#include "fp4/nvfp4_cta.h"
 
 enum { COMP_QKV, COMP_O, COMP_FFN, COMP_N };
 enum { SLOT_LINEARS = 3 };  // the most linears a component adds up (q, k, v)
 enum { REF = 2 };           // the task kinds: format 0 (MXFP4), 1 (CTA-local), REF the fp32 product
 enum { REPORT_S = 10 };     // seconds between progress lines on stderr
-enum { PANEL = 64 };        // columns of dX per GEMM call (see product)
 static const char *COMP_NAMES[COMP_N] = {"QKV", "O", "FFN"};
 
 // One tapped linear: host copies of the first rows of its dY [rows, out] and of its W [out, in].
@@ -92,82 +88,17 @@ static LinearFp4Cpu route(const char *recipe, int n_layers, uint64_t seed) {
   return linear_fp4_cpu_route(&s, n_layers, seed);
 }
 
-// This linear's Dgrad format under L, which must be what dgrad_diag_estimate reproduces.
-static FP4Format dgrad_format(const LinearFp4Cpu *L, LinearId id, int in, int out_dim) {
-  FP4Format f = linear_fp4_cpu_format(L, id, CONTR_DGRAD);
-  if ((f != FMT_MXFP4 && f != FMT_NVFP4_CTA) || !L->r.weight_2d || !L->r.sr_dgrad)
-    die("dgrad_diag_estimate: %s of block %d: the route must be MXFP4 or CTA-local NVFP4 with 2D weight tiles and SR "
-        "on the Dgrad",
-        linear_kind_name(id.kind), id.layer + 1);
-  int blk = f == FMT_MXFP4 ? 32 : 16;
-  if (out_dim % blk || in % blk)
-    die("dgrad diagnostic: %s of block %d: in %d and out %d must be multiples of %s's block %d",
-        linear_kind_name(id.kind), id.layer + 1, in, out_dim, recipe_format_name(f), blk);
-  return f;
-}
-
-// The GEMM by panels of PANEL columns of dX: matmul_forward_wt streams all of its [out, in] operand for
-// every 4 rows, which on many cores at once leaves them waiting on memory, where a panel (out x 64
-// floats, 720 KB for out 2816) stays in L2. Each element is the same left-to-right sum over out as in
-// one call (matmul.c), so the same bits.
-// wt [out, in] -> its panels one after the other, panel c0 = columns c0.. of wt as [out, nc] at wt + c0 * out.
-static float *panels(const float *wt, int out, int in) {
-  float *p = xmalloc((size_t)out * in * sizeof *p);
-  for (int c0 = 0; c0 < in; c0 += PANEL) {
-    int nc = in - c0 < PANEL ? in - c0 : PANEL;
-    for (int o = 0; o < out; o++)
-      memcpy(p + (size_t)c0 * out + (size_t)o * nc, wt + (size_t)o * in + c0, nc * sizeof *p);
-  }
-  return p;
-}
-
-// t [rows, in] = yq [rows, out] wt, wt given as its panels; pt: scratch [rows, PANEL].
-static void product(float *t, const float *yq, const float *wp, int rows, int out, int in, float *pt) {
-  for (int c0 = 0; c0 < in; c0 += PANEL) {
-    int nc = in - c0 < PANEL ? in - c0 : PANEL;
-    matmul_forward_wt(pt, yq, wp + (size_t)c0 * out, rows, out, nc);
-    for (int r = 0; r < rows; r++) memcpy(t + (size_t)r * in + c0, pt + (size_t)r * nc, nc * sizeof *t);
-  }
-}
-
 void dgrad_diag_estimate(const LinearFp4Cpu *L, uint32_t step, LinearId id, float *est, const float *dy, const float *w,
                          int rows, int in, int out_dim, int draws) {
-  const FP4Format f = dgrad_format(L, id, in, out_dim);
-  const MxScale m = L->r.scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN;
-  const size_t nw = (size_t)out_dim * in, ny = (size_t)rows * out_dim, nx = (size_t)rows * in;
-  uint8_t *codes = xmalloc((nw > ny ? nw : ny) / 2 + 1), *scales = xmalloc((nw > ny ? nw : ny) / 16 + 1);
-  // W^T [in, out] from W's 2D tiles, dequantized (CTA-local: unscaled, its outer factors apart), then
-  // transposed to [out, in] as matmul_forward transposes its second operand (linear_fp4.c's deq_weight
-  // and gemm), in panels: once for every draw
-  float *wq = xmalloc(nw * sizeof *wq), *w_outer = NULL;
-  if (f == FMT_MXFP4) {
-    mx_quantize_weight(w, out_dim, in, m, 1, NULL, NULL, codes, scales);
-    mx_dequantize(codes, scales, in, out_dim, m, wq);
-  } else {
-    w_outer = xmalloc((size_t)cta_stripes(in) * sizeof *w_outer);
-    nvfp4_cta_quantize_weight(w, out_dim, in, NULL, NULL, NULL, codes, scales, w_outer);
-    nvfp4_cta_dequantize_unscaled(codes, scales, in, out_dim, wq);
-  }
-  float *wqt = matmul_transpose_weight(wq, out_dim, in), *wp = panels(wqt, out_dim, in);
-  free(wq), free(wqt);
-  float *yq = xmalloc(ny * sizeof *yq), *t = xmalloc(nx * sizeof *t), *y_outer = NULL;
-  float *pt = xmalloc((size_t)rows * PANEL * sizeof *pt);
-  if (f == FMT_NVFP4_CTA) y_outer = xmalloc((size_t)cta_stripes(rows) * sizeof *y_outer);
-  for (int k = 0; k < draws; k++) {
-    // draw k: the SR bits linear_fp4_cpu_backward draws for dY at (step, micro-batch k)
-    PhiloxStream s = philox_stream(L->seed, step, (uint32_t)k, (uint32_t)id.layer, 4u * (uint32_t)id.kind);
-    if (f == FMT_MXFP4) {
-      mx_quantize_rows(dy, rows, out_dim, m, MX_SR, s, codes, scales);
-      mx_dequantize(codes, scales, rows, out_dim, m, yq);
-    } else {
-      nvfp4_cta_quantize_rows(dy, rows, out_dim, NV_SR, s, codes, scales, y_outer);
-      nvfp4_cta_dequantize_unscaled(codes, scales, rows, out_dim, yq);
-    }
-    product(t, yq, wp, rows, out_dim, in, pt);
-    if (y_outer) nvfp4_cta_apply_outer(t, rows, in, y_outer, w_outer);
+  const size_t nx = (size_t)rows * in;
+  float *t = xmalloc(nx * sizeof *t);
+  for (int k = 0; k < draws; k++) {  // draw k: the SR bits of micro-batch k at `step`
+    LinearFp4Cpu Lk = *L;
+    Lk.step = step, Lk.micro = (uint32_t)k;
+    linear_fp4_cpu_backward(&Lk, id, t, NULL, dy, NULL, w, rows, in, out_dim, 0);
     for (size_t i = 0; i < nx; i++) est[i] += t[i] / (float)draws;
   }
-  free(codes), free(scales), free(wp), free(w_outer), free(yq), free(t), free(y_outer), free(pt);
+  free(t);
 }
 
 // One task: slot's product of kind (a format or REF) over its tapped linears, in the backward's order.

@@ -15,9 +15,8 @@
 // Returns 0.
 int dgrad_diagnostic(Run *r, int batches, int draws, int tokens, uint64_t seed, FILE *out);
 
-// One linear's Dgrad in L's format (MXFP4 or CTA-local NVFP4, 2D weight tiles, SR on dY; dies on
-// another route): for k < draws, est += dX^_k / draws in that order, dX^_k being what
-// linear_fp4_cpu_backward computes for dY [rows, out_dim] and W [out_dim, in] at L->step = step,
-// L->micro = k (bit for bit: tests/unit/test_dgrad_diag.c), with W^T quantized once for all draws.
+// One linear's Dgrad in L's format: for k < draws, est += dX^_k / draws in that order, dX^_k being
+// linear_fp4_cpu_backward's for dY [rows, out_dim] and W [out_dim, in] at L->step = step, L->micro = k
+// (fresh SR bits per draw).
 void dgrad_diag_estimate(const LinearFp4Cpu *L, uint32_t step, LinearId id, float *est, const float *dy, const float *w,
                          int rows, int in, int out_dim, int draws);

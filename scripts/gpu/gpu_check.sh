@@ -352,4 +352,4 @@ fi
 
 echo; echo "=== summary ($(cat "$OUT/gpu.txt" | tr '\n' ' '))"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
-tar czf "$DEST/gpu_check_logs.tgz" -C "$OUT" .
+tar czf "$DEST/gpu_check_logs.tgz" --exclude="*.bin" --exclude="ck_*" -C "$OUT" .  # logs only: checkpoints are GBs

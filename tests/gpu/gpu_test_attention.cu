@@ -679,10 +679,8 @@ static void llama8b_docs(Problem *p, float plain_ms, Results *g_out) {
   CHECK(fb < plain_ms, "document-masked fwd+bwd %.3f ms is not below plain causal's %.3f ms", fb, plain_ms);
 }
 
-// Deterministic backward at the 8B shape: repeatable, close to the fast one (g), and its cost.
-// Run last: it needs a multi-GiB workspace on Hopper.
-static void llama8b_deterministic(Problem *p, const Results *g) {
-  TEST_SECTION("Llama-3 8B layer: deterministic backward");
+// The deterministic backward on p twice: the two runs bit for bit alike, and close to the fast one (g).
+static void deterministic_twice(Problem *p, const Results *g, const char *what) {
   attention_cudnn_set_deterministic(A, 1);
   gpu_bwd(p);
   Results a = download_results(p);
@@ -690,16 +688,23 @@ static void llama8b_deterministic(Problem *p, const Results *g) {
   Results b = download_results(p);
   CHECK(
       memcmp(a.dq, b.dq, p->nq * 4) == 0 && memcmp(a.dk, b.dk, p->nkv * 4) == 0 && memcmp(a.dv, b.dv, p->nkv * 4) == 0,
-      "deterministic backward differs between two runs at the 8B shape");
+      "%s: the deterministic backward differs between two runs", what);
   check_close("dq", a.dq, g->dq, p->nq, TOL_GRAD);
   check_close("dk", a.dk, g->dk, p->nkv, TOL_GRAD);
   check_close("dv", a.dv, g->dv, p->nkv, TOL_GRAD);
+  results_free(&a);
+  results_free(&b);
+}
+
+// Deterministic backward at the 8B shape: repeatable, close to the fast one (g), and its cost.
+// Run last: it needs a multi-GiB workspace on Hopper.
+static void llama8b_deterministic(Problem *p, const Results *g) {
+  TEST_SECTION("Llama-3 8B layer: deterministic backward");
+  deterministic_twice(p, g, "8B layer");
   float det_ms = time_op(p, 1, 1, 5);
   printf("  deterministic backward %.3f ms (%.1f TFLOP/s), workspace %.1f MiB\n", det_ms,
          2.5 * fwd_flop(p->s) / det_ms * 1e-9, attention_cudnn_workspace_bytes(A) / 1048576.0);
   attention_cudnn_set_deterministic(A, 0);
-  results_free(&a);
-  results_free(&b);
 }
 
 // The deterministic backward on the 8B layer's web-like documents (p and the fast results g from
@@ -716,17 +721,7 @@ static void llama8b_docs_deterministic(Problem *p, const Results *g, size_t plai
   for (int i = 0; i < ng; i++) printf(" {S %d, b %d, n %d}", groups[i].S, groups[i].b, groups[i].n);
   printf("\n");
   free(order), free(groups);
-  attention_cudnn_set_deterministic(A, 1);
-  gpu_bwd(p);
-  Results a = download_results(p);
-  gpu_bwd(p);
-  Results b = download_results(p);
-  CHECK(
-      memcmp(a.dq, b.dq, p->nq * 4) == 0 && memcmp(a.dk, b.dk, p->nkv * 4) == 0 && memcmp(a.dv, b.dv, p->nkv * 4) == 0,
-      "deterministic document backward differs between two runs at the 8B shape");
-  check_close("dq", a.dq, g->dq, p->nq, TOL_GRAD);
-  check_close("dk", a.dk, g->dk, p->nkv, TOL_GRAD);
-  check_close("dv", a.dv, g->dv, p->nkv, TOL_GRAD);
+  deterministic_twice(p, g, "8B layer, documents");
   const size_t ws = attention_cudnn_workspace_bytes(A);
   printf("  workspace held %.1f MiB (plain causal's deterministic backward: %.1f MiB)\n", ws / 1048576.0,
          plain_ws / 1048576.0);
@@ -736,8 +731,6 @@ static void llama8b_docs_deterministic(Problem *p, const Results *g, size_t plai
   float det_ms = time_op(p, 1, 1, 5);
   printf("  deterministic document backward %.3f ms\n", det_ms);
   attention_cudnn_set_deterministic(A, 0);
-  results_free(&a);
-  results_free(&b);
 }
 
 int main(int argc, char **argv) {
