@@ -146,6 +146,10 @@ static int block_kinds(const Recipe *full, int L, BlockKind *kinds) {
       kinds[n].r.format = f;
       kinds[n].r.nspans = 0;
       kinds[n].r.bf16_first = kinds[n].r.bf16_last = 0;
+      // The route's FP8 embedding serves its MXFP4 blocks; a kind without MXFP4 runs its NVFP4 forms
+      // through BF16 in the route too (model/cuda/linear_fp4.cu), so alone it is the reference GEMM.
+      if (kinds[n].r.gemm == GEMM_FP8_EMBED && !recipe_uses(&kinds[n].r, 1, FMT_MXFP4))
+        kinds[n].r.gemm = GEMM_REFERENCE, kinds[n].r.wgrad_2d = WGRAD_2D_OFF;
       kinds[n++].count = 0;
     }
     kinds[k].count++;
@@ -176,6 +180,9 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   if (recipe_check_layers(&full, L, err, sizeof err)) die("%s", err);
   BlockKind kinds[FMT_N];
   const int nk = block_kinds(&full, L, kinds);
+  for (int k = 0; k < nk; k++)  // each kind alone is a route of its own, checked as the back end will
+    if (recipe_check(&kinds[k].r, err, sizeof err))
+      die("--bench: the %s blocks alone: %s", recipe_format_name(kinds[k].r.format), err);
   if (nk > 1) {
     printf("bench: the route mixes formats by depth:");
     for (int k = 0; k < nk; k++)

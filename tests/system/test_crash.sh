@@ -3,8 +3,8 @@
 # --resume after each kill until it completes. Checkpoints are written every 2 steps and stretched
 # with the test hook TRAIN_CKPT_SLOW_MS (run/checkpoint.h). The kills wait for events, not times
 # (a loaded machine changes nothing): every other run is killed while one of its saves is in
-# progress (its temp file is there), the others once they log a step 1-6 steps past their
-# checkpoint. Asserts: every resume loads the newest complete checkpoint on disk (never a partial
+# progress (its temp file is there), the others once they log a step 1-6 steps past a checkpoint
+# they completed. Asserts: every resume loads the newest complete checkpoint on disk (never a partial
 # one: no "skipping invalid checkpoint" warning, and never an older one), the kills timed to a save
 # did interrupt one, and every loss logged across all the pieces (a resumed run appends to the
 # JSONL log, so steps after a checkpoint may appear twice) equals the uninterrupted run's bit for
@@ -51,7 +51,11 @@ while [ $kills -lt "$kills_wanted" ]; do
   TRAIN_CKPT_SLOW_MS=60 ./train "${R[@]}" >"$out" 2>&1 &
   pid=$!
   if [ $((runs % 2)) -eq 1 ]; then wait_until "saving_after $base || ! kill -0 $pid 2>/dev/null"
-  else target=$((base + 1 + RANDOM % 6)); wait_until "[ \$(last_step $out) -ge $target ] || ! kill -0 $pid 2>/dev/null"; fi
+  else  # once a save of this run is complete (on a GPU the steps outrun the saves), 1-6 steps past it
+    wait_until "[ \$(step_of \$(newest)) -gt $base ] || ! kill -0 $pid 2>/dev/null"
+    target=$(($(step_of "$(newest)") + 1 + RANDOM % 6))
+    wait_until "[ \$(last_step $out) -ge $target ] || ! kill -0 $pid 2>/dev/null"
+  fi
   if kill -KILL $pid 2>/dev/null; then
     wait $pid 2>/dev/null
     kills=$((kills + 1))

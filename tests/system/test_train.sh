@@ -47,6 +47,12 @@ out=$(./train configs/paper/hybrid_depth_27_5.yaml --bench --layers 1,2 --bench-
 check "--bench of a depth hybrid times each kind of block and weights it by its blocks" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "mixes formats by depth: 5 blocks nvfp4_cta, 3 blocks mxfp4 of 8" &&
    [ "$(echo "$out" | grep -c "^| \(nvfp4_cta\|mxfp4\) | [12] |")" -eq 4 ] && echo "$out" | grep -q "^BENCH cpu nvfp4_cta optimizer every step"'
+# with the FP8 embedding of the MXFP4 blocks (Hopper's choice), the CTA-local blocks alone take the reference GEMM
+out=$(./train configs/paper/hybrid_depth_27_5.yaml --bench --layers 1,2 --bench-steps 1 --set parallel.backend=cpu \
+  --set model.preset=tiny --set model.n_layers=8 --set batch.seq_len=32 --set batch.micro_batch=1 \
+  --set precision.blocks=mxfp4:6-8 --set precision.fp4_gemm=fp8 2>&1); rc=$?
+check "--bench of a depth hybrid with fp4_gemm fp8 times its CTA-local blocks alone" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "^BENCH cpu nvfp4_cta optimizer every step"'
 # Downstream tasks through ./train (a random model with the Llama-3 vocabulary: the wiring, not accuracy).
 ev=(configs/tiny.yaml --set model.vocab_size=128256 --set model.max_seq_len=128 --set batch.seq_len=128
     --set batch.micro_batch=4 --set batch.global_batch=4 --set data.tokenizer=../shared/data/tokenizer/tokenizer.model
