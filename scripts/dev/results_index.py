@@ -36,6 +36,7 @@ PRINTED_BY = [
     ("ablate", "`gpu_test_fp4_gemm --ablate` (`gpu_check.sh ablate`, removed with our own GEMM on 2026-12-05)"),
     ("bench_tokenizer", "`python3 scripts/dev/bench_tokenizer.py` (CPU, the development machine)"),
     ("tokenize_scaling", "`python3 scripts/dev/bench_tokenize_scaling.py` (CPU: the development machine, or the GPU machine's 16 cores)"),
+    ("ckptstall", "`./train configs/llama3_8b.yaml --bench-save --layers 4` (`gpu_check.sh ckptstall`)"),
     ("dgrad_diag", "`./train CONFIG --dgrad-diagnostic N` (the commands are in the log's header)"),
     ("bench_bf16", "`./train configs/llama3_8b.yaml --bench` (`gpu_check.sh bench`)"),
     ("bench_mxfp4_cublaslt", "`./train ... --bench --set precision.fp4_gemm=fp8_cublaslt` (`gpu_check.sh benchown`)"),
