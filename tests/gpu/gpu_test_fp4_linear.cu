@@ -443,6 +443,25 @@ static void test_model(void) {
   CHECK(act + saved < plain, "keeping quantized inputs saves memory: %zu + %zu vs %zu bytes", act, saved, plain);
   CHECK(p2.loss == ref.loss && !memcmp(p2.grads, ref.grads, np * sizeof(float)),
         "mxfp4 model without BF16 inputs: loss %.9g vs %.9g, or gradients differ", p2.loss, ref.loss);
+  // Gradient accumulation: the weights are quantized once per optimizer step (per weights version),
+  // not once per micro-batch: after each AdamW, 4 micro-batches quantize each of the 7 x n_layers
+  // weights once.
+  float *mo = (float *)G->alloc(G->ctx, np * 4), *v = (float *)G->alloc(G->ctx, np * 4);
+  G->zero(G->ctx, mo, np * 4), G->zero(G->ctx, v, np * 4);
+  for (int t = 1; t <= 2; t++) {
+    G->adamw(G->ctx, llama_params(m2), llama_grads(m2), mo, v, np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, t);
+    long q0 = linear_fp4_weight_quantizations(LF);
+    llama_zero_grad(m2);
+    for (int micro = 0; micro < 4; micro++) {
+      G->set_step(G->ctx, t, micro);
+      llama_forward_backward(m2, in, tg, -100, 0.25f);
+    }
+    long q = linear_fp4_weight_quantizations(LF) - q0;
+    CHECK(q == 7L * c.n_layers,
+          "optimizer step %d, 4 micro-batches: %ld weight quantizations (expected %d, one per weight)", t, q,
+          7 * c.n_layers);
+  }
+  G->release(G->ctx, mo), G->release(G->ctx, v);
   cuda_set_recipe(CB, NULL, 0, 0);
   free(warm.grads), free(bf.grads), free(fp.grads), free(ov.grads), free(ref.grads), free(p2.grads);
   free(in), free(tg);
