@@ -100,10 +100,12 @@ if has docmask; then  # document masking's cost at the 8B shapes: attention alon
   timeout 300 ./train configs/llama3_8b.yaml --bench-attention >"$OUT/bench_attention.log" 2>&1
   cat "$OUT/bench_attention.log"
   while read -r l; do note "$l"; done < <(grep '^BENCH attention' "$OUT/bench_attention.log")
-  timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set model.doc_mask=block_causal \
-    >"$OUT/bench_docmask.log" 2>&1
-  grep -E "attention (fwd|bwd)" "$OUT/bench_docmask.log"
-  while read -r l; do note "doc_mask=block_causal: $l"; done < <(grep '^BENCH' "$OUT/bench_docmask.log")
+  for dm in none block_causal; do  # the step beside plain causal's, in the same call
+    log=$OUT/bench_docmask.log; [ $dm = none ] && log=$OUT/bench_docmask_none.log
+    timeout 500 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set model.doc_mask=$dm >"$log" 2>&1
+    grep -E "attention (fwd|bwd)" "$log"
+    while read -r l; do note "doc_mask=$dm: $l"; done < <(grep '^BENCH' "$log")
+  done
 fi
 
 if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's at the 8B shape, one call
