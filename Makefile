@@ -19,12 +19,12 @@ BUILD   := build
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 # build/deps.mk (scripts/deps.sh build): DEPS_ROOT, CUDA_BUILD, CUDA_WHY, PARQUET_BUILD, PARQUET_WHY,
-# ARROW_HOME. DEPS=prefix takes the C libraries from an unpacked prefix (scripts/deps.sh fetch writes
+# ARROW_HOME, CUDNN_LIBDIR. DEPS=prefix takes the C libraries from an unpacked prefix (scripts/deps.sh fetch writes
 # .deps/root; the GPU machine has no internet); without it the system's are used, or .deps/root when
 # the system lacks them. PARQUET=0 builds no parquet reader.
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
 DEPS_ENV := CC="$(CC)" CXX="$(CXX)" NVCC="$(NVCC)" CUDA_HOME="$(CUDA_HOME)" CUDNN_FE="$(CUDNN_FE)" DEPS="$(DEPS)" BUILD="$(BUILD)" \
-            PARQUET="$(PARQUET)"
+            PARQUET="$(PARQUET)" CUDNN_LIBDIR="$(CUDNN_LIBDIR)"
 DEPS_ENV += CUTLASS_HOME="$(CUTLASS_HOME)"
 DEPS_OUT := $(shell $(DEPS_ENV) bash scripts/deps.sh build)
 ifneq ($(.SHELLSTATUS),0)
@@ -75,6 +75,10 @@ NVFLAGS ?= -O3 -std=c++17 -fmad=false -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CU
 CXXFLAGS_CUDNN := -O2 -std=c++17 -ffp-contract=off -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
+# the newest cuDNN 9 found (CUDNN_LIBDIR in deps.mk, scripts/deps.sh) first in the run path
+ifneq ($(CUDNN_LIBDIR),)
+LDLIBS  += -Wl,-rpath,$(CUDNN_LIBDIR)
+endif
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++
 GPU_TESTS := $(patsubst tests/gpu/%.cu,$(BUILD)/gpu_tests/%,$(wildcard tests/gpu/gpu_test_*.cu))
 endif

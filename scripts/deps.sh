@@ -125,6 +125,32 @@ EOF
 
 # $BUILD/deps.mk: DEPS_ROOT (prefix of unpacked C libraries, empty for the system's), CUDA_BUILD
 # (1 or 0) and CUDA_WHY (why not).
+# The directory of the newest cuDNN 9 on this machine (issue 30.1: attention runs at the version loaded
+# at run time): CUDA_HOME's, the system's (ldconfig) and the nvidia-cudnn wheel of the python3 on PATH
+# (PyTorch's: the H200 machine has 9.14 in the system paths and 9.19 there). The engine links with that
+# directory first in its run path; cuDNN 9 keeps its API within the major version, so the headers the
+# build finds serve every 9.x. CUDNN_LIBDIR=dir chooses one; CUDNN_LIBDIR=system keeps the linker's.
+newest_cudnn() {
+  [ -n "${CUDNN_LIBDIR:-}" ] && { [ "$CUDNN_LIBDIR" != system ] && echo "$CUDNN_LIBDIR"; return 0; }
+  local dirs=() d v best= bestv=0 probe=$BUILD/.cudnn_version
+  dirs+=("${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/lib")
+  while read -r d; do dirs+=("${d%/*}"); done < <(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 /{print $NF}')
+  d=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null) &&
+    dirs+=("$d")
+  # cudnnGetVersion of each library, loaded alone (no GPU needed)
+  printf '%s\n' '#include <dlfcn.h>' '#include <stdio.h>' 'int main(int c, char **v) {' \
+    '  void *h = dlopen(v[1], RTLD_NOW | RTLD_LOCAL); if (!h) return 1;' \
+    '  size_t (*f)(void) = (size_t (*)(void))dlsym(h, "cudnnGetVersion"); if (!f) return 1;' \
+    '  printf("%zu\n", f()); return 0; }' | "$CC" -x c - -o "$probe" -ldl 2>/dev/null || return 0
+  for d in "${dirs[@]}"; do
+    [ -e "$d/libcudnn.so.9" ] || continue
+    v=$("$probe" "$d/libcudnn.so.9" 2>/dev/null) || continue
+    [ "$v" -gt "$bestv" ] && bestv=$v best=$(cd "$d" && pwd -P)
+  done
+  rm -f "$probe"
+  [ -n "$best" ] && echo "$best"
+}
+
 deps_build() {
   local root=${DEPS:-} miss
   if [ -n "$root" ]; then
@@ -167,6 +193,8 @@ deps_build() {
     else cuda=1; fi
     rm -f "$BUILD/.deps_probe"
   fi
+  local cudnn_dir=
+  [ $cuda = 1 ] && cudnn_dir=$(newest_cudnn)
   # Parquet inputs: the libraries unpacked, or fetched now. A failed fetch is not retried on every make
   # (pip would wait on the network each time): rm $BUILD/parquet_fetch_failed to try again.
   local parquet=0 pwhy=
@@ -180,8 +208,8 @@ deps_build() {
     else touch "$BUILD/parquet_fetch_failed"; fi
   fi
   # Rewritten only when it changes: every object depends on it, so a change rebuilds them all.
-  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\nPARQUET_BUILD := %s\nPARQUET_WHY := %s\nARROW_HOME := %s\n' \
-    "$root" "$cuda" "$why" "$parquet" "$pwhy" "$ARROW_HOME" >"$BUILD/deps.mk.new"
+  printf 'DEPS_ROOT := %s\nCUDA_BUILD := %s\nCUDA_WHY := %s\nPARQUET_BUILD := %s\nPARQUET_WHY := %s\nARROW_HOME := %s\nCUDNN_LIBDIR := %s\n' \
+    "$root" "$cuda" "$why" "$parquet" "$pwhy" "$ARROW_HOME" "$cudnn_dir" >"$BUILD/deps.mk.new"
   if cmp -s "$BUILD/deps.mk.new" "$BUILD/deps.mk"; then rm -f "$BUILD/deps.mk.new"; else mv "$BUILD/deps.mk.new" "$BUILD/deps.mk"; fi
 }
 

@@ -31,15 +31,9 @@ set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEST=${OUT:-out}; OUT=$(mktemp -d); mkdir -p "$DEST"   # logs collect here, then go to $DEST as one tarball
-# CUDNN_LIB=newest: every ./train below loads the newest cuDNN 9 on the machine rather than the system's
-# (the H200 machine: 9.14 in the system paths, 9.19 in PyTorch's nvidia-cudnn wheel), for issue 30's
-# attention comparison; the benches print the version they loaded ("cuDNN N loaded at run time").
-if [ "${CUDNN_LIB:-}" = newest ]; then
-  cudnn_dir=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-  if [ -n "$cudnn_dir" ] && ls "$cudnn_dir"/libcudnn.so.9* >/dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; echo "cuDNN from $cudnn_dir"
-  else echo "CUDNN_LIB=newest: no nvidia-cudnn wheel found; the system's cuDNN stays"; fi
-fi
+# cuDNN: the build links the newest cuDNN 9 on the machine (scripts/deps.sh newest_cudnn: 9.19 from
+# PyTorch's wheel on the H200 machine, against 9.14 in the system paths); the benches print the version
+# they loaded ("cuDNN N loaded at run time"). CUDNN_LIBDIR=system builds against the linker's instead.
 steps=${*:-build tests hf bench benchfp4 fp4train repro peer}
 declare -a summary
 # each step's logs also go to $DEST as it ends, so that a call cut off by its time limit keeps them
