@@ -17,7 +17,7 @@
 # sets the two depths of the engine's and the peer's benchmark; GPU_TEST_TIMEOUT (300) each GPU test's limit in seconds.
 # FP4_RECIPES (default "mxfp4 nvfp4") lists the benchfp4 runs, each a recipe with optional precision
 # keys: FP4_RECIPES="mxfp4 mxfp4:wgrad_2d=off". benchroutes: ./train --bench of each configs/paper route
-# (ROUTES: a subset of the configs; ROUTE_LAYERS 2,4; ROUTE_STEPS 3), for docs/replication.md's speed table.
+# (ROUTES: a subset of the configs; ROUTE_LAYERS 2,4; ROUTE_STEPS 10: with 3 the optimizer's share is noise), for docs/replication.md's speed table.
 # repro (default): two processes sharing one record of GEMM choices log the same losses bit for bit, and so
 # does a run resumed at step 15 (small preset, MXFP4, 30 steps; REPRO_GEMMS "auto fp8"); benchdet: the 8B
 # bench with parallel.deterministic true and false, their tok/s ratio and each part's share of the cost
@@ -184,7 +184,7 @@ fi
 if has benchroutes; then  # each route of the paper's tables (configs/paper, one config per route) at 8B shapes
   for cfg in ${ROUTES:-configs/paper/*.yaml}; do
     tag=$(basename "$cfg" .yaml)
-    timeout 240 ./train "$cfg" --bench --layers "${ROUTE_LAYERS:-2,4}" --bench-steps "${ROUTE_STEPS:-3}" \
+    timeout 240 ./train "$cfg" --bench --layers "${ROUTE_LAYERS:-2,4}" --bench-steps "${ROUTE_STEPS:-10}" \
       >"$OUT/bench_route_$tag.log" 2>&1
     tail -n 3 "$OUT/bench_route_$tag.log"
     while read -r l; do note "[$tag] $l"; done < <(grep '^BENCH' "$OUT/bench_route_$tag.log")
