@@ -3,8 +3,8 @@
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
-#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer]
-# (default: all but docmask, benchdet, benchown, crash, probe, replicate, harness, ckptstall, dgraddiag and attnpeer; benchown: the MXFP4 bench
+#                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer] [clocks]
+# (default: all but docmask, benchdet, benchown, crash, probe, replicate, harness, ckptstall, dgraddiag, attnpeer and clocks; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_cutlass and fp8 (tuned per shape); gputests skips the CPU tests, which CI
 # runs; ncuown, ablate and owntrain went with our own GEMM on 2026-12-05, docs/gemm_wgmma.md). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -112,6 +112,25 @@ if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's
   timeout 300 python3 scripts/gpu/attention_peer.py >"$OUT/attention_peer.log" 2>&1
   tail -n 4 "$OUT/attention_peer.log"
   note "$(grep '^PEER attention' "$OUT/attention_peer.log" || echo "attention peer: no PEER line (attention_peer.log)")"
+fi
+
+if has clocks; then  # issue 30.1: the attention backward alone 464 TFLOP/s, inside the step 381 (same kernel, one call)
+  # SM clock and power sampled by nvidia-smi every 20 ms while each runs; the busy samples (over 200 W)
+  # give the median clock the attention ran at alone, and the one of the training step around it.
+  busy() { python3 -c 'import sys, statistics as s
+r = [tuple(map(float, l.split(","))) for l in open(sys.argv[1]) if l.count(",") == 1 and "N/A" not in l]
+b = [x for x in r if x[1] > 200]
+print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.0f} W over {len(b)} busy samples of {len(r)}" if b else "no busy samples")' "$1"; }
+  for what in attention step; do
+    nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 20 >"$OUT/clocks_$what.csv" 2>/dev/null &
+    smi=$!
+    if [ $what = attention ]; then timeout 300 ./train configs/llama3_8b.yaml --bench-attention >"$OUT/clocks_$what.log" 2>&1
+    else timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 >"$OUT/clocks_$what.log" 2>&1; fi
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+    busy "$OUT/clocks_$what.csv" >"$OUT/clocks_$what.txt" 2>&1
+    note "SM clock while busy, $what$([ $what = step ] && echo " (MXFP4 8B bench)" || echo " alone (--bench-attention)"): $(cat "$OUT/clocks_$what.txt")"
+  done
+  grep -E 'attention (fwd|bwd)' "$OUT/clocks_step.log"
 fi
 
 if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside CUTLASS's and the tuned choice
