@@ -208,6 +208,7 @@ if has benchroutes; then  # each route of the paper's tables (configs/paper, one
     tail -n 3 "$OUT/bench_route_$tag.log"
     while read -r l; do note "[$tag] $l"; done < <(grep '^BENCH' "$OUT/bench_route_$tag.log")
   done
+  python3 scripts/gpu/route_speed_table.py "$OUT"/bench_route_*.log | tee "$OUT/route_speed_table.txt"
 fi
 
 if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact losses (mxfp4, so SR is covered)

@@ -16,6 +16,7 @@
 #include "model/llama.h"
 #include "model/ops.h"
 #include "tests/gpu/gpu_util.h"
+#include "tests/gpu/nvtx_model.h"
 #include "tests/test.h"
 
 // The model's loss, gradients, logits and four tokens' log-likelihoods on one batch.
@@ -25,28 +26,13 @@ typedef struct {
 } Result;
 
 static Result run(const Ops *ops, const char *recipe, const int *in, const int *tg) {
-  LlamaConfig c;
-  memset(&c, 0, sizeof c);
-  c.vocab_size = 512, c.dim = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_dim = 384;
-  c.max_seq_len = 64, c.norm_eps = 1e-5f, c.rope_theta = 500000.0f;
-  const int B = 2, T = 64, N = B * T;
-  Recipe r;
-  RecipeSpec spec;
-  memset(&spec, 0, sizeof spec);
-  spec.recipe = recipe;
-  char err[256];
-  if (recipe_resolve(&r, &spec, cuda_device_cc(), err, sizeof err)) die("%s", err);
-  ops->set_recipe(ops->ctx, &r, c.n_layers, 7);
-  Llama *m = llama_create(&c, B, T, ops);
-  llama_init(m, 1234);
+  Llama *m = nvtx_model(ops, recipe);
   Result res;
-  ops->set_step(ops->ctx, 3, 0);
-  llama_zero_grad(m);
   res.loss = llama_forward_backward(m, in, tg, -1, 1.0f);
   res.np = llama_param_count(m);
   res.grads = (float *)xmalloc(res.np * sizeof(float));
   ops->download(ops->ctx, res.grads, llama_grads(m), res.np * sizeof(float));
-  res.logits = (float *)xmalloc((size_t)N * c.vocab_size * sizeof(float));
+  res.logits = (float *)xmalloc((size_t)NVTX_N * NVTX_VOCAB * sizeof(float));
   llama_logits(m, in, res.logits);
   const int pos[4] = {0, 17, 64, 127}, want[4] = {tg[0], tg[17], tg[64], 5};
   llama_token_nll(m, in, 4, pos, want, res.nll);
@@ -79,10 +65,8 @@ int main(void) {
   cuda_nvtx_wrap(rb);
   CHECK(!memcmp(&before, ranged, sizeof before), "wrapping twice changes nothing");
 
-  Rng rng;
-  rng_seed(&rng, 99);
-  int in[128], tg[128];
-  for (int n = 0; n < 128; n++) in[n] = (int)(rng_u64(&rng) % 512), tg[n] = (int)(rng_u64(&rng) % 512);
+  int in[NVTX_N], tg[NVTX_N];
+  nvtx_batch(in, tg);
   const char *recipes[] = {"bf16", "mxfp4"};
   for (int k = 0; k < 2; k++) {
     char what[64];
@@ -91,7 +75,7 @@ int main(void) {
     Result a = run(plain, recipes[k], in, tg), b = run(ranged, recipes[k], in, tg);
     CHECK(a.loss == b.loss && isfinite(a.loss), "loss %.9g vs %.9g", a.loss, b.loss);
     CHECK(a.np == b.np && !memcmp(a.grads, b.grads, a.np * sizeof(float)), "every gradient (%zu floats)", a.np);
-    CHECK(!memcmp(a.logits, b.logits, 128 * 512 * sizeof(float)), "the logits");
+    CHECK(!memcmp(a.logits, b.logits, (size_t)NVTX_N * NVTX_VOCAB * sizeof(float)), "the logits");
     CHECK(!memcmp(a.nll, b.nll, sizeof a.nll), "the scored tokens' log-likelihoods");
     free(a.grads), free(a.logits), free(b.grads), free(b.logits);
   }

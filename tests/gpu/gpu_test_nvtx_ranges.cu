@@ -33,6 +33,7 @@
 #include "model/cuda/ops_cuda.h"
 #include "model/llama.h"
 #include "model/ops.h"
+#include "tests/gpu/nvtx_model.h"
 #include "tests/test.h"
 
 enum { NAME_LEN = 48, MAX_DEPTH = 16, MAX_ROWS = 256, MAX_LIST = 64 };
@@ -197,21 +198,7 @@ typedef struct {
 // quantized weights made afresh), its profiler following the window.
 static void run_step(const Ops *ops, const char *recipe, const int *in, const int *tg, ProfWindow w, const char *inside,
                      Step *st) {
-  LlamaConfig c;
-  memset(&c, 0, sizeof c);
-  c.vocab_size = 512, c.dim = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_dim = 384;
-  c.max_seq_len = 64, c.norm_eps = 1e-5f, c.rope_theta = 500000.0f;
-  Recipe r;
-  RecipeSpec spec;
-  memset(&spec, 0, sizeof spec);
-  spec.recipe = recipe;
-  char err[256];
-  if (recipe_resolve(&r, &spec, cuda_device_cc(), err, sizeof err)) die("%s", err);
-  ops->set_recipe(ops->ctx, &r, c.n_layers, 7);
-  Llama *m = llama_create(&c, 2, 64, ops);
-  llama_init(m, 1234);
-  ops->set_step(ops->ctx, 3, 0);
-  llama_zero_grad(m);
+  Llama *m = nvtx_model(ops, recipe);
   CudaBackend *b = cuda_backend_of(ops);
   if (w != PROF_NONE) {
     cuda_profile_reset(b);
@@ -476,10 +463,8 @@ int main(void) {
             !strcmp(rec.ev[1].name, "probe") && rec.ev[1].depth == 0,
         "range_push(\"probe\"), range_pop: recorded as such (%d events)", rec.nev);
 
-  Rng rng;
-  rng_seed(&rng, 99);
-  int in[128], tg[128];
-  for (int n = 0; n < 128; n++) in[n] = (int)(rng_u64(&rng) % 512), tg[n] = (int)(rng_u64(&rng) % 512);
+  int in[NVTX_N], tg[NVTX_N];
+  nvtx_batch(in, tg);
   const char *recipes[] = {"bf16", "mxfp4"};
   for (int k = 0; k < 2; k++) {
     char what[96];

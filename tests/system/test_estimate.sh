@@ -54,4 +54,12 @@ T
 out=$(python3 scripts/gpu/gap_summary.py "$tmp/trace.csv" 2>&1)
 check "gap_summary: busy and idle time, the host pause left out" 'echo "$out" | grep -q "5 GPU operations, busy 0.0 ms, idle gaps under 5.0 ms 0.0 ms (5.41% of busy + gaps)"'
 check "gap_summary: the gap and its neighbours" 'echo "$out" | grep -Eq "^ +2.0  gemm_a -> rmsnorm"'
+# scripts/gpu/route_speed_table.py: docs/replication.md's table from the committed route logs
+out=$(python3 scripts/gpu/route_speed_table.py docs/results/2026-12-05/bench_route_*_c500659.log 2>&1)
+check "route_speed_table: the 27/5 hybrid's row (7,931 amortized, 0.24 of the GB200's 33,121, 0.70 of BF16)" \
+  'echo "$out" | grep -q "^| 27/5 depth hybrid .* | 7,012 (41.1%) | 7,931 (46.4%) | 33,121 | 0.24 | 0.70 |$"'
+check "route_speed_table: 11 routes in the paper's order, BF16 first" \
+  '[ "$(echo "$out" | grep -c "^| [^r-]")" -eq 11 ] && [ "$(echo "$out" | sed -n 3p | cut -d"|" -f2)" = " BF16 " ]'
+out=$(python3 scripts/gpu/route_speed_table.py "$tmp/b.log" 2>&1); rc=$?
+check "route_speed_table: a log that is not a route's is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "b.log: not a bench_route_"'
 echo "$pass passed, $fail failed"
