@@ -91,16 +91,7 @@ __global__ void __launch_bounds__(256)
         const size_t blk = row * (K / 16) + 2 * b32 + h;  // the 16-block's index in the row copy (its SR group)
         uint32_t rnd[4] = {0, 0, 0, 0};
         if (SR) philox_group16(s, blk, rnd);
-        uint8_t c[16];
-        bs[h] = nv_quantize_block16(v + 16 * h, s_c, SR, rnd, c);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          uint32_t word = 0;
-#pragma unroll
-          for (int j = 0; j < 4; j++)  // byte 4i + j of the block: elements 2 (4i + j) and 2 (4i + j) + 1
-            word |= (uint32_t)(uint8_t)((c[8 * i + 2 * j] & 15) | (c[8 * i + 2 * j + 1] << 4)) << (8 * j);
-          pk[2 * h + i] = word;
-        }
+        bs[h] = nv_block16_dev<SR>(v + 16 * h, s_c, rnd, pk + 2 * h);  // nv_quantize_block16 + pack16
       }
       store_packed(codes + row * (K / 2) + (size_t)b32 * 16, pk);
       *(uint16_t *)(scales + row * (K / 16) + (size_t)b32 * 2) = (uint16_t)(bs[0] | (bs[1] << 8));

@@ -34,11 +34,10 @@ static const double BENCH_TARGET_MS = 10.0;
 // beta != 0, alignment), all ints. LT_BF16_DEV_ALPHA: the reference path's BF16 GEMM with a
 // device-side alpha (NVFP4 tensor scales), so it needs no host sync; gemm_bf16 takes host scalars.
 typedef struct {
-  int kind, out_fp32;  // kind: LT_FP8, LT_FP4_NATIVE, LT_BF16_DEV_ALPHA or LT_FP8_TENSOR
+  int kind, out_fp32;  // kind: LT_FP8, LT_FP4_NATIVE or LT_BF16_DEV_ALPHA
   int a_blk, b_blk;    // FP8: our A / our B in BLK128x128 (else VEC128); other kinds: 0
   int M, N, K;
   int accumulate, align;
-  int fast_accum;  // LT_FP8_TENSOR: cuBLASLt's FAST_ACCUM; other kinds: 0
 } PlanKey;
 
 // The pointers of one call. alpha/beta are host floats (FP8) or device floats (native).
@@ -65,10 +64,7 @@ static void *scratch(Scratch *s, size_t bytes) {
 }
 
 static void describe(char *buf, size_t n, const PlanKey *k) {
-  const char *kind = k->kind == LT_FP8          ? "fp8"
-                     : k->kind == LT_FP8_TENSOR ? "fp8 per-tensor"
-                     : k->kind == LT_FP4_NATIVE ? "fp4-native"
-                                                : "bf16 (device alpha)";
+  const char *kind = k->kind == LT_FP8 ? "fp8" : k->kind == LT_FP4_NATIVE ? "fp4-native" : "bf16 (device alpha)";
   int fp8 = k->kind == LT_FP8;
   snprintf(buf, n, "%s A[%d,%d]%s . B[%d,%d]%s^T out=%s beta%s0 align=%d", kind, k->M, k->K,
            !fp8       ? ""
@@ -97,11 +93,6 @@ static void plan_build(LtPlan *p, const PlanKey *k) {
     // FAST_ACCUM stays at its default 0: block scales need the promoted fp32 accumulation.
     mode_a = k->b_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     mode_b = k->a_blk ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    t = CUDA_R_8F_E4M3;
-  } else if (k->kind == LT_FP8_TENSOR) {
-    mode_a = mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-    const int8_t fast = (int8_t)k->fast_accum;
-    set_attr(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
     t = CUDA_R_8F_E4M3;
   } else {
     mode_a = mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
@@ -223,20 +214,6 @@ void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, in
            " (ask fp4_gemm_fp8_supported first; a K that is not a multiple of 128 or a BLK128x128 A may be "
            "unsupported)",
            &key, &c);
-}
-
-void fp4_gemm_fp8_tensorwise(void *out, const uint8_t *a, const uint8_t *b, const float *scale_a, const float *scale_b,
-                             int M, int N, int K, int fast_accum) {
-  check_shape("fp4_gemm_fp8_tensorwise", 0, M, N, K, 16);
-  const void *ptrs[5] = {out, a, b, scale_a, scale_b};
-  const char *names[5] = {"out", "a", "b", "scale_a", "scale_b"};
-  int align = lt_alignment("fp4_gemm_fp8_tensorwise", ptrs, names, 3);
-  lt_alignment("fp4_gemm_fp8_tensorwise", ptrs + 3, names + 3, 2);
-  PlanKey key = plan_key(LT_FP8_TENSOR, 0, 0, 0, M, N, K, 0, align);
-  key.fast_accum = fast_accum != 0;
-  const float alpha = 1.0f, beta = 0.0f;
-  Call c = {out, a, b, scale_a, scale_b, &alpha, &beta};
-  plan_run("fp4_gemm_fp8_tensorwise", "", &key, &c);
 }
 
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K) {

@@ -61,12 +61,6 @@ typedef struct {
 
 // ---- Hopper FP8 path.
 void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
-// A speed reference, not a path of the engine: the same E4M3 bytes as one per-tensor-scaled FP8 GEMM
-// (scale_a, scale_b: device scalars), BF16 out, alpha 1, beta 0; fast_accum: cuBLASLt's FAST_ACCUM
-// (the MMAs accumulate over all of K). What the two-level block-scaled kernels are measured against:
-// the same MMAs on the same data without the promotion (docs/gemm_wgmma.md: the H200 measurements).
-void fp4_gemm_fp8_tensorwise(void *out, const uint8_t *a, const uint8_t *b, const float *scale_a, const float *scale_b,
-                             int M, int N, int K, int fast_accum);
 // 1 if cuBLASLt offers an algorithm for this shape and scale-mode pair, else 0 (builds and caches the
 // plan: it is the query to make before relying on an unusual shape, e.g. K % 128 != 0).
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K);

@@ -80,6 +80,7 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   if (!c->why_cutlass && !ncut) c->why_cutlass = "none of its configurations has run on hardware yet";
   if (c->why_cutlass) return void(c->why = "no other kernel: cuBLASLt");
   if (only < 0 && lt_context()->untimed) return void(c->why = "no timing: cuBLASLt");
+  if (only >= ncut) return void(c->why = "the recorded configuration is not this build's: cuBLASLt");
   // Not fp4_gemm_fp8_supported: it caches untimed plans (heuristic #0) that the real call would then
   // find, so cuBLASLt would lose its own tuning. Its one documented refusal is a partial last K block.
   if (K % 128) return void(c->why = "K is not a multiple of 128: cuBLASLt, as without tuning");
@@ -110,7 +111,7 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
     fp4_gemm_cutlass_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, i);
     if (count_diff(ref, got, bytes, d_diff) == 0) t.cfg[n++] = i;
   }
-  if (n == 1 && only >= 0) c->why = "the recorded configuration is not this build's or lacks cuBLASLt's bits: cuBLASLt";
+  if (n == 1 && only >= 0) c->why = "the recorded configuration lacks cuBLASLt's bits here: cuBLASLt";
   else if (n == 1) c->why = "no configuration of CUTLASS's had cuBLASLt's bits: cuBLASLt";
   else if (only >= 0) c->kernel = 2, c->cutlass_cfg = t.cfg[1], c->why = "recorded";
   else {

@@ -27,11 +27,8 @@ int doc_mask_build(const int *tokens, int B, int T, int bos_id, int *start, int 
 
 void doc_mask_ragged(const int *cu, int n_docs, int nb, int64_t q_row, int64_t kv_row, int64_t lse_row, int64_t *off_q,
                      int64_t *off_kv, int64_t *off_lse, int32_t *len) {
-  for (int i = 0; i <= nb; i++) {
-    const int64_t first = cu[i < n_docs ? i : n_docs];
-    off_q[i] = first * q_row, off_kv[i] = first * kv_row, off_lse[i] = first * lse_row;
-    if (i < nb) len[i] = i < n_docs ? cu[i + 1] - cu[i] : 0;
-  }
+  const DocGroup all = {.b = nb, .first = 0, .n = n_docs};  // every document in order, in one group
+  doc_mask_group_ragged(cu, n_docs, NULL, &all, q_row, kv_row, lse_row, off_q, off_kv, off_lse, len);
 }
 
 int doc_mask_bucket(int n_docs) {
@@ -58,16 +55,18 @@ int doc_mask_groups(const int *cu, int n_docs, int B, int T, int *order, DocGrou
           i, cu[i], cu[i + 1], T);
   int K = 0;  // classes T >> 0 .. T >> K
   while (T % (2 << K) == 0 && (T >> (K + 1)) >= DOC_GROUP_MIN_LEN) K++;
+  // Each document's class once: a count per class, then the documents in class order (longest class
+  // first, document order within a class), then the groups cut from each class's run.
+  int count[32] = {0}, next[32];
+  for (int i = 0; i < n_docs; i++) count[group_class(cu[i + 1] - cu[i], T, K)]++;
+  for (int k = K, at = 0; k >= 0; k--) next[k] = at, at += count[k];
+  for (int i = 0; i < n_docs; i++) order[next[group_class(cu[i + 1] - cu[i], T, K)]++] = i;
   int n_groups = 0, placed = 0;
   for (int k = K; k >= 0; k--) {
     const int S = T >> k, b = B << k;
-    int room = 0;  // entries left in the current group
-    for (int i = 0; i < n_docs; i++) {
-      if (group_class(cu[i + 1] - cu[i], T, K) != k) continue;
-      if (room == 0) groups[n_groups++] = (DocGroup){.S = S, .b = b, .first = placed, .n = 0}, room = b;
-      order[placed++] = i;
-      groups[n_groups - 1].n++, room--;
-    }
+    for (int j = 0; j < count[k]; j += b)
+      groups[n_groups++] = (DocGroup){.S = S, .b = b, .first = placed + j, .n = count[k] - j < b ? count[k] - j : b};
+    placed += count[k];
   }
   return n_groups;
 }
@@ -76,7 +75,7 @@ void doc_mask_group_ragged(const int *cu, int n_docs, const int *order, const Do
                            int64_t kv_row, int64_t lse_row, int64_t *off_q, int64_t *off_kv, int64_t *off_lse,
                            int32_t *len) {
   for (int i = 0; i <= g->b; i++) {
-    const int d = i < g->n ? order[g->first + i] : n_docs;  // past its documents: empty, at the end
+    const int d = i >= g->n ? n_docs : order ? order[g->first + i] : g->first + i;  // past its documents: empty
     const int64_t first = cu[d];
     off_q[i] = first * q_row, off_kv[i] = first * kv_row, off_lse[i] = first * lse_row;
     if (i < g->b) len[i] = i < g->n ? cu[d + 1] - cu[d] : 0;

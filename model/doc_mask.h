@@ -57,8 +57,8 @@ typedef struct {
 int doc_mask_groups(const int *cu, int n_docs, int B, int T, int *order, DocGroup *groups);
 
 // The ragged description of group g, as doc_mask_ragged's for its documents: for its i-th document
-// d = order[g->first + i], i < g->n, off_q[i] = cu[d] * q_row, off_kv[i] = cu[d] * kv_row, off_lse[i] =
-// cu[d] * lse_row and len[i] = cu[d + 1] - cu[d]; entries g->n..g->b-1 empty (length 0) and every
+// d = order[g->first + i] (order NULL: d = g->first + i), i < g->n, off_q[i] = cu[d] * q_row, off_kv[i] = cu[d] *
+// kv_row, off_lse[i] = cu[d] * lse_row and len[i] = cu[d + 1] - cu[d]; entries g->n..g->b-1 empty (length 0) and every
 // offset from g->n to g->b at cu[n_docs]. g->b + 1 offsets and g->b lengths; offsets increase.
 void doc_mask_group_ragged(const int *cu, int n_docs, const int *order, const DocGroup *g, int64_t q_row,
                            int64_t kv_row, int64_t lse_row, int64_t *off_q, int64_t *off_kv, int64_t *off_lse,

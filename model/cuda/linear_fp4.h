@@ -256,6 +256,14 @@ QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, in
 // then cta_stripes(rows) spare words (a weight's factors when only W^T is made).
 uint32_t *linear_cta_scratch(LinearFp4 *L, int rows, int K);
 MxOut linear_mx_out(const QOp &o);
+// MXFP4's scale rounding and column Hadamard from the recipe: linear_mxfp4.cu's producers and the
+// operand hybrid's (linear_nvfp4_cta.cu), whose bytes must equal them.
+static inline MxScale linear_mx_mode(const LinearFp4 *L) {
+  return L->recipe.scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN;
+}
+static inline int linear_mx_hadamard(const LinearFp4 *L) {
+  return L->recipe.hadamard == 16 && L->recipe.hadamard_plain ? MX_HADAMARD_H16_PLAIN : L->recipe.hadamard;
+}
 MxOut linear_col_out(LinearFp4 *L, const QOp &o, int rows, int K);  // a column copy (counts tiled ones)
 float *linear_dev_scalar(LinearFp4 *L, int i);
 #endif

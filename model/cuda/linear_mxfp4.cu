@@ -7,7 +7,6 @@
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/quant_fused.h"
 
-static MxScale mode(const LinearFp4 *L) { return L->recipe.scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN; }
 
 static MxOut out_or_none(const QOp *o) { return o ? linear_mx_out(*o) : MxOut{}; }
 
@@ -15,16 +14,16 @@ static MxOut out_or_none(const QOp *o) { return o ? linear_mx_out(*o) : MxOut{};
 static void weight(LinearFp4 *L, const bf16 *w16, int O, int I, const QOp *wq, const QOp *wtq, float *amax) {
   PhiloxStream none = {};
   if (L->recipe.weight_2d) {  // 32x32 tiles, the 0.87 rule; W and W^T with the same codes
-    mx_quantize_weight_bf16_cuda(w16, O, I, mode(L), 1, out_or_none(wq), out_or_none(wtq));
+    mx_quantize_weight_bf16_cuda(w16, O, I, linear_mx_mode(L), 1, out_or_none(wq), out_or_none(wtq));
   } else if (wtq) {  // 1x32 along in (row copy, skipped without wq) and, for W^T, along out (column copy)
-    mx_quantize_dual_cuda(w16, O, I, mode(L), MX_RNE, none, out_or_none(wq), 0, linear_mx_out(*wtq));
+    mx_quantize_dual_cuda(w16, O, I, linear_mx_mode(L), MX_RNE, none, out_or_none(wq), 0, linear_mx_out(*wtq));
   } else if (wq) {
-    mx_quantize_rows_cuda(w16, O, I, mode(L), MX_RNE, none, linear_mx_out(*wq));
+    mx_quantize_rows_cuda(w16, O, I, linear_mx_mode(L), MX_RNE, none, linear_mx_out(*wq));
   }
 }
 
 static void rows(LinearFp4 *L, const bf16 *x, int n, int K, int sr, PhiloxStream s, const QOp &dst, float *amax) {
-  mx_quantize_rows_cuda(x, n, K, mode(L), sr ? MX_SR : MX_RNE, s, linear_mx_out(dst));
+  mx_quantize_rows_cuda(x, n, K, linear_mx_mode(L), sr ? MX_SR : MX_RNE, s, linear_mx_out(dst));
 }
 
 // The dual producer's column copy is RNE, with H32 or no Hadamard.
@@ -36,7 +35,7 @@ static int has_dual(const LinearFp4 *L, int sr_col) {
 static int dual(LinearFp4 *L, const bf16 *x, int n, int K, int sr_row, PhiloxStream s_row, const QOp *row, int sr_col,
                 const QOp &col) {
   if (!has_dual(L, sr_col)) return 0;
-  mx_quantize_dual_cuda(x, n, K, mode(L), sr_row ? MX_SR : MX_RNE, s_row, linear_mx_out(row ? *row : QOp{}),
+  mx_quantize_dual_cuda(x, n, K, linear_mx_mode(L), sr_row ? MX_SR : MX_RNE, s_row, linear_mx_out(row ? *row : QOp{}),
                         L->recipe.hadamard == 32, linear_col_out(L, col, n, K));
   return 1;
 }
@@ -46,25 +45,24 @@ static int dual(LinearFp4 *L, const bf16 *x, int n, int K, int sr_row, PhiloxStr
 static void cols(LinearFp4 *L, const bf16 *x, int n, int K, int sr, PhiloxStream s, const QOp &dst, float *amax) {
   if (dual(L, x, n, K, 0, s, NULL, sr, dst)) return;
   QOp packed = dst.fp8 ? linear_scratch_op(L, &linear_mxfp4, S_PACKED_TMP, 0, 0, K, n) : dst;
-  const int had = L->recipe.hadamard == 16 && L->recipe.hadamard_plain ? MX_HADAMARD_H16_PLAIN : L->recipe.hadamard;
-  mx_quantize_cols_cuda(x, n, K, mode(L), had, sr ? MX_SR : MX_RNE, s, packed.q, packed.sb);
+  mx_quantize_cols_cuda(x, n, K, linear_mx_mode(L), linear_mx_hadamard(L), sr ? MX_SR : MX_RNE, s, packed.q, packed.sb);
   if (dst.fp8 && dst.blk128) mx_embed_blk128_cuda(packed.q, packed.sb, K, n, 1.0f, dst.q, dst.sf);
   else if (dst.fp8) mx_embed_vec128_cuda(packed.q, packed.sb, K, n, 1.0f, dst.q, dst.sf);
 }
 
 static void dual_rmsnorm(LinearFp4 *L, const bf16 *x, const float *rstd, const float *w, int n, int K, const QOp &row,
                          const QOp &col) {
-  mx_quantize_dual_rmsnorm_cuda(x, rstd, w, n, K, mode(L), linear_mx_out(row), L->recipe.hadamard == 32,
+  mx_quantize_dual_rmsnorm_cuda(x, rstd, w, n, K, linear_mx_mode(L), linear_mx_out(row), L->recipe.hadamard == 32,
                                 linear_col_out(L, col, n, K));
 }
 
 static void dual_swiglu(LinearFp4 *L, const bf16 *gate, const bf16 *up, int n, int K, const QOp &row, const QOp &col) {
-  mx_quantize_dual_swiglu_cuda(gate, up, n, K, mode(L), linear_mx_out(row), L->recipe.hadamard == 32,
+  mx_quantize_dual_swiglu_cuda(gate, up, n, K, linear_mx_mode(L), linear_mx_out(row), L->recipe.hadamard == 32,
                                linear_col_out(L, col, n, K));
 }
 
 static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev) {
-  const float u = mx_unit(mode(L));
+  const float u = mx_unit(linear_mx_mode(L));
   *alpha_dev = NULL;
   return u * u;
 }

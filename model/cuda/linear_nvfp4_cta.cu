@@ -55,10 +55,8 @@ static int dual(LinearFp4 *L, const bf16 *x, int n, int K, int sr_row, PhiloxStr
 int linear_hybrid_dual(LinearFp4 *L, const LinearFormat *fd, const LinearFormat *fw, const bf16 *x, int n, int K,
                        int sr_row, PhiloxStream s_row, const QOp &row, int sr_col, const QOp &col) {
   if (fd != &linear_nvfp4_cta || fw != &linear_mxfp4 || sr_col) return 0;
-  const Recipe *r = &L->recipe;
-  const int had = r->hadamard == 16 && r->hadamard_plain ? MX_HADAMARD_H16_PLAIN : r->hadamard;
   cta_mx_dual_cuda(x, n, K, sr_row ? NV_SR : NV_RNE, s_row, row.q, row.sb, row.outer, linear_cta_scratch(L, n, K),
-                   r->scale_round_up ? MX_SCALE_UP : MX_SCALE_DOWN, had, linear_col_out(L, col, n, K));
+                   linear_mx_mode(L), linear_mx_hadamard(L), linear_col_out(L, col, n, K));
   return 1;
 }
 
