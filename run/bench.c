@@ -135,6 +135,7 @@ typedef struct {
   int count;  // blocks of the full model in this kind
 } BlockKind;
 
+// Each kind alone is a route of its own, checked as the back end will check it (dies naming the kind).
 static int block_kinds(const Recipe *full, int L, BlockKind *kinds) {
   int n = 0;
   for (int l = 0; l < L; l++) {
@@ -146,10 +147,16 @@ static int block_kinds(const Recipe *full, int L, BlockKind *kinds) {
       kinds[n].r.format = f;
       kinds[n].r.nspans = 0;
       kinds[n].r.bf16_first = kinds[n].r.bf16_last = 0;
+      if (f == FMT_BF16)  // a BF16 block has no contraction in another format
+        for (int c = 0; c < CONTR_N; c++) kinds[n].r.contraction[c] = 0;
       // The route's FP8 embedding serves its MXFP4 blocks; a kind without MXFP4 runs its NVFP4 forms
       // through BF16 in the route too (model/cuda/linear_fp4.cu), so alone it is the reference GEMM.
       if (kinds[n].r.gemm == GEMM_FP8_EMBED && !recipe_uses(&kinds[n].r, 1, FMT_MXFP4))
-        kinds[n].r.gemm = GEMM_REFERENCE, kinds[n].r.wgrad_2d = WGRAD_2D_OFF;
+        kinds[n].r.gemm = GEMM_REFERENCE, kinds[n].r.wgrad_2d = WGRAD_2D_OFF,
+        kinds[n].r.fp8_kernel = FP8_KERNEL_CUBLASLT;
+      char err[256];
+      if (recipe_check(&kinds[n].r, err, sizeof err))
+        die("--bench: the %s blocks alone: %s", recipe_format_name(f), err);
       kinds[n++].count = 0;
     }
     kinds[k].count++;
@@ -180,9 +187,6 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
   if (recipe_check_layers(&full, L, err, sizeof err)) die("%s", err);
   BlockKind kinds[FMT_N];
   const int nk = block_kinds(&full, L, kinds);
-  for (int k = 0; k < nk; k++)  // each kind alone is a route of its own, checked as the back end will
-    if (recipe_check(&kinds[k].r, err, sizeof err))
-      die("--bench: the %s blocks alone: %s", recipe_format_name(kinds[k].r.format), err);
   if (nk > 1) {
     printf("bench: the route mixes formats by depth:");
     for (int k = 0; k < nk; k++)
@@ -327,7 +331,8 @@ int bench_save_main(TrainConfig *cfg, const Ops *op, int layers, int steps) {
       dur[k++] = timed_step(op, m, in, tg, am, av, cfg, ++t);
     }
     CkptResult res;
-    if (ckpt_writer_wait(w, &res) != 1 || res.failed) die("--bench-save: %s", res.err);
+    if (ckpt_writer_wait(w, &res) != 1) die("--bench-save: the save of step %d was not pending", s + 1);
+    if (res.failed) die("--bench-save: %s", res.err);
     write[s] = res.write_s, during_ms[s] = k ? 1e3 * median(dur, k) : 0;
     remove(res.path);  // one file on the disk at a time
     printf("| %d | %.3g | %.3g | %.3g | %.3g | %d | %.1f |\n", s + 1, stall[s], gb / stall[s], write[s], gb / write[s],

@@ -53,6 +53,13 @@ out=$(./train configs/paper/hybrid_depth_27_5.yaml --bench --layers 1,2 --bench-
   --set precision.blocks=mxfp4:6-8 --set precision.fp4_gemm=fp8 2>&1); rc=$?
 check "--bench of a depth hybrid with fp4_gemm fp8 times its CTA-local blocks alone" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "^BENCH cpu nvfp4_cta optimizer every step"'
+# a BF16 end block alone drops the route's contraction overrides; an NVFP4 kind alone drops fp8_cutlass
+for extra in "precision.dgrad=nvfp4_cta precision.bf16_last_blocks=1" "precision.blocks=nvfp4:2-2 precision.hadamard=none precision.fp4_gemm=fp8_cutlass"; do
+  sets=(); for kv in $extra; do sets+=(--set "$kv"); done
+  out=$(./train configs/tiny.yaml --bench --layers 1,2 --bench-steps 1 --set parallel.backend=cpu --set precision.recipe=mxfp4 "${sets[@]}" 2>&1); rc=$?
+  check "--bench of mxfp4 with $extra times each kind alone" \
+    '[ $rc -eq 0 ] && echo "$out" | grep -q "mixes formats by depth" && echo "$out" | grep -q "^BENCH cpu mxfp4 optimizer every step"'
+done
 # Downstream tasks through ./train (a random model with the Llama-3 vocabulary: the wiring, not accuracy).
 ev=(configs/tiny.yaml --set model.vocab_size=128256 --set model.max_seq_len=128 --set batch.seq_len=128
     --set batch.micro_batch=4 --set batch.global_batch=4 --set data.tokenizer=../shared/data/tokenizer/tokenizer.model
