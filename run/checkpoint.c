@@ -396,7 +396,7 @@ static void remove_stale_temps(const char *dir) {
 // Keeps the newest keep-1 complete checkpoints besides the one just written (step `keep_step`)
 // and deletes the older complete ones. "Complete" is the cheap check (header, table, file size,
 // step matches name); files that fail it are left alone, with a warning, and do not count.
-static void prune(const char *dir, int64_t keep_step, int keep) {
+void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
   if (keep <= 0) return;
   CkptName *v;
   int n = list_ckpts(dir, &v);
@@ -518,7 +518,7 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
   if (!rc && fsync_dir(dir))
     rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final,
                  strerror(errno));
-  if (!rc) prune(dir, step, keep);
+  if (!rc) ckpt_prune(dir, step, keep);
   free(tmp);
   free(final);
   free(sums);

@@ -31,6 +31,10 @@ typedef struct {
 // counted nor deleted (a warning names them). On failure the temp file is removed, existing
 // checkpoints are untouched, and -1 is returned with the path and strerror in err.
 int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, char *err, size_t errlen);
+// The pruning ckpt_save does, on its own: a sharded run saves with keep 0 and prunes each rank's
+// directory only once the step's manifest exists (run/resume.c), so that a crash between a rank's
+// file and the manifest never leaves the previous manifest without its files.
+void ckpt_prune(const char *dir, int64_t keep_step, int keep);
 
 // Finds the newest checkpoint in dir (by step) that fully verifies (header, file size, every
 // section's checksum, and a step that matches the file name); newer ones that fail are skipped

@@ -224,6 +224,9 @@ static void write_manifest(Run *r, int64_t step, uint64_t sum, uint64_t bytes, c
   if (r->rank == 0 && manifest_write(r->cfg.ckpt_dir, &man, r->cfg.ckpt_keep, err, sizeof err))
     die("checkpoint at step %lld: %s", (long long)step, err);
   comm_barrier(r->comm);
+  char dir[2048];  // the rank files of older steps go only now that the new manifest names this step's
+  rank_dir(r, dir, sizeof dir);
+  ckpt_prune(dir, step, r->cfg.ckpt_keep);
   free(info);
   manifest_free(&man);
   snprintf(path, len, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);
@@ -248,7 +251,9 @@ static void save_sync(Run *r) {
   char dir[2048], err[1024], path[4200];
   rank_dir(r, dir, sizeof dir);
   double t0 = now_seconds();
-  if (ckpt_save(dir, r->step, secs, n, r->cfg.ckpt_keep, err, sizeof err)) stop_on_failed_save(r, r->step, err);
+  if (ckpt_save(dir, r->step, secs, n, r->world > 1 ? 0 : r->cfg.ckpt_keep, err,
+                sizeof err))  // sharded: write_manifest prunes
+    stop_on_failed_save(r, r->step, err);
   snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
   if (r->world > 1) {
     uint64_t sum, bytes;
@@ -322,7 +327,8 @@ static void save_async(Run *r) {
   int n = sections(r, &st, big, on_host(r) ? NULL : r->ops->download, &ld, src);
   char dir[2048], err[1024];
   rank_dir(r, dir, sizeof dir);
-  if (ckpt_writer_submit(r->writer, dir, r->step, src, n, r->cfg.ckpt_keep, r->world > 1, NULL, err, sizeof err))
+  if (ckpt_writer_submit(r->writer, dir, r->step, src, n, r->world > 1 ? 0 : r->cfg.ckpt_keep, r->world > 1, NULL, err,
+                         sizeof err))  // sharded: write_manifest prunes
     die("checkpoint at step %lld: %s", (long long)r->step, err);
   r->pending_step = r->saved_step = r->step;
   r->pending_stall = now_seconds() - t0;

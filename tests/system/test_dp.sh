@@ -155,4 +155,27 @@ wait_for "$tmp/kg/rank_0.log" "step .*loss"; wait_until '[ -s "$tmp/kg/rank_1.pi
 { kill -KILL "$(cat "$tmp/kg/rank_1.pid")"; t0=$SECONDS; wait "$lpid"; rc=$?; } 2>/dev/null
 check "KEEP_GOING: the launcher reports both exits, rank 0 names the dead rank 1 ($((SECONDS - t0)) s)" \
   '[ $rc -ne 0 ] && [ "$(cat "$tmp/kg/rank_1.status")" = 137 ] && [ "$(cat "$tmp/kg/rank_0.status")" != 0 ] && grep -q "rank 1" "$tmp/kg/rank_0.log" && [ $((SECONDS - t0)) -le 10 ]'
+# 7. A sharded save prunes the older rank files only once the new step's manifest exists: a run
+# stopped at step 5, resumed with keep 1 and rank 1's next write held (TRAIN_CKPT_PAUSE) while rank 0's
+# is done, then killed: manifest 5 and both its rank files are still there, and a resume takes them.
+kp=(configs/tiny.yaml "${base[@]}" --set parallel.data_parallel=2 --set parallel.timeout_s=60 --set checkpoint.dir="$tmp/ck7"
+    --set checkpoint.interval=5 --set checkpoint.keep=1 --set logging.file="$tmp/k7.jsonl")
+launch "$tmp/l7" 2 "${kp[@]}" --max-steps 5
+port=$((port + 10))
+for r in 0 1; do
+  hold=(); [ $r = 1 ] && hold=(env TRAIN_CKPT_PAUSE="$tmp/go7")
+  "${hold[@]}" env MASTER_PORT=$port RANK=$r WORLD_SIZE=2 ./train "${kp[@]}" --resume >"$tmp/k7_$r.out" 2>&1 &
+  eval "kp$r=\$!"
+done
+wait_for "$tmp/k7_1.out" "checkpoint write paused"
+wait_until '[ -f "$tmp/ck7/rank_0/ckpt_00000010.bin" ] && [ "$(last_step "$tmp/k7_0.out")" -ge 12 ]'
+{ kill -KILL "$kp0" "$kp1"; wait "$kp0"; wait "$kp1"; } 2>/dev/null
+check "killed before manifest 10: manifest 5 and both its rank files remain" \
+  '[ ! -f "$tmp/ck7/manifest_00000010.txt" ] && [ -f "$tmp/ck7/manifest_00000005.txt" ] &&
+   [ -f "$tmp/ck7/rank_0/ckpt_00000005.bin" ] && [ -f "$tmp/ck7/rank_1/ckpt_00000005.bin" ]'
+touch "$tmp/go7"
+launch "$tmp/l8" 2 "${kp[@]}" --resume --max-steps 12
+check "... and the resume takes step 5" 'grep -q "resumed from .*manifest_00000005.txt at step 5" "$tmp/l8/rank_0.log"'
+check "... then keep 1 leaves one step's files per rank" \
+  '[ "$(ls "$tmp/ck7/rank_0" | grep -c "^ckpt_.*\.bin$")" -eq 1 ] && [ "$(ls "$tmp/ck7" | grep -c "^manifest_")" -eq 1 ]'
 echo "$pass passed, $fail failed"
