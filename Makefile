@@ -76,7 +76,7 @@ CXXFLAGS_CUDNN := -O2 -std=c++17 -ffp-contract=off -I. -I$(CUDA_HOME)/include -I
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
 # the newest cuDNN 9 found (CUDNN_LIBDIR in deps.mk, scripts/deps.sh) first in the run path
-ifneq ($(CUDNN_LIBDIR),)
+ifneq ($(filter-out system,$(CUDNN_LIBDIR)),)
 LDLIBS  += -Wl,-rpath,$(CUDNN_LIBDIR)
 endif
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudnn -lnvrtc -lcudart_static -ldl -lrt -lpthread -lstdc++

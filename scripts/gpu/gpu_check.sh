@@ -4,7 +4,7 @@
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer] [clocks]
-# (default: all but docmask, benchdet, benchown, crash, probe, replicate, harness, ckptstall, dgraddiag, attnpeer and clocks; benchown: the MXFP4 bench
+# (default: build tests hf bench benchfp4 fp4train repro peer; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_cutlass and fp8 (tuned per shape); gputests skips the CPU tests, which CI
 # runs; ncuown, ablate and owntrain went with our own GEMM on 2026-12-05, docs/gemm_wgmma.md). probe: the
 # Python and the lm-evaluation-harness dependencies it lacks (scripts/eval/harness_wheels.sh).
@@ -106,8 +106,8 @@ if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's
   for d in true false; do
     timeout 300 ./train configs/llama3_8b.yaml --bench-attention --set parallel.deterministic=$d \
       >"$OUT/bench_attention_det_$d.log" 2>&1
-    grep -E '^(bench: cuDNN|\| plain causal)' "$OUT/bench_attention_det_$d.log"
-    note "attention, engine, deterministic $d: $(grep '^| plain causal' "$OUT/bench_attention_det_$d.log")"
+    rc=$?; grep -E '^(bench: cuDNN|\| attention |\| plain causal)' "$OUT/bench_attention_det_$d.log"
+    note "attention, engine, deterministic $d (fwd ms, bwd ms, fwd+bwd ms, TFLOP/s fwd, bwd, both): $(grep '^| plain causal' "$OUT/bench_attention_det_$d.log" || echo "no result (exit $rc)")"
   done
   timeout 300 python3 scripts/gpu/attention_peer.py >"$OUT/attention_peer.log" 2>&1
   tail -n 4 "$OUT/attention_peer.log"
@@ -208,7 +208,7 @@ if has benchroutes; then  # each route of the paper's tables (configs/paper, one
     tail -n 3 "$OUT/bench_route_$tag.log"
     while read -r l; do note "[$tag] $l"; done < <(grep '^BENCH' "$OUT/bench_route_$tag.log")
   done
-  python3 scripts/gpu/route_speed_table.py "$OUT"/bench_route_*.log | tee "$OUT/route_speed_table.txt"
+  python3 scripts/gpu/route_speed_table.py "$OUT"/bench_route_*.log 2>&1 | tee "$OUT/route_speed_table.txt"
 fi
 
 if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact losses (mxfp4, so SR is covered)
@@ -319,7 +319,7 @@ if has dgraddiag; then  # the paper's Dgrad diagnostic on the replication's MXFP
   # micro-batches through its BF16 backward, MXFP4 and CTA-local Dgrads against the unquantized one
   dck=/dev/shm/dgrad_diag_ckpt
   RECIPES=mxfp4_h32 STEPS=${DIAG_STEPS:-128} VAL_POINTS=2 TASKS= KEEP_CKPT=1 CKPT_DIR=$dck GPUS=1 PACK=0 \
-    CORPUS=${CORPUS:-.deps/novels.jsonl.zst} TOKENIZER=${TOKENIZER:-.deps/tokenizer/tokenizer.model} OUT=$OUT/diag_train \
+    CORPUS=${CORPUS:-.deps/novels.jsonl.zst} TOKENIZER=${TOKENIZER:-${TOKENIZER_MODEL:-.deps/tokenizer.model}} OUT=$OUT/diag_train \
     timeout 300 bash scripts/runs/replicate.sh >"$OUT/dgrad_diag_train.log" 2>&1
   ck=$(ls $dck/mxfp4_h32/ckpt_*.bin 2>/dev/null | tail -n 1)
   if [ -n "$ck" ]; then

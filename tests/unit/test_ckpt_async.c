@@ -34,6 +34,13 @@ static long file_size(const char *path) {
   return stat(path, &st) ? -1 : (long)st.st_size;
 }
 
+// Polls (1 ms) until path holds some bytes (a write held after its first section has them; the file
+// appears empty first); gives up after 60 s.
+static int wait_written(const char *path) {
+  for (int i = 0; i < 60000 && file_size(path) <= 0; i++) nanosleep(&(struct timespec){0, 1000000L}, NULL);
+  return file_size(path) > 0;
+}
+
 // A stand-in for a device download: memcpy, counting calls and bytes in the context.
 typedef struct {
   int calls;
@@ -126,7 +133,7 @@ static void test_snapshot_and_overlap(float *src, void *stage, size_t stage_byte
   char err[1024] = "";
   fill(src, 2);
   CHECK(ckpt_writer_submit(w, dir, 2, s, 2, 0, 0, NULL, err, sizeof err) == 0, "submit: %s", err);
-  CHECK(wait_exists(tmp), "the write started (its temp file appeared)");
+  CHECK(wait_written(tmp), "the write started (its temp file has its first bytes)");
   // The write holds after its first section: the state changes under it, as training goes on.
   fill(src, 99);
   strcpy(meta, "bad");
