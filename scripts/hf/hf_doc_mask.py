@@ -16,7 +16,9 @@ option pair (block_causal + restart, block_causal + continue, none + restart) th
 Both are computed here from the token ids, not by the engine's code. The limits are hf_compare.py's
 (tight on the CPU; on CUDA relative to HF under bf16 autocast with the same mask). A control makes
 sure the check can fail: the engine's logits against HF with plain causal attention and positions
-0..T-1 must be far outside the limit. Ends with "hf_doc_mask: PASS (N checks)" or "hf_doc_mask: FAIL ...".
+0..T-1 must be off by more than 10 times the limit with block_causal; with doc_mask none only RoPE's
+positions differ, a small effect, so there it must exceed the limit and 3 times the engine's own
+error (a weak control under bf16 on a GPU: 2.9e-2 against 2.5e-2 on an H200). Ends with "hf_doc_mask: PASS (N checks)" or "hf_doc_mask: FAIL ...".
 """
 import argparse
 import contextlib
