@@ -113,9 +113,10 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
   // DRAWS micro-batches of web-like documents, each as the model would pass it (model/llama.c).
   DocMask docs[DRAWS];
   int *tokens = xmalloc((size_t)N * sizeof(int)), *start = xmalloc((size_t)N * sizeof(int));
-  int *cu = xmalloc(((size_t)N + 1) * sizeof(int)), longest = 0, total_docs = 0;
+  int *cu_all = xmalloc((size_t)DRAWS * ((size_t)N + 1) * sizeof(int)), longest = 0, total_docs = 0;
   double pairs = 0;
   for (int d = 0; d < DRAWS; d++) {
+    int *cu = cu_all + (size_t)d * ((size_t)N + 1);  // kept on the host per draw, as the model keeps its own
     bench_web_documents(tokens, N, mc->vocab_size, bos, WEB_DOC_MEAN, WEB_DOC_SIGMA, cfg->seed + 1000 * (d + 1));
     docs[d].n_docs = doc_mask_build(tokens, b.B, b.T, bos, start, NULL, cu, &docs[d].pairs);
     for (int i = 0; i < docs[d].n_docs; i++) longest = cu[i + 1] - cu[i] > longest ? cu[i + 1] - cu[i] : longest;
@@ -123,7 +124,7 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
     int *ds = op->alloc(op->ctx, (size_t)N * sizeof(int)), *dc = op->alloc(op->ctx, ((size_t)N + 1) * sizeof(int));
     op->upload(op->ctx, ds, start, (size_t)N * sizeof(int));
     op->upload(op->ctx, dc, cu, ((size_t)docs[d].n_docs + 1) * sizeof(int));
-    docs[d].start = ds, docs[d].cu = dc, docs[d].cu_h = NULL;  // cu is reused: no host copy per draw
+    docs[d].start = ds, docs[d].cu = dc, docs[d].cu_h = cu;
   }
   const double causal_pairs = (double)b.B * b.T * (b.T + 1) / 2;
   printf(
@@ -152,6 +153,6 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
   void *bufs[] = {b.q, b.k, b.v, b.out, b.dout, b.dq, b.dk, b.dv, b.lse};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) op->release(op->ctx, bufs[i]);
   for (int d = 0; d < DRAWS; d++) op->release(op->ctx, (void *)docs[d].start), op->release(op->ctx, (void *)docs[d].cu);
-  free(tokens), free(start), free(cu);
+  free(tokens), free(start), free(cu_all);
   return 0;
 }
