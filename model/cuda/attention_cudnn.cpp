@@ -86,9 +86,15 @@ struct AttnCudnn {
   // grouping (doc_mask_groups) and the groups' ragged arrays as they are uploaded into docs.
   int *cu_h, *order;
   DocGroup *groups;
-  int docs_cap;  // documents the three above have room for
+  int docs_cap;  // documents the three above (and `grouped`) have room for
   char *stage;
   size_t stage_size;
+  // The grouping of the last document set, kept while the micro-batch's backward runs layer after
+  // layer on the same documents: its cu (n_grouped + 1 entries, -1: none), B, T, group count, and
+  // the groups' ragged arrays on the device (their own memory: a recomputed forward rewrites docs).
+  int *grouped, n_grouped, grouped_B, grouped_T, n_groups;
+  void *groups_dev;
+  size_t groups_dev_size;
 };
 
 static const char *key_str(const AttnKey &k) {
@@ -402,11 +408,11 @@ static void run_call(AttnCudnn *a, AttnKey key, const DocMask *docs, const Arg *
 // same q/k/v/out/dout/lse and dq/dk/dv (increasing, not contiguous: the other documents lie between),
 // so nothing is gathered or scattered, and as every document is in exactly one group each row of
 // dq/dk/dv is written once. The grouping is plain C on the host (from DocMask.cu_h); all groups' ragged
-// arrays are built in the host stage and go to the device scratch in one stream-ordered copy. That
-// copy may overwrite arrays that earlier plans (a forward, the last backward) read: safe, since every
-// plan and the copy are queued on cuda_stream(), which runs the copy after them. And cudaMemcpyAsync
-// from pageable memory (the stage is plain malloc'd) returns only once the source has been staged, so
-// the stage may be rewritten at the next call.
+// arrays are built in the host stage and go to their own device memory in one stream-ordered copy,
+// once per document set (the layers of a micro-batch reuse them). That copy may overwrite arrays that
+// the last micro-batch's plans read: safe, since every plan and the copy are queued on cuda_stream(),
+// which runs the copy after them. And cudaMemcpyAsync from pageable memory (the stage is plain
+// malloc'd) returns only once the source has been staged, so the stage may be rewritten later.
 static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Arg *args, int n) {
   check_shape(key);
   for (int i = 0; i < n; i++) check_ptr(key, args[i].p, args[i].name, args[i].align);
@@ -414,11 +420,12 @@ static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Ar
   check_docs(key, d);
   const int nd = d->n_docs;
   if (nd > a->docs_cap) {  // grow-only host memory, none of it read by the device
-    free(a->cu_h), free(a->order), free(a->groups);
+    free(a->cu_h), free(a->order), free(a->groups), free(a->grouped);
     a->cu_h = (int *)xmalloc(((size_t)nd + 1) * sizeof(int));
     a->order = (int *)xmalloc((size_t)nd * sizeof(int));
     a->groups = (DocGroup *)xmalloc((size_t)nd * sizeof(DocGroup));
-    a->docs_cap = nd;
+    a->grouped = (int *)xmalloc(((size_t)nd + 1) * sizeof(int));
+    a->docs_cap = nd, a->n_grouped = -1;
   }
   const int *cu = d->cu_h;
   if (!cu) {  // the caller keeps no host copy: download it (a sync)
@@ -426,28 +433,42 @@ static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Ar
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
     cu = a->cu_h;
   }
-  const int ng = doc_mask_groups(cu, nd, key.B, key.T, a->order, a->groups);
-  size_t need = 0;
-  for (int g = 0; g < ng; g++) need += ragged_bytes(a->groups[g].b);
-  if (need > a->stage_size) {
-    free(a->stage);
-    a->stage = (char *)xmalloc(need);
-    a->stage_size = need;
+  // Every layer of a micro-batch has the same documents: group them and upload the groups' arrays
+  // once (a copy from pageable memory waits for the stream: once per micro-batch, not per layer).
+  const size_t cu_bytes = ((size_t)nd + 1) * sizeof(int);
+  if (a->n_grouped != nd || a->grouped_B != key.B || a->grouped_T != key.T || memcmp(a->grouped, cu, cu_bytes)) {
+    a->n_groups = doc_mask_groups(cu, nd, key.B, key.T, a->order, a->groups);
+    size_t need = 0;
+    for (int g = 0; g < a->n_groups; g++) need += ragged_bytes(a->groups[g].b);
+    if (need > a->stage_size) {
+      free(a->stage);
+      a->stage = (char *)xmalloc(need);
+      a->stage_size = need;
+    }
+    const int64_t q_row = (int64_t)key.H * key.hd, kv_row = (int64_t)key.KV * key.hd;
+    size_t at = 0;
+    for (int g = 0; g < a->n_groups; g++) {
+      RaggedArrays h = ragged_at(a->stage + at, a->groups[g].b);
+      doc_mask_group_ragged(cu, nd, a->order, &a->groups[g], q_row, kv_row, key.H, h.off_q, h.off_kv, h.off_lse, h.len);
+      at += ragged_bytes(a->groups[g].b);
+    }
+    if (need > a->groups_dev_size) {  // grow-only; the old arrays may still be read by queued plans
+      if (a->groups_dev) {
+        CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+        CUDA_CHECK(cudaFree(a->groups_dev));
+      }
+      CUDA_CHECK(cudaMalloc(&a->groups_dev, need));
+      a->groups_dev_size = need;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(a->groups_dev, a->stage, need, cudaMemcpyHostToDevice, cuda_stream()));
+    memcpy(a->grouped, cu, cu_bytes);
+    a->n_grouped = nd, a->grouped_B = key.B, a->grouped_T = key.T;
   }
-  const int64_t q_row = (int64_t)key.H * key.hd, kv_row = (int64_t)key.KV * key.hd;
   size_t at = 0;
-  for (int g = 0; g < ng; g++) {
-    RaggedArrays h = ragged_at(a->stage + at, a->groups[g].b);
-    doc_mask_group_ragged(cu, nd, a->order, &a->groups[g], q_row, kv_row, key.H, h.off_q, h.off_kv, h.off_lse, h.len);
-    at += ragged_bytes(a->groups[g].b);
-  }
-  char *dev = docs_scratch(a, need);
-  CUDA_CHECK(cudaMemcpyAsync(dev, a->stage, need, cudaMemcpyHostToDevice, cuda_stream()));
-  at = 0;
-  for (int g = 0; g < ng; g++) {
+  for (int g = 0; g < a->n_groups; g++) {
     key.docs = a->groups[g].b, key.S = a->groups[g].S;
     Arg extra[7];
-    ragged_pack(ragged_at(dev + at, key.docs), extra);
+    ragged_pack(ragged_at((char *)a->groups_dev + at, key.docs), extra);
     run_graph(a, key, args, n, extra, 7);
     at += ragged_bytes(key.docs);
   }
@@ -488,7 +509,8 @@ extern "C" void attention_cudnn_destroy(AttnCudnn *a) {
   for (int i = 0; i < a->n_graphs; i++) delete a->graphs[i];
   if (a->workspace) CUDA_CHECK(cudaFree(a->workspace));
   if (a->docs) CUDA_CHECK(cudaFree(a->docs));
-  free(a->cu_h), free(a->order), free(a->groups), free(a->stage);
+  if (a->groups_dev) CUDA_CHECK(cudaFree(a->groups_dev));
+  free(a->cu_h), free(a->order), free(a->groups), free(a->stage), free(a->grouped);
   if (a->handle) CUDNN_CHECK(cudnnDestroy(a->handle));
   delete a;
 }
