@@ -71,16 +71,16 @@ static void tap(void *ctx, LinearId id, const void *dout, const float *w, int N,
   size_t slot = (size_t)id.layer * COMP_N + c;
   if (d->ntapped[slot] == SLOT_LINEARS) die("dgrad diagnostic: more than %d linears in one component", SLOT_LINEARS);
   Tapped *t = &d->tapped[slot * SLOT_LINEARS + d->ntapped[slot]++];
-  if (!t->dy) {  // the first batch: the buffers, kept for the others (same shapes)
-    t->dy = xmalloc((size_t)d->rows * out_dim * sizeof *t->dy);
+  if (!t->dy) {  // the first batch: the buffers, kept for the others (same shapes), and W, which no
+    t->dy = xmalloc((size_t)d->rows * out_dim * sizeof *t->dy);  // optimizer step changes here
     t->w = xmalloc((size_t)out_dim * in * sizeof *t->w);
+    op->download(op->ctx, t->w, w, (size_t)out_dim * in * sizeof *t->w);
   } else if (t->in != in || t->out != out_dim || t->id.kind != id.kind) {
     die("dgrad diagnostic: block %d's linears changed between micro-batches", id.layer + 1);
   }
   t->id = id, t->in = in, t->out = out_dim;
   (void)N;  // the first d->rows of its N rows (the micro-batch's first sequences)
   op->acts_to_f32(op->ctx, t->dy, dout, (size_t)d->rows * out_dim);
-  op->download(op->ctx, t->w, w, (size_t)out_dim * in * sizeof *t->w);
 }
 
 static LinearFp4Cpu route(const char *recipe, int n_layers, uint64_t seed) {
