@@ -7,7 +7,6 @@
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/quant_fused.h"
 
-
 static MxOut out_or_none(const QOp *o) { return o ? linear_mx_out(*o) : MxOut{}; }
 
 // W and/or W^T (a hybrid may take W^T in another format).
