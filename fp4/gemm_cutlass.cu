@@ -174,8 +174,8 @@ S packed_stride(int rows, int cols) {
 }
 
 template <class K>
-void run(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K_, float alpha, float beta, int raster,
-         int swizzle) {
+void run(void *out, const void *src, Fp8Operand A, Fp8Operand B, int M, int N, int K_, float alpha, float beta,
+         int raster, int swizzle) {
   using Gemm = typename K::Gemm;
   using GK = typename K::GemmKernel;
   using D = typename GK::ElementD;
@@ -195,7 +195,7 @@ void run(void *out, Fp8Operand A, Fp8Operand B, int M, int N, int K_, float alph
   // the tree's arguments, children first: beta, C, (alpha, acc, multiply), then the node's own
   typename GK::CollectiveEpilogue::FusionCallbacks::Arguments tree{
       {{beta}, {nullptr}, {}}, {}, {{{alpha}, {nullptr}, {}}, {}, {}}, {}};
-  args.epilogue = {tree, (const D *)out, sC, (D *)out, sD};
+  args.epilogue = {tree, (const D *)(src ? src : out), sC, (D *)out, sD};  // C: beta's matrix
   args.hw_info.device_id = 0;
   CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
   args.hw_info.sm_count = cuda_sm_count();
@@ -224,10 +224,12 @@ using C12 = Shape<_1, _2, _1>;
 enum { K_COOP, K_COOP_2M, K_COOP_2N, K_PING };
 
 template <class TileBf16, class TileF32, class Cluster, bool PP>
-void run_pair(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta,
-              int raster, int swizzle) {
-  if (out_fp32) run<Kernel<true, float, TileF32, Cluster, PP>>(out, A, B, M, N, K, alpha, beta, raster, swizzle);
-  else run<Kernel<false, cutlass::bfloat16_t, TileBf16, Cluster, PP>>(out, A, B, M, N, K, alpha, beta, raster, swizzle);
+void run_pair(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
+              float beta, int raster, int swizzle) {
+  if (out_fp32) run<Kernel<true, float, TileF32, Cluster, PP>>(out, src, A, B, M, N, K, alpha, beta, raster, swizzle);
+  else
+    run<Kernel<false, cutlass::bfloat16_t, TileBf16, Cluster, PP>>(out, src, A, B, M, N, K, alpha, beta, raster,
+                                                                   swizzle);
 }
 
 struct Cfg {
@@ -293,26 +295,26 @@ extern "C" const char *fp4_gemm_cutlass_cfg_name(int cfg) {
   return "none";
 }
 
-extern "C" void fp4_gemm_cutlass_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
-                                     float alpha, float beta, int cfg) {
+extern "C" void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N,
+                                     int K, float alpha, float beta, int cfg) {
   const char *why = fp4_gemm_cutlass_unsupported(out_fp32, A, B, M, N, K);
   if (why) die("fp4_gemm_cutlass: M=%d, N=%d, K=%d: %s", M, N, K, why);
-  if ((uintptr_t)out % 16) die("fp4_gemm_cutlass: out must be 16-byte aligned");
+  if (((uintptr_t)out | (uintptr_t)src) % 16) die("fp4_gemm_cutlass: out and src must be 16-byte aligned");
 #ifdef FP4_HAVE_CUTLASS
   if (cfg < 0 || cfg >= NCFG) die("fp4_gemm_cutlass: configuration %d is not one of the %d this build has", cfg, NCFG);
   const Cfg c = CFGS[cfg];
   switch (c.kernel) {
     case K_COOP:
-      run_pair<T128, T128, C11, false>(out, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
+      run_pair<T128, T128, C11, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
       break;
     case K_COOP_2M:
-      run_pair<T128, T128, C21, false>(out, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
+      run_pair<T128, T128, C21, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
       break;
     case K_COOP_2N:
-      run_pair<T128, T128, C12, false>(out, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
+      run_pair<T128, T128, C12, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
       break;
     default:
-      run_pair<T64x128, T128x64, C11, true>(out, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
+      run_pair<T64x128, T128x64, C11, true>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
       break;
   }
 #endif
@@ -320,5 +322,5 @@ extern "C" void fp4_gemm_cutlass_cfg(void *out, int out_fp32, Fp8Operand A, Fp8O
 
 extern "C" void fp4_gemm_cutlass(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                                  float beta) {
-  fp4_gemm_cutlass_cfg(out, out_fp32, A, B, M, N, K, alpha, beta, 0);
+  fp4_gemm_cutlass_cfg(out, NULL, out_fp32, A, B, M, N, K, alpha, beta, 0);
 }

@@ -31,8 +31,9 @@ const char *fp4_gemm_cutlass_unsupported(int out_fp32, Fp8Operand A, Fp8Operand 
 // kernel needs no workspace: checked).
 void fp4_gemm_cutlass(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
                       float beta);
-void fp4_gemm_cutlass_cfg(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                          float beta, int cfg);
+// src: beta's matrix (fp4_gemm_fp8_src; NULL: out).
+void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
+                          float alpha, float beta, int cfg);
 // The number of configurations of the per-shape search (0 when the kernel is not built): a kernel
 // (tile 128x128 cooperative, alone or in a cluster of two along M or N, or 64-wide ping-pong) with a
 // raster order and a swizzle. *tuned (if not NULL): how many of them, the first ones, have run on

@@ -40,11 +40,13 @@ typedef struct {
   int accumulate, align;
 } PlanKey;
 
-// The pointers of one call. alpha/beta are host floats (FP8) or device floats (native).
+// The pointers of one call. alpha/beta are host floats (FP8) or device floats (native). src: the
+// matrix beta multiplies (cuBLASLt's C), NULL for out itself.
 typedef struct {
   void *out;
   const void *a, *b, *sa, *sb;
   const float *alpha, *beta;
+  const void *src;
 } Call;
 
 // Grow-only device scratch (reference operands, swizzled scales, device alpha/beta).
@@ -124,8 +126,8 @@ static cublasStatus_t launch(const LtPlan *p, const cublasLtMatmulAlgo_t *algo, 
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
   const LtContext *lt = lt_context();
-  return cublasLtMatmul(lt->handle, p->desc, c->alpha, c->b, p->la, c->a, p->lb, c->beta, c->out, p->lout, c->out,
-                        p->lout, algo, lt->ws, lt->ws_bytes, cuda_stream());
+  return cublasLtMatmul(lt->handle, p->desc, c->alpha, c->b, p->la, c->a, p->lb, c->beta, c->src ? c->src : c->out,
+                        p->lout, c->out, p->lout, algo, lt->ws, lt->ws_bytes, cuda_stream());
 }
 
 typedef struct {
@@ -201,19 +203,25 @@ static void check_modes(const char *who, int a_blk, int b_blk) {
         who);
 }
 
-void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta) {
+void fp4_gemm_fp8_src(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
+                      float alpha, float beta) {
   check_shape("fp4_gemm_fp8", out_fp32, M, N, K, 16);
   check_modes("fp4_gemm_fp8", A.blk128, B.blk128);
-  const void *ptrs[5] = {out, A.e4m3, B.e4m3, A.scale, B.scale};
-  const char *names[5] = {"out", "A.e4m3", "B.e4m3", "A.scale", "B.scale"};
-  int align = lt_alignment("fp4_gemm_fp8", ptrs, names, 3);
-  lt_alignment("fp4_gemm_fp8", ptrs + 3, names + 3, 2);  // cuBLASLt needs 16-byte aligned scale tensors
+  if (src == out) src = NULL;
+  const void *ptrs[6] = {out, A.e4m3, B.e4m3, src ? src : out, A.scale, B.scale};
+  const char *names[6] = {"out", "A.e4m3", "B.e4m3", "src", "A.scale", "B.scale"};
+  int align = lt_alignment("fp4_gemm_fp8", ptrs, names, 4);
+  lt_alignment("fp4_gemm_fp8", ptrs + 4, names + 4, 2);  // cuBLASLt needs 16-byte aligned scale tensors
   PlanKey key = fp8_key(out_fp32, A.blk128, B.blk128, M, N, K, beta != 0.0f, align);
-  Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta};
+  Call c = {out, A.e4m3, B.e4m3, A.scale, B.scale, &alpha, &beta, src};
   plan_run("fp4_gemm_fp8",
            " (ask fp4_gemm_fp8_supported first; a K that is not a multiple of 128 or a BLK128x128 A may be "
            "unsupported)",
            &key, &c);
+}
+
+void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta) {
+  fp4_gemm_fp8_src(out, NULL, out_fp32, A, B, M, N, K, alpha, beta);
 }
 
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K) {

@@ -61,6 +61,12 @@ typedef struct {
 
 // ---- Hopper FP8 path.
 void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
+// The same with beta's matrix read from src (same type and shape as out; src == out or NULL: out itself):
+// out = alpha * A.B^T + beta * src, e.g. a residual stream added in the epilogue. cuBLASLt rounds
+// alpha * acc to out's type before adding beta * src in fp32 (docs/gemm_wgmma.md), so with beta = 1
+// this has exactly the bits of the GEMM into a temporary followed by the residual add src + tmp.
+void fp4_gemm_fp8_src(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
+                      float alpha, float beta);
 // 1 if cuBLASLt offers an algorithm for this shape and scale-mode pair, else 0 (builds and caches the
 // plan: it is the query to make before relying on an unusual shape, e.g. K % 128 != 0).
 int fp4_gemm_fp8_supported(int out_fp32, int a_blk128, int b_blk128, int M, int N, int K);
@@ -91,8 +97,9 @@ typedef struct {
   const char *why_cutlass;   // why CUTLASS's kernel was no candidate, or NULL
   long calls;
 } Fp8Choice;
-int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
-                    float alpha, float beta);
+// src: beta's matrix, as fp4_gemm_fp8_src (NULL: out).
+int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M,
+                    int N, int K, float alpha, float beta);
 int fp4_gemm_fp8_choice_count(void);
 const Fp8Choice *fp4_gemm_fp8_choice_at(int i);
 void fp4_gemm_fp8_choices_reset(void);

@@ -56,6 +56,7 @@ unsigned long long count_diff(const void *a, const void *b, size_t bytes, unsign
 // copies: an accumulating one keeps adding, the time is the same).
 struct Timed {
   void *ref, *got;
+  const void *src;  // beta's matrix (NULL: each candidate's own out, a scratch copy of out)
   int out_fp32, M, N, K;
   Fp8Operand A, B;
   float alpha, beta;
@@ -63,16 +64,17 @@ struct Timed {
 };
 int run_timed(void *ctx, int i) {
   const Timed *t = (const Timed *)ctx;
-  if (i == 0) fp4_gemm_fp8(t->ref, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta);
-  else fp4_gemm_cutlass_cfg(t->got, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta, t->cfg[i]);
+  if (i == 0) fp4_gemm_fp8_src(t->ref, t->src, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta);
+  else fp4_gemm_cutlass_cfg(t->got, t->src, t->out_fp32, t->A, t->B, t->M, t->N, t->K, t->alpha, t->beta, t->cfg[i]);
   return 0;
 }
 
-// Fills c (key fields set) by timing the kernels on this call's operands; out is only read. With
+// Fills c (key fields set) by timing the kernels on this call's operands; out is only read (src: beta's
+// matrix, NULL for out; a separate one is read by every candidate as it is, nothing copied). With
 // `only` >= 0 (a recorded CUTLASS configuration) nothing is timed: c takes it if it is one this build
 // may choose and has cuBLASLt's bits on this call, else cuBLASLt.
-void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-            float beta, int only) {
+void choose(Fp8Choice *c, const void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N,
+            int K, float alpha, float beta, int only) {
   c->kernel = 0, c->ms_lt = c->ms_cutlass = 0, c->why = NULL;
   int ncut = 0;  // CUTLASS's configurations that may be chosen
   c->why_cutlass = fp4_gemm_cutlass_unsupported(out_fp32, A, B, M, N, K);
@@ -99,16 +101,17 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
   void *ref = ref_base + shift, *got = got_base + shift;
   // cuBLASLt's result from out as it is, the bits every candidate must have (its first call on this
   // shape and alignment also chooses its algorithm, timed on these operands)
-  if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
-  fp4_gemm_fp8(ref, out_fp32, A, B, M, N, K, alpha, beta);
+  const int copy = beta != 0.0f && !src;  // in place: each candidate adds to its own copy of out
+  if (copy) CUDA_CHECK(cudaMemcpyAsync(ref, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+  fp4_gemm_fp8_src(ref, src, out_fp32, A, B, M, N, K, alpha, beta);
   // the candidates: CUTLASS's configurations that have run on hardware (a run must not be the first);
   // 16 at most with cuBLASLt (tune_pick_fastest)
-  Timed t = {ref, got, out_fp32, M, N, K, A, B, alpha, beta, {}};
+  Timed t = {ref, got, src, out_fp32, M, N, K, A, B, alpha, beta, {}};
   int n = 1;  // candidate 0 is cuBLASLt; then the others with its bits
   for (int i = 0; i < ncut && n < 16; i++) {
     if (only >= 0 && only != i) continue;
-    if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(got, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
-    fp4_gemm_cutlass_cfg(got, out_fp32, A, B, M, N, K, alpha, beta, i);
+    if (copy) CUDA_CHECK(cudaMemcpyAsync(got, out, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+    fp4_gemm_cutlass_cfg(got, src, out_fp32, A, B, M, N, K, alpha, beta, i);
     if (count_diff(ref, got, bytes, d_diff) == 0) t.cfg[n++] = i;
   }
   if (n == 1 && only >= 0) c->why = "the recorded configuration lacks cuBLASLt's bits here: cuBLASLt";
@@ -127,10 +130,11 @@ void choose(Fp8Choice *c, const void *out, int out_fp32, Fp8Operand A, Fp8Operan
 
 }  // namespace
 
-extern "C" int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N,
-                               int K, float alpha, float beta) {
-  if (kernel == FP8_KERNEL_CUBLASLT) return fp4_gemm_fp8(out, out_fp32, A, B, M, N, K, alpha, beta), 0;
-  if (kernel == FP8_KERNEL_CUTLASS) return fp4_gemm_cutlass(out, out_fp32, A, B, M, N, K, alpha, beta), 2;
+extern "C" int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B,
+                               int M, int N, int K, float alpha, float beta) {
+  if (src == out) src = NULL;
+  if (kernel == FP8_KERNEL_CUBLASLT) return fp4_gemm_fp8_src(out, src, out_fp32, A, B, M, N, K, alpha, beta), 0;
+  if (kernel == FP8_KERNEL_CUTLASS) return fp4_gemm_cutlass_cfg(out, src, out_fp32, A, B, M, N, K, alpha, beta, 0), 2;
   if (kernel != FP8_KERNEL_TUNED) die("fp4_gemm_fp8_on: kernel %d is not an Fp8Kernel", (int)kernel);
   const int key[7] = {out_fp32, A.blk128, B.blk128, M, N, K, beta != 0.0f};
   Fp8Choice *c = NULL;
@@ -158,16 +162,16 @@ extern "C" int fp4_gemm_fp8_on(Fp8Kernel kernel, void *out, int out_fp32, Fp8Ope
           "engine's; delete the file parallel.gemm_plans names",
           (unsigned long long)rec[0]);
     else if (rec)  // an index past the list (a record of another build) matches no configuration: cuBLASLt
-      choose(c, out, out_fp32, A, B, M, N, K, alpha, beta, rec[6] < 1024 ? (int)rec[6] : 1024);
+      choose(c, out, src, out_fp32, A, B, M, N, K, alpha, beta, rec[6] < 1024 ? (int)rec[6] : 1024);
     else {
-      choose(c, out, out_fp32, A, B, M, N, K, alpha, beta, -1);
+      choose(c, out, src, out_fp32, A, B, M, N, K, alpha, beta, -1);
       const uint64_t v[GEMM_PLAN_VALUE_WORDS] = {(uint64_t)c->kernel, 0, 0, 0, 0, 0, (uint64_t)c->cutlass_cfg};
       lt_record(rkey, v);
     }
   }
   c->calls++;
-  if (c->kernel == 2) fp4_gemm_cutlass_cfg(out, out_fp32, A, B, M, N, K, alpha, beta, c->cutlass_cfg);
-  else fp4_gemm_fp8(out, out_fp32, A, B, M, N, K, alpha, beta);
+  if (c->kernel == 2) fp4_gemm_cutlass_cfg(out, src, out_fp32, A, B, M, N, K, alpha, beta, c->cutlass_cfg);
+  else fp4_gemm_fp8_src(out, src, out_fp32, A, B, M, N, K, alpha, beta);
   return c->kernel;
 }
 

@@ -45,6 +45,10 @@ typedef struct {
   // precision.fprop/dgrad/wgrad: 0 = auto (the block's format), else 1 + the FP4Format, so that a
   // zero-initialized Recipe is uniform; read it through recipe_override.
   int contraction[CONTR_N];
+  // precision.fusion off: the producers and epilogues that fuse the ops around the FP4 GEMMs (RMSNorm
+  // and SwiGLU into the quantizers, the residual add into the GEMM epilogue, one dY producer for an
+  // operand hybrid) run as separate kernels instead. The same bits either way; for measuring them.
+  int unfused;
   int nspans;  // precision.blocks, in the order given (no two overlap)
   BlockSpan spans[RECIPE_MAX_SPANS];
 } Recipe;
@@ -59,6 +63,7 @@ typedef struct {
 #define RECIPE_SCALE_ROUNDING "auto|up|down"
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
 #define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_cublaslt|fp8_cutlass"
+#define RECIPE_FUSION "auto|on|off"
 // A value precision.fp4_gemm took until 2026-12-05, refused (recipe_resolve, run/config.c) with this
 // note rather than as unknown: a config that names it must not run another kernel silently.
 #define RECIPE_FP4_GEMM_REMOVED "fp8_own"
@@ -72,6 +77,7 @@ typedef struct {
   int bf16_first, bf16_last;
   const char *fprop, *dgrad, *wgrad;  // RECIPE_CONTRACTION (NULL: auto)
   const char *blocks;                 // "FORMAT:A-B[,FORMAT:A-B...]", 1-based as the paper counts (NULL, "": none)
+  const char *fusion;                 // RECIPE_FUSION (NULL: auto, on)
 } RecipeSpec;
 
 // Fills *r from the spec ("auto" = the default of the recipe's format):

@@ -519,6 +519,18 @@ static LinearId lin(int layer, LinearKind kind) { return (LinearId){layer, kind}
 // the step, and its stochastic-rounding bits are keyed by (step, micro-batch, layer, tensor)
 // (model/cuda/linear_fp4.h), not by how many times the layer was called.
 
+// out = res + x W^T: a linear and the residual add after it, the add in the linear's GEMM epilogue
+// where the backend has that fusion (Ops.matmul_residual_fwd: the same bits), else the two ops through
+// the block's scratch a->tmp.
+static void linear_residual_fwd(Llama *m, LinearId id, void *out, const void *res, const void *x, const float *w,
+                                int in, int out_dim) {
+  const Ops *op = m->ops;
+  const int N = m->N;
+  if (op->matmul_residual_fwd && op->matmul_residual_fwd(op->ctx, id, out, res, x, w, N, in, out_dim)) return;
+  op->matmul_fwd(op->ctx, id, m->a.tmp, x, w, N, in, out_dim);
+  op->residual_fwd(op->ctx, out, res, m->a.tmp, (size_t)N * out_dim);
+}
+
 // Attention half: res_mid = res_in + wo(attention(rope(q), rope(k), v)), q/k/v from rmsnorm(res_in).
 // Also regenerates the attention's lse.
 static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const LayerActs *s) {
@@ -535,8 +547,7 @@ static void attention_half_fwd(Llama *m, int l, const LayerWeights *w, const Lay
   op->rope_fwd(op->ctx, s->q, m->rope_cos, m->rope_sin, m->rope_pos, B, T, H, hd);
   op->rope_fwd(op->ctx, s->k, m->rope_cos, m->rope_sin, m->rope_pos, B, T, KV, hd);
   op->attention_fwd(op->ctx, s->att, s->lse, s->q, s->k, s->v, m->docmask, B, T, H, KV, hd);
-  op->matmul_fwd(op->ctx, lin(l, LIN_O), m->a.tmp, s->att, w->wo, N, Q, D);
-  op->residual_fwd(op->ctx, s->res_mid, s->res_in, m->a.tmp, (size_t)N * D);
+  linear_residual_fwd(m, lin(l, LIN_O), s->res_mid, s->res_in, s->att, w->wo, Q, D);
 }
 
 // Feed-forward half up to w_down's input: swi = silu(w_gate x) * (w_up x), x = rmsnorm(res_mid).
@@ -588,8 +599,7 @@ static void forward_blocks(Llama *m, const int *inputs) {
     attention_half_fwd(m, l, &w, &s);
     // feed-forward: res_out = res_mid + w_down(swi)
     ffn_hidden_fwd(m, l, &w, &s);
-    op->matmul_fwd(op->ctx, lin(l, LIN_DOWN), a->tmp, s.swi, w.w_down, N, F, D);
-    op->residual_fwd(op->ctx, s.res_out, s.res_mid, a->tmp, (size_t)N * D);
+    linear_residual_fwd(m, lin(l, LIN_DOWN), s.res_out, s.res_mid, s.swi, w.w_down, F, D);
     range_pop(m);
   }
   void *res_last = act(m, a->res, (size_t)c->n_layers * N * D);

@@ -133,6 +133,9 @@ static const Key KEYS[] = {
           "or fp8_cutlass (one of them; fp8_own, our own kernel, was removed on 2026-12-05), fp4 (Blackwell native); "
           "auto: fp4 on Blackwell (reference with CTA-local NVFP4), "
           "fp8_cublaslt on Hopper with an MXFP4 contraction, else reference"),
+    KENUM("precision.fusion", fusion, "auto", RECIPE_FUSION,
+          "format-aware fusion around the FP4 GEMMs (RMSNorm and SwiGLU inside the quantizers, the residual add "
+          "in the GEMM epilogue): auto = on; off runs them as separate kernels, the same bits (for measuring)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),
@@ -965,17 +968,8 @@ void config_print_reference(FILE *f) {
 }
 
 RecipeSpec config_recipe_spec(const TrainConfig *c) {
-  return (RecipeSpec){c->recipe,
-                      c->sr,
-                      c->hadamard,
-                      c->weight_2d,
-                      c->scale_rounding,
-                      c->fp4_gemm,
-                      c->wgrad_2d,
-                      c->bf16_first_blocks,
-                      c->bf16_last_blocks,
-                      c->fprop,
-                      c->dgrad,
-                      c->wgrad,
-                      c->blocks};
+  return (RecipeSpec){c->recipe,           c->sr,       c->hadamard, c->weight_2d,
+                      c->scale_rounding,   c->fp4_gemm, c->wgrad_2d, c->bf16_first_blocks,
+                      c->bf16_last_blocks, c->fprop,    c->dgrad,    c->wgrad,
+                      c->blocks,           c->fusion};
 }

@@ -50,6 +50,7 @@ typedef struct {
   char hadamard[CFG_NAME];        // Hadamard on the Wgrad operands: auto|none|h16|h32|h16_plain
   char weight_2d[CFG_NAME];       // 2D weight scale tiles: auto|on|off
   char wgrad_2d[CFG_NAME];        // FP8 path: Wgrad operand in 128x128 tiles: auto|off|dy|x
+  char fusion[CFG_NAME];          // format-aware fusion: auto|on|off (the same bits either way)
   char scale_rounding[CFG_NAME];  // MXFP4 block exponent: auto|up (paper, encode-centric)|down (OCP)
   char fp4_gemm[CFG_NAME];        // GEMM back end: auto|reference (dequantize + BF16)|fp8 (Hopper)|fp4 (Blackwell)
   int bf16_first_blocks;          // per-block override: the first N blocks stay in BF16

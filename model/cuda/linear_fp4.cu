@@ -191,17 +191,20 @@ static double quant_bytes(const LinearFormat *f, int fp8, int rows, int K, int c
 
 // ---- the GEMM -----------------------------------------------------------------------------------
 
-// out[M,N] = alpha (* *alpha_dev) A . B^T + beta out, on the recipe's back end. use: "fwd", "dgrad",
-// "wgrad" for the profile entry's name.
+// out[M,N] = alpha (* *alpha_dev) A . B^T + beta src, on the recipe's back end; src NULL: out itself,
+// else (FP8 path only) another matrix of out's type and shape. use: "fwd", "dgrad", "wgrad" for the
+// profile entry's name.
 static void fp4_gemm(LinearFp4 *L, const LinearFormat *f, const char *use, LinearKind kind, void *out, int out_fp32,
-                     const QOp &A, const QOp &B, int M, int N, int K, float alpha, float beta, const float *alpha_dev) {
+                     const QOp &A, const QOp &B, int M, int N, int K, float alpha, float beta, const float *alpha_dev,
+                     const void *src = NULL) {
+  if (src && !A.fp8) die("linear_fp4: %s %s: a separate addend is an FP8-path epilogue", use, linear_kind_name(kind));
   char name[40];
   int mk = cuda_prof_begin(L->b);
   GemmShape s = {out_fp32, 0, 1, M, N, K, GEMM_ENGINE_BF16};
   const char *engine;
   if (A.fp8) {
     Fp8Operand a = {A.q, A.sf, A.blk128}, b = {B.q, B.sf, B.blk128};
-    const int kernel = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, out_fp32, a, b, M, N, K, alpha, beta);
+    const int kernel = fp4_gemm_fp8_on(L->recipe.fp8_kernel, out, src, out_fp32, a, b, M, N, K, alpha, beta);
     engine = kernel == 2 ? "cutlass" : "fp8", s.engine = B.blk128   ? GEMM_ENGINE_FP8_BLK
                                                          : A.blk128 ? GEMM_ENGINE_FP8_ABLK
                                                                     : GEMM_ENGINE_FP8_VEC;
@@ -391,12 +394,14 @@ static void forget_x(LinearFp4 *L) {
 // ---- format-aware fusion (model/cuda/quant_fused.h) ------------------------------------------------
 
 void linear_fp4_set_fusion(LinearFp4 *L, int on) { L->fusion = on != 0; }
+// Fusion on: neither the recipe (precision.fusion off) nor a test (set_fusion(0)) turned it off.
+static int fusing(const LinearFp4 *L) { return L->fusion && !L->recipe.unfused; }
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
 // The fused producers make x's Fprop and Wgrad copies in one format: the block's two contractions
 // must agree on one that has them.
 int linear_fp4_fusable(const LinearFp4 *L, LinearId leader) {
-  if (!L->fusion || !L->share_x || !keeps_x(leader.kind) || !linear_fp4_saves_input(L, leader)) return 0;
+  if (!fusing(L) || !L->share_x || !keeps_x(leader.kind) || !linear_fp4_saves_input(L, leader)) return 0;
   const LinearFormat *f = format_of(L, leader, CONTR_FPROP);
   return f == format_of(L, leader, CONTR_WGRAD) && f->dual_rmsnorm && f->has_dual(L, 0);
 }
@@ -445,10 +450,17 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
   return 1;
 }
 
+// The residual add in the Fprop GEMM's epilogue: the FP8 path's kernels add beta * src to alpha * acc
+// rounded to BF16 first (fp4_gemm_fp8_src), so with beta 1 the bits are those of the GEMM then the add.
+int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
+  const LinearFormat *f = linear_fp4_runs(L, id, CONTR_FPROP) ? format_of(L, id, CONTR_FPROP) : NULL;
+  return fusing(L) && f && linear_fp8_path(L, f);
+}
+
 // ---- the linear entries -------------------------------------------------------------------------
 
 void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
-                        uint64_t wversion, int N, int in, int out_dim) {
+                        uint64_t wversion, int N, int in, int out_dim, const bf16 *res) {
   const LinearFormat *f = format_of(L, id, CONTR_FPROP), *fw = format_of(L, id, CONTR_WGRAD);
   if (!f)
     die("linear_fp4_forward: layer %d %s runs its Fprop in BF16 (ops_cuda.cu routes it by linear_fp4_runs)", id.layer,
@@ -485,7 +497,11 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
   if (sv) sv->valid = 1;
   const float *alpha_dev = NULL;
   float alpha = f->alpha(L, amax_x, qw->amax, &alpha_dev);
-  fp4_gemm(L, f, "fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, alpha, 0.0f, alpha_dev);
+  if (res && !linear_fp4_fuses_residual(L, id))
+    die("linear_fp4_forward: layer %d %s: no residual epilogue here (ask linear_fp4_fuses_residual)", id.layer,
+        linear_kind_name(id.kind));
+  fp4_gemm(L, f, res ? "fwd+res" : "fwd", id.kind, out, 0, xq, qw->wq, N, out_dim, in, alpha, res ? 1.0f : 0.0f,
+           alpha_dev, res);
 }
 
 void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x,
@@ -511,7 +527,7 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
   int mk = cuda_prof_begin(L->b);
   if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
     book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
-  } else if (dx && dw && L->fusion &&
+  } else if (dx && dw && fusing(L) &&
              linear_hybrid_dual(L, fd, fw, dout, N, out_dim, sr_row, s_row, dyr, sr_col, dyc)) {
     L->fused_calls++;
     book_mem(L, fd, mk, "quant dy hybrid dual", NULL,

@@ -105,6 +105,11 @@ void linear_fp4_tile_stats(const LinearFp4 *L, unsigned long long *rounded, unsi
 // turns it off (the tests compare both ways).
 int linear_fp4_fusable(const LinearFp4 *L, LinearId leader);
 void linear_fp4_set_fusion(LinearFp4 *L, int on);
+// The residual add in the Fprop GEMM's epilogue (Ops.matmul_residual_fwd): 1 when linear id's Fprop
+// runs on the FP8 path with fusion on, whose epilogue adds a residual stream R with the bits of the GEMM
+// followed by residual_fwd (R + bf16(GEMM) in fp32, rounded once; fp4_gemm_fp8_src). Then
+// linear_fp4_forward may take res.
+int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id);
 long linear_fp4_fused_calls(const LinearFp4 *L);  // fused producers run so far (for tests)
 
 #ifdef __cplusplus
@@ -121,9 +126,10 @@ long linear_fp4_fused_calls(const LinearFp4 *L);  // fused producers run so far 
 // arguments as the table's, typed), plus the weight's BF16 shadow w16 and the current weights
 // version (a cached quantization older than it is redone). dx or dw may be NULL, and must be where
 // linear_fp4_runs says the contraction runs in BF16. dw_overwrite: dW = ... instead of dW += ...
-// (Ops.set_grad_overwrite).
+// (Ops.set_grad_overwrite). res (NULL: none): out = res + x W^T, the add in the GEMM's epilogue, only where
+// linear_fp4_fuses_residual says so.
 void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
-                        uint64_t wversion, int N, int in, int out_dim);
+                        uint64_t wversion, int N, int in, int out_dim, const bf16 *res);
 void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const bf16 *dout, const bf16 *x,
                          const float *w, const bf16 *w16, uint64_t wversion, int N, int in, int out_dim,
                          int dx_accumulate, int dw_overwrite);

@@ -63,6 +63,10 @@ RANGED_OPS(NAME)
 constexpr const char *MATMUL_FWD[LIN_NKINDS + 1] = {"matmul fwd q",    "matmul fwd k",    "matmul fwd v",
                                                     "matmul fwd o",    "matmul fwd gate", "matmul fwd up",
                                                     "matmul fwd down", "matmul fwd head", "matmul fwd"};
+constexpr const char *MATMUL_RES_FWD[LIN_NKINDS + 1] = {
+    "matmul+residual fwd q",    "matmul+residual fwd k",    "matmul+residual fwd v",
+    "matmul+residual fwd o",    "matmul+residual fwd gate", "matmul+residual fwd up",
+    "matmul+residual fwd down", "matmul+residual fwd head", "matmul+residual fwd"};
 constexpr const char *MATMUL_BWD[LIN_NKINDS + 1] = {"matmul bwd q",    "matmul bwd k",    "matmul bwd v",
                                                     "matmul bwd o",    "matmul bwd gate", "matmul bwd up",
                                                     "matmul bwd down", "matmul bwd head", "matmul bwd"};
@@ -81,6 +85,9 @@ void cuda_nvtx_wrap(CudaBackend *b) {
   RANGED_OPS(WRAP)
 #undef WRAP
   if (t->matmul_fwd) t->matmul_fwd = Ranged<decltype(t->matmul_fwd)>::call_linear<&Ops::matmul_fwd, MATMUL_FWD>;
+  if (t->matmul_residual_fwd)
+    t->matmul_residual_fwd =
+        Ranged<decltype(t->matmul_residual_fwd)>::call_linear<&Ops::matmul_residual_fwd, MATMUL_RES_FWD>;
   if (t->matmul_bwd) t->matmul_bwd = Ranged<decltype(t->matmul_bwd)>::call_linear<&Ops::matmul_bwd, MATMUL_BWD>;
   t->range_push = range_push;
   t->range_pop = range_pop;

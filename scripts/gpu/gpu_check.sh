@@ -4,6 +4,7 @@
 # short summary table. Logs go to $OUT (or out/) when set.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer] [clocks]
+#                                 [fusion]
 # (default: build tests hf bench benchfp4 fp4train repro peer; benchown: the MXFP4 bench
 # with precision.fp4_gemm fp8_cublaslt, fp8_cutlass and fp8 (tuned per shape); gputests skips the CPU tests, which CI
 # runs; ncuown, ablate and owntrain went with our own GEMM on 2026-12-05, docs/gemm_wgmma.md). probe: the
@@ -26,7 +27,8 @@
 # once each under Nsight Systems when it is there, with the ranges' summary (docs/logging.md). ckptstall (not
 # default): ./train --bench-save at 8B shapes with CKPT_LAYERS (4) layers: the stall of an asynchronous checkpoint
 # save (state copied into pinned host memory) and its background write, extrapolated per rank of 1-8 (target: under
-# 1 s per rank; docs/checkpoint_format.md).
+# 1 s per rank; docs/checkpoint_format.md). fusion (not default): the MXFP4 8B bench with precision.fusion off,
+# then on, in one call: each fusion's rows of the per-kernel table and the time per layer before and after.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -131,6 +133,16 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
     note "SM clock while busy, $what$([ $what = step ] && echo " (MXFP4 8B bench)" || echo " alone (--bench-attention)"): $(cat "$OUT/clocks_$what.txt")"
   done
   grep -E 'attention (fwd|bwd)' "$OUT/clocks_step.log"
+fi
+
+if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, then on (precision.fusion), one call
+  for f in off on; do
+    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
+      --set precision.fusion=$f >"$OUT/bench_fusion_$f.log" 2>&1
+    grep -E "^(residual|swiglu fwd|rmsnorm fwd)|gemm fwd(\+res)? (o|down) |quant x fwd" "$OUT/bench_fusion_$f.log"
+    note "fusion $f: $(grep '^per layer' "$OUT/bench_fusion_$f.log" | head -n 1 || echo "no result")"
+    while read -r l; do note "fusion $f: $l"; done < <(grep '^BENCH' "$OUT/bench_fusion_$f.log")
+  done
 fi
 
 if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside CUTLASS's and the tuned choice

@@ -216,7 +216,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     float *got_cut = (float *)xmalloc(n * 4), *oracle = ok ? got_fp8 : NULL;
     const char *oracle_name = "fp8";
     for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++) {
-      auto cut = [&] { fp4_gemm_cutlass_cfg(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); };
+      auto cut = [&] { fp4_gemm_cutlass_cfg(d_out, NULL, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); };
       char path[40];
       snprintf(path, sizeof path, "cutlass%d", ci);
       run(got_cut, cut);
@@ -273,7 +273,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     int kernel = 0;
     for (int call = 0; call < 2; call++) {
       run(got, [&] {
-        kernel = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
+        kernel = fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, NULL, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta);
       });
       CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: tuned call %d (%s) differs from cuBLASLt: rel %.3e", name, call,
             kernel == 2 ? "cutlass" : "cuBLASLt", rel_err(got, got_fp8, n));
@@ -283,6 +283,49 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
               c->key[4] == N && c->key[5] == K,
           "%s: the choice recorded (%d calls, kernel %d)", name, c ? (int)c->calls : -1, c ? c->kernel : -1);
     if (c) printf("tuned: %s  ", c->kernel == 2 ? "cutlass" : "cuBLASLt");
+  }
+
+  // beta's matrix read from another buffer (fp4_gemm_fp8_src: the residual stream added in the o and down
+  // projections' epilogue, beta 1), on every kernel: out starts as garbage, which no kernel may read; the
+  // in-place form's bits; src untouched. With beta 1 also the unfused path's bits: the GEMM alone (beta 0,
+  // rounded to BF16), then src + it in fp32 rounded once, as model/cuda/residual.cu adds (here on the host).
+  if (ok && !out_fp32 && beta != 0.0f) {
+    __nv_bfloat16 *d_src;
+    CUDA_CHECK(cudaMalloc(&d_src, n * 2));
+    set_out(d_src, prev, n, 0);
+    float *src_after = (float *)xmalloc(n * 4);
+    auto run_src = [&](const char *path, auto launch) {
+      sync_stream();
+      CUDA_CHECK(cudaMemset(d_out, 0x7f, n * 2));  // 0x7f7f: 3.4e38 in BF16, loud if read
+      launch();
+      download_floats(got, d_out, n, 0);
+      CHECK(memcmp(got, got_fp8, n * 4) == 0, "%s: %s with a separate src differs from the in-place form: rel %.3e",
+            name, path, rel_err(got, got_fp8, n));
+      download_floats(src_after, d_src, n, 0);
+      CHECK(memcmp(src_after, prev, n * 4) == 0, "%s: %s wrote into src", name, path);
+    };
+    run_src("fp8 src", [&] { fp4_gemm_fp8_src(d_out, d_src, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
+    if (!no_cutlass)
+      for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++)
+        run_src(fp4_gemm_cutlass_cfg_name(ci),
+                [&] { fp4_gemm_cutlass_cfg(d_out, d_src, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); });
+    fp4_gemm_fp8_choices_reset();
+    for (int call = 0; call < 2; call++)
+      run_src("tuned src",
+              [&] { fp4_gemm_fp8_on(FP8_KERNEL_TUNED, d_out, d_src, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
+    if (beta == 1.0f) {
+      run(got, [&] { fp4_gemm_fp8(d_out, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, 0.0f); });
+      size_t same = 0;
+      for (size_t i = 0; i < n; i++) {
+        const float r = __bfloat162float(__float2bfloat16(prev[i] + got[i]));
+        same += !memcmp(&r, &got_fp8[i], 4);
+      }
+      printf("residual in the epilogue = GEMM then add: %zu of %zu  ", same, n);
+      CHECK(same == n, "%s: the GEMM with src added in its epilogue differs from the GEMM then the add in %zu of %zu",
+            name, n - same, n);
+    }
+    free(src_after);
+    CUDA_CHECK(cudaFree(d_src));
   }
 
   run(got_ref, [&] { fp4_gemm_reference_fp8(d_out, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
@@ -358,6 +401,7 @@ static void test_layer(int T, int in, int out, int kind, Rng *rng) {
   for (int i = 0; i < 8; i++) operand_finish(all[i]);
   run_use("fprop Y=X.W^T", &X, &Wq, 1, 0.0f, rng);
   run_use("fprop Y=X.W^T", &X, &Wq, 0, 0.0f, rng);
+  run_use("fprop Y=R+X.W^T", &X, &Wq, 0, 1.0f, rng);  // the o / down projection with the residual R
   run_use("dgrad dX=dY.W", &DY, &Wt, 1, 0.0f, rng);
   run_use("dgrad dX=dY.W", &DY, &Wt, 0, 0.0f, rng);
   run_use("dgrad dX+=dY.W", &DY, &Wt, 0, 1.0f, rng);  // dx_accumulate: q, k, v share dx
@@ -688,11 +732,11 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
     for (int w = 0; w <= ncfg && w < 17; w++)  // cuBLASLt, then every configuration
       ms[w] = time_ms_events(e0, e1, [&] {
         if (w == 0) fp4_gemm_fp8(o1, f32, A, B, M, N, K, alpha, beta);
-        else fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, w - 1);
+        else fp4_gemm_cutlass_cfg(o2, NULL, f32, A, B, M, N, K, alpha, beta, w - 1);
       });
     int best = 1;
     for (int w = 2; w <= ncfg && w < 17; w++) best = ms[w] < ms[best] ? w : best;
-    fp4_gemm_cutlass_cfg(o2, f32, A, B, M, N, K, alpha, beta, best - 1);  // its result, to compare
+    fp4_gemm_cutlass_cfg(o2, NULL, f32, A, B, M, N, K, alpha, beta, best - 1);  // its result, to compare
     float *g1 = (float *)xmalloc(n * 4), *g2 = (float *)xmalloc(n * 4);
     download_floats(g1, o1, n, f32);
     download_floats(g2, o2, n, f32);

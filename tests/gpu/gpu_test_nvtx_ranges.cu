@@ -30,6 +30,7 @@
 #include "common/cuda_common.h"
 #include "common/gemm_plans.h"
 #include "fp4/recipe.h"
+#include "model/cuda/linear_fp4.h"
 #include "model/cuda/ops_cuda.h"
 #include "model/llama.h"
 #include "model/ops.h"
@@ -259,6 +260,21 @@ static const char *const BLOCK_FWD[] = {"rmsnorm fwd", "matmul fwd q",    "matmu
                                         "rope fwd",    "rope fwd",        "attention fwd",   "matmul fwd o",
                                         "residual",    "rmsnorm fwd",     "matmul fwd gate", "matmul fwd up",
                                         "swiglu fwd",  "matmul fwd down", "residual"};
+// With the residual adds in the o and down projections' GEMM epilogues (Ops.matmul_residual_fwd: FP4
+// linears on the FP8 path).
+static const char *const BLOCK_FWD_FUSED[] = {"rmsnorm fwd",
+                                              "matmul fwd q",
+                                              "matmul fwd k",
+                                              "matmul fwd v",
+                                              "rope fwd",
+                                              "rope fwd",
+                                              "attention fwd",
+                                              "matmul+residual fwd o",
+                                              "rmsnorm fwd",
+                                              "matmul fwd gate",
+                                              "matmul fwd up",
+                                              "swiglu fwd",
+                                              "matmul+residual fwd down"};
 static const char *const BLOCK_BWD[] = {"matmul bwd down", "swiglu bwd",   "matmul bwd gate", "matmul bwd up",
                                         "rmsnorm bwd",     "matmul bwd o", "attention bwd",   "rope bwd",
                                         "rope bwd",        "matmul bwd q", "matmul bwd k",    "matmul bwd v",
@@ -278,7 +294,7 @@ static int in_list(const char *const *l, int n, const char *name) {
 }
 
 // The step's ranges: balanced, nested as a timeline should be, in the graph's order.
-static void check_structure(const Step *s) {
+static void check_structure(const Step *s, int residual_fused) {
   int depth = 0, min_depth = 0, in_op = 0, deep_blocks = 0, nblock = -1;
   const char *open[MAX_DEPTH] = {0};
   List top, blocks, inner[8];
@@ -312,8 +328,10 @@ static void check_structure(const Step *s) {
   CHECK(equals(&top, TOP, N_OF(TOP)), "the top-level ranges (uploads aside): %s", joined(&top));
   for (int k = 0; k < blocks.n && k < 8; k++) {
     const int fwd = strstr(blocks.name[k], " fwd") != NULL;
-    CHECK(fwd ? equals(&inner[k], BLOCK_FWD, N_OF(BLOCK_FWD)) : equals(&inner[k], BLOCK_BWD, N_OF(BLOCK_BWD)),
-          "%s holds the ops of llama.c's block %s, in order: %s", blocks.name[k], fwd ? "forward" : "backward",
+    const int ok = !fwd             ? equals(&inner[k], BLOCK_BWD, N_OF(BLOCK_BWD))
+                   : residual_fused ? equals(&inner[k], BLOCK_FWD_FUSED, N_OF(BLOCK_FWD_FUSED))
+                                    : equals(&inner[k], BLOCK_FWD, N_OF(BLOCK_FWD));
+    CHECK(ok, "%s holds the ops of llama.c's block %s, in order: %s", blocks.name[k], fwd ? "forward" : "backward",
           joined(&inner[k]));
   }
 }
@@ -474,7 +492,11 @@ int main(void) {
     run_step(ranged, recipes[k], in, tg, PROF_NONE, NULL, warm);  // first calls: plans, tunings, caches
     run_step(ranged, recipes[k], in, tg, PROF_ALL, NULL, all);
     CHECK(isfinite(all->loss), "loss %g", all->loss);
-    check_structure(all);
+    // the recipe is still set: whether its o and down add the residual in their epilogue
+    const int fused = linear_fp4_fuses_residual(((CudaBackend *)ranged->ctx)->lin, (LinearId){0, LIN_O});
+    CHECK(fused == (k == 1 && cuda_device_cc() == 90), "%s: the residual add in the o GEMM's epilogue: %s", recipes[k],
+          fused ? "yes" : "no");
+    check_structure(all, fused);
     snprintf(what, sizeof what, "%s: the per-kernel table against the ranges", recipes[k]);
     TEST_SECTION(what);
     check_table(ranged, recipes[k], in, tg, all);

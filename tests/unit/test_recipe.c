@@ -186,20 +186,45 @@ int main(void) {
   CHECK(!resolve(&r, "mxfp4", "auto", "auto", "auto", "auto", "reference", 0, 0, 90, err) && r.wgrad_2d == WGRAD_2D_OFF,
         "the reference back end has no embedding (got %d)", r.wgrad_2d);
   CHECK(!recipe_resolve(
-            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0, NULL, NULL, NULL, NULL}, 90,
-            err, 256) &&
+            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "x", 0, 0, NULL, NULL, NULL, NULL, NULL},
+            90, err, 256) &&
             r.wgrad_2d == WGRAD_2D_X,
         "x tiles x^T: %s", err);
-  CHECK(!recipe_resolve(
-            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0, NULL, NULL, NULL, NULL}, 90,
-            err, 256) &&
-            r.wgrad_2d == WGRAD_2D_OFF,
-        "off: both VEC128: %s", err);
-  CHECK(recipe_resolve(
-            &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0, NULL, NULL, NULL, NULL}, 90,
-            err, 256) &&
-            strstr(err, "precision.wgrad_2d"),
-        "an unknown value names the key: %s", err);
+  CHECK(
+      !recipe_resolve(
+          &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "off", 0, 0, NULL, NULL, NULL, NULL, NULL},
+          90, err, 256) &&
+          r.wgrad_2d == WGRAD_2D_OFF,
+      "off: both VEC128: %s", err);
+  CHECK(
+      recipe_resolve(
+          &r, &(RecipeSpec){"mxfp4", "auto", "auto", "auto", "auto", "fp8", "both", 0, 0, NULL, NULL, NULL, NULL, NULL},
+          90, err, 256) &&
+          strstr(err, "precision.wgrad_2d"),
+      "an unknown value names the key: %s", err);
+
+  TEST_SECTION("precision.fusion: on by default, off for measuring (the same bits)");
+  {
+    char d[512];
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4"}, 90, err, 256) && !r.unfused, "auto: fused: %s", err);
+    recipe_describe(&r, d, sizeof d);
+    CHECK(!strstr(d, "unfused"), "the description of a fused recipe says nothing of it: %s", d);
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "on"}, 90, err, 256) && !r.unfused,
+          "on: fused: %s", err);
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "off"}, 90, err, 256) && r.unfused == 1,
+          "off: unfused: %s", err);
+    recipe_describe(&r, d, sizeof d);
+    CHECK(strstr(d, ", unfused") != NULL, "off is in the description the log prints: %s", d);
+    CHECK(recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "no"}, 90, err, 256) &&
+              strstr(err, "precision.fusion") && strstr(err, RECIPE_FUSION),
+          "an unknown value names the key and the values: %s", err);
+    TrainConfig fc;
+    config_defaults(&fc);
+    CHECK(!config_set(&fc, "precision.fusion=off", err, sizeof err) && !strcmp(fc.fusion, "off"),
+          "--set precision.fusion=off: %s", err);
+    const RecipeSpec fs = config_recipe_spec(&fc);
+    CHECK(fs.fusion && !strcmp(fs.fusion, "off"), "the config passes it to the recipe");
+  }
 
   TEST_SECTION("per-block overrides");
   CHECK(!resolve(&r, "nvfp4", "auto", "auto", "auto", "auto", "auto", 1, 4, 90, err), "%s", err);
