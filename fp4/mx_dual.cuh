@@ -295,25 +295,14 @@ struct MxSrcBf16 {
   }
 };
 
-// (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
-template <int ROW, int COL, bool SR, class Src>
-__global__ void __launch_bounds__(256, 3)
-    mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
-  __shared__ uint4 tile[TILE * 16];
-  __shared__ int tile_e;  // OUT_FP8_BLK: the tile's largest block exponent + 127
-  const int tr = blockIdx.y, tc = blockIdx.x, nbk = K / 32;
-  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;  // ordered before the atomics by the barrier below
-  // Phase 1: 512 row blocks (128 rows x 4), two per thread; four lanes cover 256 contiguous bytes.
-  // Both blocks' loads are issued before either is quantized.
-  uint4 raw[2][4];
-  bool valid[2];
-#pragma unroll
-  for (int it = 0; it < 2; it++) {
-    int id = threadIdx.x + it * 256, lr = id >> 2, b = tc * 4 + (id & 3);
-    size_t row = (size_t)tr * TILE + lr;
-    valid[it] = row < (size_t)rows && b < nbk;
-    if (valid[it]) src.load(row, b, raw[it]);
-  }
+// Phases 1 and 2 of the dual producer on tile (tr, tc), whose two row blocks per thread (512 in all: 128
+// rows x 4) are already in registers (raw, valid: mx_dual_load's): the row copy, then the column copy
+// through `tile`. tile_e (OUT_FP8_BLK): 0 on entry, ordered by a barrier before the first atomic.
+template <int ROW, int COL, bool SR>
+static __device__ __forceinline__ void mx_dual_tile(const uint4 (&raw)[2][4], const bool (&valid)[2], uint4 *tile,
+                                                    int *tile_e, int tr, int tc, int rows, int K, MxScale mode,
+                                                    PhiloxStream s, const MxOut &row_out, int hadamard,
+                                                    const MxOut &col_out) {
   if (COL != OUT_NONE) {  // the tile for phase 2
 #pragma unroll
     for (int it = 0; it < 2; it++) {
@@ -342,7 +331,54 @@ __global__ void __launch_bounds__(256, 3)
   }
   if (COL == OUT_NONE) return;
   __syncthreads();  // phase 2: the column copy
-  mx_tile_cols<COL>(tile, &tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out);
+  mx_tile_cols<COL>(tile, tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out);
+}
+
+// Phase 1's loads: the thread's two row blocks of tile (tr, tc), four lanes covering 256 contiguous
+// bytes; both issued before either is quantized. load(row, b, u...) fills one uint4[4] per output.
+template <class Load>
+static __device__ __forceinline__ void mx_dual_load(int tr, int tc, int rows, int K, bool (&valid)[2], Load load) {
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    const int id = threadIdx.x + it * 256, lr = id >> 2, b = tc * 4 + (id & 3);
+    const size_t row = (size_t)tr * TILE + lr;
+    valid[it] = row < (size_t)rows && b < K / 32;
+    if (valid[it]) load(it, row, b);
+  }
+}
+
+// (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
+template <int ROW, int COL, bool SR, class Src>
+__global__ void __launch_bounds__(256, 3)
+    mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
+  __shared__ uint4 tile[TILE * 16];
+  __shared__ int tile_e;  // OUT_FP8_BLK: the tile's largest block exponent + 127
+  const int tr = blockIdx.y, tc = blockIdx.x;
+  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;  // ordered before the atomics by phase 2's barrier
+  uint4 raw[2][4];
+  bool valid[2];
+  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.load(row, b, raw[it]); });
+  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s, row_out, hadamard, col_out);
+}
+
+// Two sources from one read (a Src2's load2(row, b, u0, u1): the SwiGLU backward's dgate and dup, each the
+// dY of its own linear): the dual producer of each in turn on the same tile, with its own random
+// stream and outputs. The second source's blocks wait in registers (launch bounds for two CTAs per SM).
+template <int ROW, int COL, bool SR, class Src2>
+__global__ void __launch_bounds__(256, 2)
+    mx_dual2_kernel(Src2 src, int rows, int K, MxScale mode, PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1,
+                    MxOut row1, MxOut col1, int hadamard) {
+  __shared__ uint4 tile[TILE * 16];
+  __shared__ int tile_e;
+  const int tr = blockIdx.y, tc = blockIdx.x;
+  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
+  uint4 raw0[2][4], raw1[2][4];
+  bool valid[2];
+  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.load2(row, b, raw0[it], raw1[it]); });
+  mx_dual_tile<ROW, COL, SR>(raw0, valid, tile, &tile_e, tr, tc, rows, K, mode, s0, row0, hadamard, col0);
+  __syncthreads();  // every read of the tile and of tile_e is done: the second source reuses both
+  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
+  mx_dual_tile<ROW, COL, SR>(raw1, valid, tile, &tile_e, tr, tc, rows, K, mode, s1, row1, hadamard, col1);
 }
 
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)
@@ -410,4 +446,30 @@ static void mx_dual_launch(const Src &src, int rows, int K, MxScale mode, MxRoun
 #undef DUAL_SR
 #undef DUAL
   CUDA_CHECK_LAUNCH();
+}
+
+// Launches mx_dual2_kernel over a rows x K pair of sources (rows % 32 == 0, K % 32 == 0; checked by the
+// caller): the FP8 embedding only (a VEC128 row copy, RNE or SR, and a VEC128 or BLK128x128 column
+// copy, RNE), the outputs of the FP8 GEMM path; 0 and nothing launched for other outputs.
+template <class Src2>
+static int mx_dual2_launch(const Src2 &src, int rows, int K, MxScale mode, MxRound row_rnd, int hadamard,
+                           PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1, MxOut row1, MxOut col1) {
+  const int ck = mx_col_kind(col0), sr = row_rnd == MX_SR;
+  if (mx_out_kind(row0) != OUT_FP8 || row0.blk128 || (ck != OUT_FP8 && ck != OUT_FP8_BLK) ||
+      mx_out_kind(row1) != OUT_FP8 || row1.blk128 || mx_col_kind(col1) != ck)
+    return 0;
+  dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
+#define DUAL2(C, S)                    \
+  mx_dual2_kernel<OUT_FP8, C, S, Src2> \
+      <<<grid, 256, 0, cuda_stream()>>>(src, rows, K, mode, s0, row0, col0, s1, row1, col1, hadamard)
+  if (ck == OUT_FP8_BLK) {
+    if (sr) DUAL2(OUT_FP8_BLK, true);
+    else DUAL2(OUT_FP8_BLK, false);
+  } else {
+    if (sr) DUAL2(OUT_FP8, true);
+    else DUAL2(OUT_FP8, false);
+  }
+#undef DUAL2
+  CUDA_CHECK_LAUNCH();
+  return 1;
 }

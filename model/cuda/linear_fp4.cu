@@ -152,7 +152,9 @@ static const char *SCRATCH_WHAT[S_N] = {"FP4 x (Fprop)",
                                         "FP4 x^T (Wgrad)",
                                         "FP4 packed column staging",
                                         "CTA-local chunk amaxes",
-                                        "CTA-local GEMM accumulator"};
+                                        "CTA-local GEMM accumulator",
+                                        "FP4 dY (Dgrad), up's from the fused SwiGLU backward",
+                                        "FP4 dY^T (Wgrad), up's from the fused SwiGLU backward"};
 
 QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, int blk128, int rows, int K) {
   void *p = cuda_scratch(L->b, &L->scratch[role], qop_bytes(f, fp8, blk128, rows, K), SCRATCH_WHAT[role]);
@@ -388,6 +390,7 @@ size_t linear_fp4_saved_bytes(const LinearFp4 *L) { return L->saved_bytes; }
 
 static void forget_x(LinearFp4 *L) {
   memset(L->xq, 0, sizeof L->xq);
+  memset(&L->dyf, 0, sizeof L->dyf);
   forget_saved(L);
 }
 
@@ -457,6 +460,51 @@ int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
   return fusing(L) && f && linear_fp8_path(L, f);
 }
 
+// dY of linear id quantized by one dual producer of its format on the FP8 path (Dgrad and Wgrad in
+// one format that has the fused SwiGLU backward).
+static const LinearFormat *dy_fusable(const LinearFp4 *L, LinearId id) {
+  if (!linear_fp4_runs(L, id, CONTR_DGRAD) || !linear_fp4_runs(L, id, CONTR_WGRAD)) return NULL;
+  const LinearFormat *f = format_of(L, id, CONTR_DGRAD);
+  const int ok = f == format_of(L, id, CONTR_WGRAD) && f->dual_swiglu_bwd && f->has_dual(L, L->recipe.sr_wgrad) &&
+                 linear_fp8_path(L, f);
+  return ok ? f : NULL;
+}
+
+int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
+                                const bf16 *dout, const bf16 *gate, const bf16 *up, int N, int F) {
+  const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
+  const LinearFormat *f = fusing(L) ? dy_fusable(L, g) : NULL;
+  if (!f || dy_fusable(L, u) != f) return 0;
+  if (N <= 0 || F <= 0 || N % 32 || F % 32)
+    die("linear_fp4: layer %d gate/up: dY of N=%d x F=%d: need positive multiples of 32", layer, N, F);
+  const int blk = dy_col_blk(L, f);
+  const QOp rg = linear_scratch_op(L, f, S_DY_ROW, 1, 0, N, F), cg = linear_scratch_op(L, f, S_DY_COL, 1, blk, F, N);
+  const QOp ru = linear_scratch_op(L, f, S_DY_ROW2, 1, 0, N, F), cu = linear_scratch_op(L, f, S_DY_COL2, 1, blk, F, N);
+  int mk = cuda_prof_begin(L->b);
+  if (!f->dual_swiglu_bwd(L, dout, gate, up, N, F, L->recipe.sr_dgrad, stream_for(L, g, USE_DY_ROW), rg, cg,
+                          stream_for(L, u, USE_DY_ROW), ru, cu))
+    return 0;
+  // dout, gate and up read; both linears' row and column copies written
+  book_mem(L, f, mk, "quant dy dual", "(swiglu bwd fused, gate+up)", 6.0 * N * F + 4 * qbytes(f, 1, N, F));
+  L->fused_calls++;
+  L->dyf = (DyFused){{dgate_token, dup_token}, layer, N, F, {1, 1}};
+  return 1;
+}
+
+// Which of the fused SwiGLU backward's copies linear id's backward takes: 0 gate's, 1 up's, -1 none.
+// Dies where copies wait for id but this call does not match them (a graph that changed its order).
+static int dy_fused_slot(LinearFp4 *L, LinearId id, const void *dout, int N, int out_dim, int both) {
+  const int k = id.kind == LIN_GATE ? 0 : id.kind == LIN_UP ? 1 : -1;
+  const DyFused *d = &L->dyf;
+  if (k < 0 || !d->pending[k] || d->layer != id.layer) return -1;
+  if (d->token[k] != dout || d->N != N || d->F != out_dim || !both)
+    die("linear_fp4: layer %d %s: its dY copies were made by the fused SwiGLU backward for dout %p (N=%d, F=%d), but "
+        "its backward got dout %p (N=%d, out=%d%s)",
+        id.layer, linear_kind_name(id.kind), d->token[k], d->N, d->F, dout, N, out_dim,
+        both ? "" : ", without both Dgrad and Wgrad");
+  return k;
+}
+
 // ---- the linear entries -------------------------------------------------------------------------
 
 void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, const float *w, const bf16 *w16,
@@ -516,8 +564,9 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
   const int fp8d = linear_fp8_path(L, fd), fp8w = linear_fp8_path(L, fw);
   const QWeight *qw = dx ? weight_of(L, id, w, w16, wversion, in, out_dim) : NULL;
   QOp dyr = {}, dyc = {}, xc = {};
-  if (dx) dyr = linear_scratch_op(L, fd, S_DY_ROW, fp8d, 0, N, out_dim);
-  if (dw) dyc = linear_scratch_op(L, fw, S_DY_COL, fp8w, dy_col_blk(L, fw), out_dim, N);
+  const int pre = dy_fused_slot(L, id, dout, N, out_dim, dx && dw);  // made by the fused SwiGLU backward
+  if (dx) dyr = linear_scratch_op(L, fd, pre == 1 ? S_DY_ROW2 : S_DY_ROW, fp8d, 0, N, out_dim);
+  if (dw) dyc = linear_scratch_op(L, fw, pre == 1 ? S_DY_COL2 : S_DY_COL, fp8w, dy_col_blk(L, fw), out_dim, N);
   const PhiloxStream s_row = stream_for(L, id, USE_DY_ROW), s_col = stream_for(L, id, USE_DY_COL);
   const int sr_row = L->recipe.sr_dgrad, sr_col = L->recipe.sr_wgrad;
   float *amax_dy = linear_dev_scalar(L, D_AMAX_DY), *amax_dyc = linear_dev_scalar(L, D_AMAX_DY_COL);
@@ -525,7 +574,9 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
   // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both, or
   // where the operand hybrid's producer makes the pair (its scales folded by a second pass)
   int mk = cuda_prof_begin(L->b);
-  if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
+  if (pre >= 0) {  // both copies are in dyr and dyc already
+    L->dyf.pending[pre] = 0;
+  } else if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
     book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
   } else if (dx && dw && fusing(L) &&
              linear_hybrid_dual(L, fd, fw, dout, N, out_dim, sr_row, s_row, dyr, sr_col, dyc)) {

@@ -18,11 +18,7 @@ struct SwigluBwd {
     load_vec<VEC>(g, gate + i);
     load_vec<VEC>(u, up + i);
 #pragma unroll
-    for (int k = 0; k < VEC; k++) {
-      float sig = 1.0f / (1.0f + expf(-g[k]));
-      dg[k] = d[k] * u[k] * sig * (1.0f + g[k] * (1.0f - sig));  // d silu/dg = sig + g sig (1 - sig)
-      du[k] = d[k] * (g[k] * sig);
-    }
+    for (int k = 0; k < VEC; k++) swiglu_bwd_value(d[k], g[k], u[k], &dg[k], &du[k]);
     store_vec<VEC>(dgate + i, dg);
     store_vec<VEC>(dup + i, du);
   }

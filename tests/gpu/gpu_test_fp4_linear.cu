@@ -386,8 +386,9 @@ static void test_model(void) {
   // Format-aware fusion: with saving on, the attention and FFN norms and SwiGLU run inside the
   // producers of q's, gate's and down's FP4 inputs (model/cuda/quant_fused.h; their BF16 outputs are never
   // written), and on the FP8 path the o and down projections add the residual in their GEMM's epilogue
-  // (Ops.matmul_residual_fwd). Off, the ops write BF16, the linears quantize it and the residual add is
-  // a kernel of its own. No bit may change: H32 and no Hadamard, FP8 and exact-reference GEMMs.
+  // (Ops.matmul_residual_fwd) and SwiGLU's backward runs inside gate's and up's dY producer
+  // (Ops.swiglu_bwd_into). Off, the ops write BF16, the linears quantize it and the residual add is a
+  // kernel of its own. No bit may change: H32 and no Hadamard, FP8 and exact-reference GEMMs.
   {
     Recipe noh = mx, ref = mx, xt = mx;
     noh.hadamard = 0, ref.gemm = GEMM_REFERENCE, ref.wgrad_2d = WGRAD_2D_OFF, xt.wgrad_2d = WGRAD_2D_X;
@@ -406,14 +407,18 @@ static void test_model(void) {
                             linear_fp4_fuses_residual(LF, (LinearId){c.n_layers - 1, LIN_DOWN});
       CHECK(res_fused == (fr[k]->gemm == GEMM_FP8_EMBED), "%s: the residual add in the o and down epilogues: %s",
             fname[k], res_fused ? "yes" : "no");
-      CHECK(fused == 3L * c.n_layers, "%s: %ld fused producers ran, expected 3 per block (%d)", fname[k], fused,
-            3 * c.n_layers);
+      // per block: both norms and SwiGLU forward, and on the FP8 path SwiGLU's backward in gate's and up's dY
+      const long per_block = 3 + (fr[k]->gemm == GEMM_FP8_EMBED);
+      CHECK(fused == per_block * c.n_layers, "%s: %ld fused producers ran, expected %ld per block (%ld)", fname[k],
+            fused, per_block, per_block * c.n_layers);
       CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),
             "%s: fused RMSNorm/SwiGLU producers%s changed the loss (%.9g vs %.9g) or gradients", fname[k],
-            res_fused ? " and residual epilogues" : "", on.loss, off.loss);
+            res_fused ? ", SwiGLU backward and residual epilogues" : "", on.loss, off.loss);
       printf(
           "  %s: RMSNorm and SwiGLU fused into the producers (%ld per pass)%s bit-identical to unfused (loss %.6f)\n",
-          fname[k], fused, res_fused ? ", the residual adds into the o/down epilogues," : "", on.loss);
+          fname[k], fused,
+          res_fused ? ", SwiGLU's backward into gate's and up's dY, the residual adds into the o/down epilogues," : "",
+          on.loss);
       free(on.grads), free(off.grads);
     }
   }
