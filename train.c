@@ -533,7 +533,10 @@ static void open_run(Run *run, const Cli *cli) {
                       .dtype = !strcmp(cfg->grad_reduce, "bf16") ? COMM_BF16 : COMM_FP32,
                       .bucket = (size_t)(cfg->bucket_mb * 1e6 / sizeof(float))};
   run->zero = zero_create(run->model, run->ops, run->comm, &zopt);
-  checkpoint_open(run);  // the staging buffer of checkpoints (pinned on a GPU), before resume fills it
+  // The staging buffer of checkpoints (pinned on a GPU), before resume fills it; a process that never
+  // saves (--eval-only, --dgrad-diagnostic, --compare-dump) pins none: the resume reads into memory of its own.
+  if (!cli->eval_only && !cli->diag_batches && !cli->dump_dir) checkpoint_open(run);
+  else run->pending_step = -1;
   run->inputs = xmalloc((size_t)B * T * sizeof(int));
   run->targets = xmalloc((size_t)B * T * sizeof(int));
   run->train = loader_open(cfg->train_data, B, T, run->rank, world, cfg->seed, 1, mc->vocab_size, err, sizeof err);

@@ -152,6 +152,13 @@ int ckpt_writer_wait(CkptWriter *w, CkptResult *res) {
   return had;
 }
 
+int ckpt_writer_closing(CkptWriter *w) {
+  pthread_mutex_lock(&w->mu);
+  const int stop = w->stop;
+  pthread_mutex_unlock(&w->mu);
+  return stop;
+}
+
 void ckpt_writer_close(CkptWriter *w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);

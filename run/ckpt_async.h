@@ -72,6 +72,9 @@ int ckpt_writer_wait(CkptWriter *w, CkptResult *res);
 // Lets a pending write finish (its result is dropped: collect it first), stops the thread and frees
 // the writer (not the stage).
 void ckpt_writer_close(CkptWriter *w);
+// 1 once ckpt_writer_close has been called on w (which is then waiting for the thread); never blocks.
+// For a test that must see close waiting while a write is held.
+int ckpt_writer_closing(CkptWriter *w);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,10 @@ losses() { grep -o '"step": [0-9]*, "loss": [^,]*' "$1"; }
 check "12 losses logged in each run" '[ "$(losses "$tmp/full.jsonl" | wc -l)" -eq 12 ] && [ "$(losses "$tmp/part.jsonl" | wc -l)" -eq 12 ]'
 check "resumed losses are bit-identical to the uninterrupted run" 'diff <(losses "$tmp/full.jsonl") <(losses "$tmp/part.jsonl")'
 check "keep-last-3 pruning leaves 3 checkpoints" '[ "$(ls "$tmp/ck"/ckpt_*.bin | wc -l)" -eq 3 ]'
+check "a training run stages its saves in host memory" 'grep -q "^checkpoint staging: " "$tmp/b.out"'
+out=$(./train configs/tiny.yaml "${common[@]}" --set checkpoint.dir="$tmp/ck" --resume --eval-only 2>&1); rc=$?
+check "--eval-only resumes the last checkpoint and stages nothing (it never saves)" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "at step 12" && ! echo "$out" | grep -q "checkpoint staging"'
 
 out=$(./train configs/tiny.yaml --set checkpoint.dir="$tmp/ck" --set model.dim=128 --resume 2>&1)
 check "a checkpoint of another model is refused, naming the field" 'echo "$out" | grep -q "model.dim: checkpoint has 64, this run has 128"'

@@ -8,6 +8,7 @@
 // an event. Works in a fresh directory under /tmp, removed at the end.
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -54,6 +55,24 @@ static void counting_copy(void *ctx, void *dst, const void *src, size_t bytes) {
 
 static void fill(float *p, float base) {
   for (int i = 0; i < NP; i++) p[i] = base + (float)i * 1e-3f;
+}
+
+// The releaser of a held write while the main thread is inside ckpt_writer_close: waits until close has
+// been called (polling, 1 ms; 60 s at most), records whether the write was still held then (its temp
+// file on disk, the final file not yet), and only then releases it by creating `go`. It never touches
+// the writer after that: close may free it as soon as the write is done.
+typedef struct {
+  CkptWriter *w;
+  const char *go, *tmp, *final;
+  int saw_close, held_at_close;
+} Releaser;
+static void *release_when_closing(void *p) {
+  Releaser *r = p;
+  for (int i = 0; i < 60000 && !(r->saw_close = ckpt_writer_closing(r->w)); i++)
+    nanosleep(&(struct timespec){0, 1000000L}, NULL);
+  r->held_at_close = test_exists(r->tmp) && !test_exists(r->final);
+  fclose(xfopen(r->go, "w"));
+  return NULL;
 }
 
 // 1 when path's "params" equal base's fill and its "meta" is meta; prints why not.
@@ -161,10 +180,19 @@ static void test_snapshot_and_overlap(float *src, void *stage, size_t stage_byte
   snprintf(tmp, sizeof tmp, "%s/ckpt_00000004.bin.tmp", dir);
   CHECK(ckpt_writer_submit(w, dir, 4, s, 2, 0, 0, NULL, err, sizeof err) == 0, "submit: %s", err);
   CHECK(wait_exists(tmp), "the write of step 4 started");
-  f = xfopen(go, "w");
-  fclose(f);
+  // released only once close is waiting for it (close would wait forever without the releaser)
+  char final4[512];
+  snprintf(final4, sizeof final4, "%s", test_path(root, "snap/ckpt_00000004.bin"));
+  Releaser rel = {w, go, tmp, final4, 0, 0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, release_when_closing, &rel) == 0, "the releaser thread starts");
   ckpt_writer_close(w);
-  CHECK(holds(test_path(root, "snap/ckpt_00000004.bin"), 4, "bad"), "close waited for the pending write");
+  pthread_join(th, NULL);
+  CHECK(rel.saw_close && rel.held_at_close,
+        "close was called while the write of step 4 was held (saw close %d, "
+        "held %d)",
+        rel.saw_close, rel.held_at_close);
+  CHECK(holds(final4, 4, "bad"), "close waited for the pending write: the file is complete when it returns");
   unsetenv("TRAIN_CKPT_PAUSE");
 }
 
