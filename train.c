@@ -672,10 +672,11 @@ static void train(Run *run, MetricsLog *log, const Mfu *mfu, int64_t max_steps) 
       if (inject.grad) run->ops->upload(run->ops->ctx, llama_grads(run->model), &nan, sizeof nan);
       else loss = NAN;
     }
-    // The ranks agree on the step's loss (the mean over ranks) and on whether any of them was
-    // asked to stop or save, so that all of them skip, save and exit at the same step.
-    double agree[3] = {loss, stop_signal != 0, save_request != 0};
-    comm_allreduce_sum_f64(run->comm, agree, 3);
+    // The ranks agree on the step's loss (the mean over ranks), on whether any of them was asked to
+    // stop or save, so that all of them skip, save and exit at the same step, and on how many have
+    // finished writing a pending checkpoint in the background.
+    double agree[4] = {loss, stop_signal != 0, save_request != 0, checkpoint_poll_begin(run)};
+    comm_allreduce_sum_f64(run->comm, agree, 4);
     loss = agree[0] / world;
     int stop_now = agree[1] > 0, save_now = agree[2] > 0;
     float lr = lr_at(cfg, run->step), norm = NAN;
@@ -701,7 +702,7 @@ static void train(Run *run, MetricsLog *log, const Mfu *mfu, int64_t max_steps) 
     // The logs reach the disk before a checkpoint that a resume would continue after them.
     if (save || save_now || stop_now) metrics_sync(log);
     else metrics_flush(log);
-    checkpoint_poll(run);  // reports a background write once done (stops the run if it failed)
+    checkpoint_poll_end(run, agree[3]);  // reports a background write once every rank's is done
     if (save) save_checkpoint(run);
     if (save_now) {
       save_request = 0;

@@ -300,18 +300,16 @@ void checkpoint_wait(Run *r) {
   finish(r);
 }
 
-void checkpoint_poll(Run *r) {
-  if (r->pending_step < 0) return;
+int checkpoint_poll_begin(Run *r) {
+  if (r->pending_step < 0) return 0;
   if (!r->pending_collected && !ckpt_writer_busy(r->writer)) collect(r);
-  if (r->world == 1) {
-    if (r->pending_collected) finish(r);
-    return;
-  }
-  // Every rank has the same save pending and polls at the same step boundaries: the all-reduce
-  // pairs up, and all of them see the same sum.
-  double done = r->pending_collected;
-  comm_allreduce_sum_f64(r->comm, &done, 1);
-  if (done == r->world) finish(r);
+  return r->pending_collected;
+}
+
+// Every rank has the same save pending and polls at the same step boundaries, so all of them see
+// the same sum and finish together.
+void checkpoint_poll_end(Run *r, double collected_ranks) {
+  if (r->pending_step >= 0 && collected_ranks == r->world) finish(r);
 }
 
 // checkpoint.async: true. Waits for the previous write (two saves never overlap), then copies the

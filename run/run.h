@@ -76,10 +76,14 @@ typedef struct {
 int on_host(const Run *r);     // the backend computes in host memory (no staging needed)
 void checkpoint_open(Run *r);  // the staging buffer; after zero_create, before resume and init_from
 void save_checkpoint(Run *r);  // this rank's part of a checkpoint at r->step (a manifest when sharded)
-// checkpoint.async: at every step boundary, reports a background write that is done (with world > 1
-// once every rank's is: an all-reduce of a flag each step while one is pending, then the manifest).
-// Stops the run when the write failed. Every rank calls it at the same points.
-void checkpoint_poll(Run *r);
+// checkpoint.async: at every step boundary, reports a background write that is done, with world > 1
+// once every rank's is (then the manifest). In two halves around the step's one all-reduce of its
+// agreement (train.c), which carries their flags: poll_begin collects this rank's write if it is done
+// (stopping the run if it failed) and returns 1 when it has been collected; poll_end takes the agreed
+// number of ranks that returned 1 and finishes the save once all have. Every rank calls both at the
+// same points.
+int checkpoint_poll_begin(Run *r);
+void checkpoint_poll_end(Run *r, double collected_ranks);
 void checkpoint_wait(Run *r);   // waits for a pending background write and reports it (collective when world > 1)
 void checkpoint_close(Run *r);  // stops the writer, frees the staging buffer
 int resume(Run *r);             // loads the newest complete checkpoint; 1 if one was loaded
