@@ -119,32 +119,89 @@ static uint64_t lane(uint64_t acc, uint64_t w) {
   return acc * H1;
 }
 
-uint64_t hash64(const void *data, size_t len, uint64_t seed) {
-  const unsigned char *p = data;
-  uint64_t a = seed + H1 + H2, b = seed + H2, c = seed, d = seed - H1, w;
-  size_t i = 0;
-  for (; i + 32 <= len; i += 32) {
-    memcpy(&w, p + i, 8);
-    a = lane(a, w);
-    memcpy(&w, p + i + 8, 8);
-    b = lane(b, w);
-    memcpy(&w, p + i + 16, 8);
-    c = lane(c, w);
-    memcpy(&w, p + i + 24, 8);
-    d = lane(d, w);
+// One 32-byte block into the four lanes.
+static void block32(uint64_t *v, const unsigned char *p) {
+  uint64_t w;
+  for (int k = 0; k < 4; k++) {
+    memcpy(&w, p + 8 * k, 8);
+    v[k] = lane(v[k], w);
   }
-  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)len;
-  for (; i + 8 <= len; i += 8) {
+}
+
+// The lanes' sum with the length, then the last len % 32 bytes p[0 .. rest) and the avalanche.
+static uint64_t finish(const uint64_t *v, uint64_t len, const unsigned char *p, size_t rest) {
+  uint64_t h = rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18) + len, w;
+  size_t i = 0;
+  for (; i + 8 <= rest; i += 8) {
     memcpy(&w, p + i, 8);
     h = rotl(h ^ lane(0, w), 27) * H1 + H3;
   }
-  for (; i < len; i++) h = rotl(h ^ (p[i] * H3), 11) * H1;
+  for (; i < rest; i++) h = rotl(h ^ (p[i] * H3), 11) * H1;
   h ^= h >> 33;
   h *= H2;
   h ^= h >> 29;
   h *= H3;
   h ^= h >> 32;
   return h;
+}
+
+uint64_t hash64(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = data;
+  uint64_t v[4] = {seed + H1 + H2, seed + H2, seed, seed - H1};
+  size_t i = 0;
+  for (; i + 32 <= len; i += 32) block32(v, p + i);
+  return finish(v, len, p + i, len - i);
+}
+
+Hash64Stream hash64_begin(uint64_t seed) {
+  Hash64Stream s = {{seed + H1 + H2, seed + H2, seed, seed - H1}, 0, {0}, 0};
+  return s;
+}
+
+void hash64_update(Hash64Stream *s, const void *data, size_t len) {
+  const unsigned char *p = data;
+  s->len += len;
+  if (s->ntail) {  // complete the pending block first
+    size_t take = 32 - (size_t)s->ntail < len ? 32 - (size_t)s->ntail : len;
+    memcpy(s->tail + s->ntail, p, take);
+    s->ntail += (int)take, p += take, len -= take;
+    if (s->ntail < 32) return;
+    block32(s->lane, s->tail);
+    s->ntail = 0;
+  }
+  for (; len >= 32; p += 32, len -= 32) block32(s->lane, p);
+  memcpy(s->tail, p, len);
+  s->ntail = (int)len;
+}
+
+uint64_t hash64_final(const Hash64Stream *s) { return finish(s->lane, s->len, s->tail, (size_t)s->ntail); }
+
+void chunk_hasher_init(ChunkHasher *h, uint64_t chunk_bytes) {
+  memset(h, 0, sizeof *h);
+  h->chunk_bytes = chunk_bytes, h->cur = hash64_begin(0);
+}
+
+static void push_chunk(ChunkHasher *h) {
+  if (h->nh == 512) h->hashes[0] = hash64(h->hashes, sizeof h->hashes, 1), h->nh = 1;  // as file_checksum folds
+  h->hashes[h->nh++] = hash64_final(&h->cur);
+  h->cur = hash64_begin(h->total), h->in_chunk = 0;  // the next chunk is seeded with its offset
+}
+
+void chunk_hasher_update(ChunkHasher *h, const void *data, size_t len) {
+  const unsigned char *p = data;
+  while (len) {
+    const uint64_t room = h->chunk_bytes - h->in_chunk;
+    const size_t take = len < room ? len : (size_t)room;
+    hash64_update(&h->cur, p, take);
+    h->in_chunk += take, h->total += take, p += take, len -= take;
+    if (h->in_chunk == h->chunk_bytes) push_chunk(h);
+  }
+}
+
+void chunk_hasher_final(ChunkHasher *h, uint64_t *checksum, uint64_t *bytes) {
+  if (h->in_chunk) push_chunk(h);
+  *checksum = hash64(h->hashes, h->nh * sizeof(uint64_t), h->total);
+  *bytes = h->total;
 }
 
 int make_dirs(const char *dir, char *err, size_t errlen) {

@@ -46,6 +46,29 @@ float rng_normal(Rng *r);   // N(0, 1), Box-Muller
 // 64-bit checksum of a buffer (four multiply-rotate lanes over 8-byte words, then an avalanche).
 // Used by shards and checkpoints; fast enough for multi-GB buffers (~several GB/s).
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
+// The same hash over data that arrives in pieces: begin, update with the pieces in order, final gives
+// hash64 of their concatenation (any split).
+typedef struct {
+  uint64_t lane[4], len;
+  unsigned char tail[32];  // bytes of the next 32-byte block so far
+  int ntail;
+} Hash64Stream;
+Hash64Stream hash64_begin(uint64_t seed);
+void hash64_update(Hash64Stream *s, const void *data, size_t len);
+uint64_t hash64_final(const Hash64Stream *s);
+// run/manifest.h's file_checksum of bytes as they stream by (a writer feeding every byte it writes, in
+// order), so nobody reads the file back: hash64 of the hash64s of consecutive chunk_bytes-byte chunks,
+// each seeded with its offset, the list folded into its first entry when it reaches 512.
+// chunk_bytes: FILE_CHECKSUM_CHUNK (file_checksum's), smaller only in tests.
+#define FILE_CHECKSUM_CHUNK (64ull << 20)
+typedef struct {
+  Hash64Stream cur;  // the chunk being hashed
+  uint64_t hashes[512], total, chunk_bytes, in_chunk;
+  size_t nh;
+} ChunkHasher;
+void chunk_hasher_init(ChunkHasher *h, uint64_t chunk_bytes);
+void chunk_hasher_update(ChunkHasher *h, const void *data, size_t len);
+void chunk_hasher_final(ChunkHasher *h, uint64_t *checksum, uint64_t *bytes);
 
 // Formats a one-line error into err (when err is not NULL) and returns -1: `return set_err(...)`.
 int set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -439,19 +439,26 @@ static void pause_for_test(const char *tmp) {
   while (access(go, F_OK)) nanosleep(&(struct timespec){0, 10000000L}, NULL);
 }
 
+// n bytes to fd, fed to hasher (if not NULL) too.
+static int write_hashed(int fd, const void *p, uint64_t n, ChunkHasher *hasher) {
+  if (hasher) chunk_hasher_update(hasher, p, n);
+  return write_all_fd(fd, p, n);
+}
+
 // Writes header+table (head bytes of buf) and the sections at their table offsets into a new file
 // at tmp, then fsyncs it: without the fsync a crash after the rename could leave the final name
-// pointing at blocks never written. On failure the file is removed.
+// pointing at blocks never written. On failure the file is removed. hasher (may be NULL) sees every
+// byte of the file in order.
 static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, const CkptSection *secs,
-                      const CkptEntry *e, int n, char *err, size_t errlen) {
+                      const CkptEntry *e, int n, ChunkHasher *hasher, char *err, size_t errlen) {
   static const char zeros[CKPT_ALIGN];
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return set_err(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
-  int bad = write_all_fd(fd, buf, head);
+  int bad = write_hashed(fd, buf, head, hasher);
   uint64_t pos = head;
   long slow_ms = slow_write_ms();
   for (int i = 0; i < n && !bad; i++) {
-    bad = write_all_fd(fd, zeros, e[i].offset - pos) || write_all_fd(fd, secs[i].data, e[i].bytes);
+    bad = write_hashed(fd, zeros, e[i].offset - pos, hasher) || write_hashed(fd, secs[i].data, e[i].bytes, hasher);
     pos = e[i].offset + e[i].bytes;
     if (i == 0 && !bad) pause_for_test(tmp);
     if (slow_ms > 0) nanosleep(&(struct timespec){slow_ms / n / 1000, slow_ms / n % 1000 * 1000000L}, NULL);
@@ -465,6 +472,11 @@ static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, 
 }
 
 int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, char *err, size_t errlen) {
+  return ckpt_save_sum(dir, step, secs, n, keep, NULL, NULL, err, errlen);
+}
+
+int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, uint64_t *file_sum,
+                  uint64_t *file_bytes, char *err, size_t errlen) {
   if (step < 0) return set_err(err, errlen, "checkpoint step must be >= 0, got %lld", (long long)step);
   if (n < 0 || n > CKPT_MAX_SECTIONS)
     return set_err(err, errlen, "checkpoint section count %d is out of range [0, %d]", n, CKPT_MAX_SECTIONS);
@@ -510,7 +522,16 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
   snprintf(name, sizeof name, "ckpt_%08lld.bin.tmp", (long long)step);
   char *tmp = path_join(dir, name);
 
-  int rc = write_temp(tmp, buf, head, secs, e, n, err, errlen);
+  ChunkHasher *hasher = file_sum ? xmalloc(sizeof *hasher) : NULL;  // 4 KB of chunk hashes: not on the stack
+  if (hasher) chunk_hasher_init(hasher, FILE_CHECKSUM_CHUNK);
+  int rc = write_temp(tmp, buf, head, secs, e, n, hasher, err, errlen);
+  uint64_t hashed = 0;
+  if (!rc && hasher) chunk_hasher_final(hasher, file_sum, &hashed);
+  if (!rc && hasher && hashed != h.file_bytes)
+    die("ckpt_save: hashed %llu bytes of '%s', which has %llu", (unsigned long long)hashed, tmp,
+        (unsigned long long)h.file_bytes);
+  if (!rc && file_bytes) *file_bytes = h.file_bytes;
+  free(hasher);
   if (!rc && rename(tmp, final)) {
     rc = set_err(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
     unlink(tmp);

@@ -31,6 +31,11 @@ typedef struct {
 // counted nor deleted (a warning names them). On failure the temp file is removed, existing
 // checkpoints are untouched, and -1 is returned with the path and strerror in err.
 int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, char *err, size_t errlen);
+// ckpt_save that also gives the written file's file_checksum (run/manifest.h) and size, hashed from the
+// bytes as they are written (common.h's ChunkHasher): a sharded save's manifest entry without reading
+// the file back.
+int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, uint64_t *file_sum,
+                  uint64_t *file_bytes, char *err, size_t errlen);
 // The pruning ckpt_save does, on its own: a sharded run saves with keep 0 and prunes each rank's
 // directory only once the step's manifest exists (run/resume.c), so that a crash between a rank's
 // file and the manifest never leaves the previous manifest without its files.

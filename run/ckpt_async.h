@@ -37,10 +37,10 @@ typedef struct {
 typedef struct {
   int64_t step;
   int failed;                // 1: err says why; the earlier checkpoints are intact
-  char err[1024];            // ckpt_save's message (or file_checksum's)
+  char err[1024];            // ckpt_save's message
   char path[4200];           // dir/ckpt_<step, 8 digits>.bin
   double stall_s, write_s;   // the copies in ckpt_writer_submit; the background write
-  uint64_t checksum, bytes;  // with file_checksum: the finished file's (run/manifest.h's file_checksum)
+  uint64_t checksum, bytes;  // the file's size; with file_checksum its run/manifest.h file_checksum, hashed as written
 } CkptResult;
 
 typedef struct CkptWriter CkptWriter;
@@ -54,8 +54,8 @@ size_t ckpt_stage_bytes(const size_t *bytes, int n);
 CkptWriter *ckpt_writer_open(void *stage, size_t stage_bytes);
 
 // Copies src[0..n) into the stage (in order, on the calling thread), then hands the write of
-// dir/ckpt_<step>.bin to the thread (ckpt_save with keep; then, with file_checksum, the checksum of
-// the whole finished file for a manifest) and returns. *stall_s (if not NULL) gets the copies'
+// dir/ckpt_<step>.bin to the thread (ckpt_save with keep; with file_checksum, also the checksum of
+// the whole file for a manifest, hashed as it is written) and returns. *stall_s (if not NULL) gets the copies'
 // time. Returns 0, or -1 with err when a save is still pending, when there are more than
 // CKPT_ASYNC_MAX_SECTIONS sections or when they do not fit the stage (nothing is submitted then).
 int ckpt_writer_submit(CkptWriter *w, const char *dir, int64_t step, const CkptSource *src, int n, int keep,

@@ -233,7 +233,7 @@ static void write_manifest(Run *r, int64_t step, uint64_t sum, uint64_t bytes, c
 }
 
 // checkpoint.async: false. The whole save happens here: downloads into the staging buffer (device
-// backends), ckpt_save, and with world > 1 the checksum of the file and the manifest.
+// backends), ckpt_save, and with world > 1 the manifest with the file's checksum (hashed as it is written).
 static void save_sync(Run *r) {
   CkptState st = ckpt_state(r);
   // With sharded fp32 masters the shards meet in the (dead between steps) gradient buffer first:
@@ -251,15 +251,12 @@ static void save_sync(Run *r) {
   char dir[2048], err[1024], path[4200];
   rank_dir(r, dir, sizeof dir);
   double t0 = now_seconds();
-  if (ckpt_save(dir, r->step, secs, n, r->world > 1 ? 0 : r->cfg.ckpt_keep, err,
-                sizeof err))  // sharded: write_manifest prunes
+  uint64_t sum = 0, bytes = 0;
+  if (ckpt_save_sum(dir, r->step, secs, n, r->world > 1 ? 0 : r->cfg.ckpt_keep, r->world > 1 ? &sum : NULL, &bytes, err,
+                    sizeof err))  // sharded: write_manifest prunes
     stop_on_failed_save(r, r->step, err);
   snprintf(path, sizeof path, "%s/ckpt_%08lld.bin", dir, (long long)r->step);
-  if (r->world > 1) {
-    uint64_t sum, bytes;
-    if (file_checksum(path, &sum, &bytes, err, sizeof err)) die("checkpoint at step %lld: %s", (long long)r->step, err);
-    write_manifest(r, r->step, sum, bytes, path, sizeof path);
-  }
+  if (r->world > 1) write_manifest(r, r->step, sum, bytes, path, sizeof path);
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
   r->saved_step = r->step;
   printf("saved checkpoint %s (%.2fs)\n", r->last_ckpt, now_seconds() - t0);

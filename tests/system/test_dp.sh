@@ -48,6 +48,14 @@ check "a sharded checkpoint has one file per rank and a manifest" \
   '[ -f "$tmp/ck2/rank_0/ckpt_00000015.bin" ] && [ -f "$tmp/ck2/rank_1/ckpt_00000015.bin" ] && grep -q "^world 2$" "$tmp/ck2/manifest_00000015.txt"'
 check "the manifest names both shard files with checksums" '[ "$(grep -c "^shard [01] rank_[01]/ckpt_00000015.bin [0-9]* [0-9]* [0-9]* [0-9a-f]\{16\}$" "$tmp/ck2/manifest_00000015.txt")" -eq 2 ]'
 cp -r "$tmp/ck2" "$tmp/ck2_at15"
+# The same 15 steps saved synchronously: the same rank files and manifest (the checksums hashed as the
+# files are written), and the manifest verifies against the files when a resume reads it back.
+launch "$tmp/l3s" 2 configs/tiny.yaml "${base[@]}" --set checkpoint.dir="$tmp/ck2s" --set checkpoint.interval=5 \
+  --set checkpoint.async=false --max-steps 15
+check "a synchronous sharded save writes the same files and manifest as the background one" \
+  'cmp -s "$tmp/ck2s/manifest_00000015.txt" "$tmp/ck2_at15/manifest_00000015.txt" && cmp -s "$tmp/ck2s/rank_1/ckpt_00000015.bin" "$tmp/ck2_at15/rank_1/ckpt_00000015.bin"'
+launch "$tmp/l3r" 2 configs/tiny.yaml "${base[@]}" --set checkpoint.dir="$tmp/ck2s" --resume --max-steps 16
+check "... and a resume verifies it" 'grep -q "resumed from .*manifest_00000015.txt at step 15" "$tmp/l3r/rank_0.log"'
 launch "$tmp/l4" 2 configs/tiny.yaml "${base[@]}" "${ck[@]}" --set logging.file="$tmp/r2.jsonl" --resume
 check "2-rank resume reports step 15" 'grep -q "resumed from .*manifest_00000015.txt at step 15" "$tmp/l4/rank_0.log"'
 check "2-rank resumed losses are bit-identical to the uninterrupted 2-rank run" 'diff <(losses "$tmp/w2.jsonl") <(losses "$tmp/r2.jsonl")'

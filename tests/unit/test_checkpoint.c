@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "run/checkpoint.h"
+#include "run/manifest.h"
 #include "tests/test.h"
 
 static char root[64];
@@ -392,6 +393,77 @@ static void test_failed_saves(void) {
   CHECK(strstr(err, "ckpt_00000002.bin'") != NULL, "message names the final path: %s", err);
 }
 
+// hash64 in pieces (Hash64Stream) = hash64 of the whole, whatever the split; the chunked hash of a
+// stream (ChunkHasher) = the formula file_checksum reads a file with, folding included (small chunks
+// here: a file would need 32 GiB to fold), and = file_checksum itself on a checkpoint of three 64 MiB
+// chunks saved with ckpt_save_sum (which hashes the bytes as it writes them).
+static void test_streamed_checksums(void) {
+  TEST_SECTION("checksums of streamed bytes: hash64 in pieces, the chunked file checksum, ckpt_save_sum");
+  enum { N = 5000 };
+  unsigned char *d = xmalloc(N);
+  Rng r;
+  rng_seed(&r, 3);
+  for (int i = 0; i < N; i++) d[i] = (unsigned char)rng_u64(&r);
+  int bad = 0;
+  for (size_t len = 0; len <= 300; len += 7)
+    for (int split = 0; split < 40; split++) {  // pieces of 0..39 bytes, then the rest
+      Hash64Stream s = hash64_begin(len * 31);
+      size_t at = 0;
+      for (size_t k = 0; at < len; k++) {
+        size_t piece = (split + k * 13) % 40;
+        if (piece > len - at) piece = len - at;
+        hash64_update(&s, d + at, piece);
+        at += piece;
+        if (k > 400) piece = len - at, hash64_update(&s, d + at, piece), at = len;  // splits of 0 bytes only
+      }
+      bad += hash64_final(&s) != hash64(d, len, len * 31);
+    }
+  CHECK(bad == 0, "hash64 in pieces differs from hash64 of the whole in %d of %d cases", bad, 43 * 40);
+
+  // The formula by hand (run/manifest.c's loop over a file, with chunk c): each chunk's hash64 seeded
+  // with its offset, folded into the first entry at 512, then hash64 of the list seeded with the size.
+  const uint64_t chunks[3] = {64, 96, 1};
+  for (int ci = 0; ci < 3; ci++) {
+    const uint64_t c = chunks[ci];
+    uint64_t want, hashes[512], total = 0;
+    size_t nh = 0;
+    for (uint64_t off = 0; off < N; off += c) {
+      const size_t k = N - off < c ? N - off : c;
+      if (nh == 512) hashes[0] = hash64(hashes, sizeof hashes, 1), nh = 1;
+      hashes[nh++] = hash64(d + off, k, total);
+      total += k;
+    }
+    want = hash64(hashes, nh * sizeof(uint64_t), total);
+    ChunkHasher *h = xmalloc(sizeof *h);
+    chunk_hasher_init(h, c);
+    for (size_t at = 0, k = 1; at < N; at += k, k = k * 3 % 97 + 1)
+      chunk_hasher_update(h, d + at, N - at < k ? N - at : k);
+    uint64_t got, bytes;
+    chunk_hasher_final(h, &got, &bytes);
+    CHECK(got == want && bytes == N, "chunk hasher with %llu-byte chunks (%s): %016llx vs the formula's %016llx",
+          (unsigned long long)c, N / c >= 512 ? "folded" : "not folded", (unsigned long long)got,
+          (unsigned long long)want);
+    free(h);
+  }
+  free(d);
+
+  // A checkpoint over three 64 MiB chunks: the hash written along = file_checksum reading it back.
+  const size_t big_n = ((size_t)128 << 20) + 12345;
+  unsigned char *big = xmalloc(big_n);
+  for (size_t i = 0; i < big_n; i++) big[i] = (unsigned char)((i * 2654435761u) >> 11 ^ i >> 21);
+  const char meta[] = "streamed";
+  CkptSection secs[] = {{"meta", (void *)meta, sizeof meta}, {"big", big, big_n}};
+  char dir[512], err[1024] = "";
+  strcpy(dir, test_path(root, "sum"));
+  uint64_t sum = 0, bytes = 0, sum2 = 1, bytes2 = 0;
+  CHECK(ckpt_save_sum(dir, 3, secs, 2, 0, &sum, &bytes, err, sizeof err) == 0, "ckpt_save_sum: %s", err);
+  CHECK(file_checksum(test_path(root, "sum/ckpt_00000003.bin"), &sum2, &bytes2, err, sizeof err) == 0, "%s", err);
+  CHECK(sum == sum2 && bytes == bytes2 && bytes > (128u << 20),
+        "the checksum hashed while writing = file_checksum of the file (%016llx vs %016llx, %llu vs %llu bytes)",
+        (unsigned long long)sum, (unsigned long long)sum2, (unsigned long long)bytes, (unsigned long long)bytes2);
+  free(big);
+}
+
 int main(void) {
   snprintf(root, sizeof root, "/tmp/test_ckpt_XXXXXX");
   if (!mkdtemp(root)) die("cannot create a temp directory: %s", strerror(errno));
@@ -401,6 +473,7 @@ int main(void) {
   test_pruning();
   test_latest();
   test_failed_saves();
+  test_streamed_checksums();
   nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   TEST_END();
 }
