@@ -384,6 +384,14 @@ int resume(Run *r) {
   RunMeta want = r->meta;
   want.tokens_seen = old.tokens_seen;
   want.world = old.world;  // another world size is fine: the moments are re-cut below
+  // So is another micro-batch at the same global batch (say, on GPUs with less memory): the loader's
+  // position counts the rows of all ranks, so every step reads the same rows; only the order in which
+  // the accumulation adds them changes, so the losses are no longer bit-identical to the original's.
+  if (old.micro_batch != want.micro_batch && r->rank == 0)
+    printf("resume: batch.micro_batch %d -> %d at global batch %d: the same rows per step, accumulated in another "
+           "order (not bit for bit)\n",
+           old.micro_batch, want.micro_batch, want.global_batch);
+  want.micro_batch = old.micro_batch;
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
   size_t recipe_bytes;
   int has = ckpt_section_size(path, "recipe", &recipe_bytes, err, sizeof err);

@@ -24,6 +24,14 @@ out=$(./train configs/tiny.yaml "${common[@]}" --set checkpoint.dir="$tmp/ck" --
 check "--eval-only resumes the last checkpoint and stages nothing (it never saves)" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "at step 12" && ! echo "$out" | grep -q "checkpoint staging"'
 
+cp -r "$tmp/ck" "$tmp/ckmb"
+out=$(./train configs/tiny.yaml "${common[@]}" --set schedule.total_steps=14 --set checkpoint.dir="$tmp/ckmb" \
+  --set batch.micro_batch=4 --resume 2>&1); rc=$?
+check "a resume may change the micro-batch at the same global batch, and says what that changes" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "batch.micro_batch 8 -> 4 at global batch 16" && [ -f "$tmp/ckmb/ckpt_00000014.bin" ]'
+out=$(./train configs/tiny.yaml "${common[@]}" --set checkpoint.dir="$tmp/ckmb" --set batch.micro_batch=4 \
+  --set batch.global_batch=8 --resume 2>&1)
+check "... not the global batch" 'echo "$out" | grep -q "batch.global_batch: checkpoint has 16, this run has 8"'
 out=$(./train configs/tiny.yaml --set checkpoint.dir="$tmp/ck" --set model.dim=128 --resume 2>&1)
 check "a checkpoint of another model is refused, naming the field" 'echo "$out" | grep -q "model.dim: checkpoint has 64, this run has 128"'
 out=$(./train configs/tiny.yaml --set optim.lr=fast 2>&1); rc=$?
