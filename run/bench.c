@@ -288,9 +288,8 @@ int bench_save_main(TrainConfig *cfg, const Ops *op, int layers, int steps) {
   // The staging buffer of a one-process run (run/resume.c's checkpoint_open): params, m, v, a meta.
   char meta[64] = "bench-save";
   size_t sizes[4] = {sizeof meta, nb, nb, nb}, stage_bytes = ckpt_stage_bytes(sizes, 4);
-  void *stage = op->host_alloc ? op->host_alloc(op->ctx, stage_bytes) : NULL;
-  const int pinned = stage != NULL;
-  if (!stage) stage = memset(xmalloc(stage_bytes), 0, stage_bytes);  // touched first, as checkpoint_open does
+  int pinned;
+  void *stage = ckpt_stage_alloc(op->host_alloc, op->ctx, stage_bytes, &pinned);
   char dir[CFG_PATH + 16];
   if (cfg->ckpt_dir[0]) snprintf(dir, sizeof dir, "%s/bench_save", cfg->ckpt_dir);
   else if (!mkdtemp(strcpy(dir, "/tmp/bench_save_XXXXXX"))) die("--bench-save: cannot create a directory in /tmp");
@@ -373,8 +372,7 @@ int bench_save_main(TrainConfig *cfg, const Ops *op, int layers, int steps) {
       "BENCHSAVE %s stall %.3g s for %.3g GB (%.3g GB/s, %s), background write %.3g s; at %d layers on 8 ranks "
       "rank 0 stalls %.3g s (target < 1 s)\n",
       op->name, median(stall, SAVES), gb, copy_rate, pinned ? "pinned" : "pageable", median(write, SAVES), L, stall8);
-  if (pinned) op->host_free(op->ctx, stage);
-  else free(stage);
+  ckpt_stage_free(op->host_free, op->ctx, stage, pinned);
   free(dur);
   free(alone);
   free(in);

@@ -38,6 +38,17 @@ struct CkptWriter {
 
 static size_t align_up(size_t x) { return (x + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
 
+void *ckpt_stage_alloc(void *(*alloc)(void *ctx, size_t bytes), void *ctx, size_t stage_bytes, int *pinned) {
+  void *p = alloc ? alloc(ctx, stage_bytes) : NULL;
+  *pinned = p != NULL;
+  return p ? p : memset(xmalloc(stage_bytes), 0, stage_bytes);
+}
+
+void ckpt_stage_free(void (*free_pinned)(void *ctx, void *p), void *ctx, void *stage, int pinned) {
+  if (pinned) free_pinned(ctx, stage);
+  else free(stage);
+}
+
 size_t ckpt_stage_bytes(const size_t *bytes, int n) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += align_up(bytes[i]);

@@ -49,6 +49,12 @@ typedef struct CkptWriter CkptWriter;
 // buffer given to ckpt_writer_open with it.
 size_t ckpt_stage_bytes(const size_t *bytes, int n);
 
+// Staging memory of stage_bytes: pinned by alloc(ctx, bytes) where alloc is given and succeeds (a
+// backend's Ops.host_alloc), else pageable memory touched now, since a first save would otherwise pay
+// every page fault inside its stall. *pinned says which; free it with ckpt_stage_free.
+void *ckpt_stage_alloc(void *(*alloc)(void *ctx, size_t bytes), void *ctx, size_t stage_bytes, int *pinned);
+void ckpt_stage_free(void (*free_pinned)(void *ctx, void *p), void *ctx, void *stage, int pinned);
+
 // Starts the writer's thread. stage (stage_bytes of host memory, owned by the caller and kept until
 // ckpt_writer_close) receives the copies; pinned memory makes a device's downloads fastest.
 CkptWriter *ckpt_writer_open(void *stage, size_t stage_bytes);

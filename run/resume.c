@@ -138,19 +138,12 @@ void checkpoint_open(Run *r) {
     sizes[k++] = sizeof(RecipeMeta), sizes[k++] = sizeof r->route;
   }
   r->stage_bytes = ckpt_stage_bytes(sizes, k);
-  if (r->ops->host_alloc) {
-    r->host_stage = r->ops->host_alloc(r->ops->ctx, r->stage_bytes);
-    r->stage_pinned = r->host_stage != NULL;
-    if (!r->stage_pinned)
-      fprintf(stderr,
-              "warning: cannot pin %.2f GB of host memory for checkpoint staging: pageable memory instead "
-              "(slower saves)\n",
-              r->stage_bytes / 1e9);
-  }
-  if (!r->host_stage) {  // touched now: the first save would otherwise pay every page fault in its stall
-    r->host_stage = xmalloc(r->stage_bytes);
-    memset(r->host_stage, 0, r->stage_bytes);
-  }
+  r->host_stage = ckpt_stage_alloc(r->ops->host_alloc, r->ops->ctx, r->stage_bytes, &r->stage_pinned);
+  if (r->ops->host_alloc && !r->stage_pinned)
+    fprintf(stderr,
+            "warning: cannot pin %.2f GB of host memory for checkpoint staging: pageable memory instead "
+            "(slower saves)\n",
+            r->stage_bytes / 1e9);
   printf("checkpoint staging: %.3f GB of %s host memory (%s%s)%s\n", r->stage_bytes / 1e9,
          r->stage_pinned ? "pinned" : "pageable", r->rank == 0 ? "the parameters and " : "",
          r->world > 1 ? "this rank's AdamW m, v" : "AdamW m, v",
@@ -160,8 +153,7 @@ void checkpoint_open(Run *r) {
 void checkpoint_close(Run *r) {
   ckpt_writer_close(r->writer);  // train() waited for the last write: nothing is pending
   r->writer = NULL;
-  if (r->stage_pinned) r->ops->host_free(r->ops->ctx, r->host_stage);
-  else free(r->host_stage);
+  ckpt_stage_free(r->ops->host_free, r->ops->ctx, r->host_stage, r->stage_pinned);
   r->host_stage = NULL;
 }
 
@@ -388,9 +380,10 @@ int resume(Run *r) {
   // position counts the rows of all ranks, so every step reads the same rows; only the order in which
   // the accumulation adds them changes, so the losses are no longer bit-identical to the original's.
   if (old.micro_batch != want.micro_batch && r->rank == 0)
-    printf("resume: batch.micro_batch %d -> %d at global batch %d: the same rows per step, accumulated in another "
-           "order (not bit for bit)\n",
-           old.micro_batch, want.micro_batch, want.global_batch);
+    printf(
+        "resume: batch.micro_batch %d -> %d at global batch %d: the same rows per step, accumulated in another "
+        "order (not bit for bit)\n",
+        old.micro_batch, want.micro_batch, want.global_batch);
   want.micro_batch = old.micro_batch;
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
   size_t recipe_bytes;
