@@ -330,9 +330,11 @@ def plot_combined(plt, runs, summaries, base_idx, args):
         colors = [f"C{i % 10}" for i, ((_, _), r) in enumerate(zip(runs, summaries)) if r.get("tok_per_s")]
         ax_tps.bar(range(len(tps)), [v for _, v in tps], color=colors)
         for i, (_, v) in enumerate(tps):
-            ax_tps.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=8)
+            ax_tps.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=8 if len(tps) <= 6 else 6)
         ax_tps.set_xticks(range(len(tps)))
-        ax_tps.set_xticklabels([l for l, _ in tps], fontsize=8, rotation=10)
+        # slanted and anchored at their right end, so that 11 routes' names do not run into each other
+        ax_tps.set_xticklabels([l for l, _ in tps], fontsize=8 if len(tps) <= 6 else 7, rotation=30, ha="right",
+                               rotation_mode="anchor")
         ax_tps.set_ylabel("tokens/s (median over steps)")
         ax_tps.set_title("training throughput")
         ax_tps.grid(alpha=0.3, axis="y")
