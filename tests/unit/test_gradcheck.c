@@ -659,6 +659,71 @@ static void test_saved_inputs(void) {
   free(g0), free(g1), free(l0), free(l1);
 }
 
+// The graph's fused entries (Ops.matmul_residual_fwd, Ops.swiglu_bwd_into) as a backend that fuses would
+// be handed them: this table computes them with the CPU backend's own matmul, residual add and SwiGLU
+// backward, so the bits must be the plain table's, and a wiring mistake (another block's buffer, res and
+// x swapped, dgate and dup swapped, a wrong layer) would change them or the record. It declines the
+// residual fusion (returns 0) in block FUSE_DECLINE, so the graph's fallback runs beside it.
+enum { FUSE_DECLINE = 1, FUSE_MAX_CALLS = 64 };
+static int g_res_calls[2], g_res_declined, g_swb_layers[FUSE_MAX_CALLS], g_swb_n;
+static float *g_res_tmp;
+static size_t g_res_tmp_n;
+
+static int fusing_residual(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w, int N,
+                           int in, int out_dim) {
+  if (id.kind != LIN_O && id.kind != LIN_DOWN) die("matmul_residual_fwd for a %s linear", linear_kind_name(id.kind));
+  if (id.layer == FUSE_DECLINE) return g_res_declined++, 0;
+  const size_t n = (size_t)N * out_dim;
+  if (g_res_tmp_n < n) free(g_res_tmp), g_res_tmp = xmalloc(n * sizeof(float)), g_res_tmp_n = n;
+  g_base->matmul_fwd(ctx, id, g_res_tmp, x, w, N, in, out_dim);
+  g_base->residual_fwd(ctx, out, res, g_res_tmp, n);
+  g_res_calls[id.kind == LIN_DOWN]++;
+  return 1;
+}
+
+static void fusing_swiglu_bwd(void *ctx, int layer, void *dgate, void *dup, const void *dout, const void *gate,
+                              const void *up, int N, int F) {
+  if (g_swb_n < FUSE_MAX_CALLS) g_swb_layers[g_swb_n++] = layer;
+  g_base->swiglu_bwd(ctx, dgate, dup, dout, gate, up, (size_t)N * F);
+}
+
+static void test_fused_entries(void) {
+  TEST_SECTION("the graph's fused entries (residual in the o/down GEMM, SwiGLU backward into the dY producer)");
+  g_base = cpu_backend_open();
+  Ops fusing = *g_base;
+  fusing.name = "cpu+fusing";
+  fusing.matmul_residual_fwd = fusing_residual;
+  fusing.swiglu_bwd_into = fusing_swiglu_bwd;
+  LlamaConfig c;
+  if (llama_preset("tiny", &c)) die("no tiny preset");
+  c.n_layers = 3;
+  const int B = 2, T = 16, N = B * T, V = c.vocab_size;
+  size_t n = (size_t)llama_num_params(&c);
+  float *g0 = xmalloc(n * sizeof(float)), *g1 = xmalloc(n * sizeof(float));
+  float *l0 = xmalloc((size_t)N * V * sizeof(float)), *l1 = xmalloc((size_t)N * V * sizeof(float));
+  for (int mode = 0; mode < 2; mode++) {
+    const int rc = mode ? LLAMA_RECOMPUTE_FULL : LLAMA_RECOMPUTE_NONE;
+    memset(g_res_calls, 0, sizeof g_res_calls), g_res_declined = g_swb_n = 0;
+    RecomputeRun plain = recompute_run_ops(&c, B, T, rc, g0, l0, cpu_backend_open());
+    RecomputeRun fused = recompute_run_ops(&c, B, T, rc, g1, l1, &fusing);
+    const char *what = mode ? "recompute full" : "recompute none";
+    CHECK(fused.train1 == plain.train1 && fused.train2 == plain.train2 && fused.eval == plain.eval &&
+              !memcmp(g1, g0, n * sizeof(float)) && !memcmp(l1, l0, (size_t)N * V * sizeof(float)),
+          "%s: the fused entries give the plain table's losses (%.9g %.9g vs %.9g %.9g), gradients and logits", what,
+          fused.train1, fused.train2, plain.train1, plain.train2);
+    // 4 forwards (2 training, the eval, llama_logits), plus the backwards' recomputed attention halves
+    const int fwd = 4 * (c.n_layers - 1), rec = mode ? 2 * (c.n_layers - 1) : 0;
+    CHECK(g_res_calls[0] == fwd + rec && g_res_calls[1] == fwd && g_res_declined == 4 * 2 + (mode ? 2 : 0),
+          "%s: residual fused for o %d times, down %d, declined %d (want %d, %d, %d)", what, g_res_calls[0],
+          g_res_calls[1], g_res_declined, fwd + rec, fwd, 4 * 2 + (mode ? 2 : 0));
+    int order = g_swb_n == 2 * c.n_layers;
+    for (int i = 0; i < g_swb_n && order; i++) order = g_swb_layers[i] == c.n_layers - 1 - i % c.n_layers;
+    CHECK(order, "%s: swiglu_bwd_into once per block per backward, last block first (%d calls)", what, g_swb_n);
+  }
+  free(g_res_tmp), g_res_tmp = NULL, g_res_tmp_n = 0;
+  free(g0), free(g1), free(l0), free(l1);
+}
+
 int main(void) {
   omp_set_num_threads(2);
   test_tensor_table();
@@ -671,5 +736,6 @@ int main(void) {
   test_recompute();
   test_selective();
   test_saved_inputs();
+  test_fused_entries();
   TEST_END();
 }
