@@ -321,6 +321,13 @@ if has peer; then  # both PyTorch peers, each both ways (optimizer every step, a
     tail -n 6 "$OUT/peer_float8.log"
   else note "peer float8: no torchao (carry .deps/torchao-*.whl: scripts/gpu/peer_wheels.sh fetch)"; fi
   while read -r l; do note "$l"; done < <(grep -h '^PEER' "$OUT"/peer_*.log)
+  # issue 30's targets from this call's engine benches (bench: bf16, benchfp4: bench_mxfp4) and both peers
+  if ls "$OUT"/bench.log "$OUT"/bench_mxfp4.log >/dev/null 2>&1; then
+    python3 scripts/gpu/speed_targets.py "$OUT"/bench.log "$OUT"/bench_mxfp4.log "$OUT"/peer_*.log \
+      >"$OUT/speed_targets.txt" 2>&1
+    cat "$OUT/speed_targets.txt"
+    note "$(tail -n 1 "$OUT/speed_targets.txt")"
+  fi
 fi
 
 if has probe; then

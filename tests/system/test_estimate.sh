@@ -62,4 +62,15 @@ check "route_speed_table: 11 routes in the paper's order, BF16 first" \
   '[ "$(echo "$out" | grep -c "^| [^r-]")" -eq 11 ] && [ "$(echo "$out" | sed -n 3p | cut -d"|" -f2)" = " BF16 " ]'
 out=$(python3 scripts/gpu/route_speed_table.py "$tmp/b.log" 2>&1); rc=$?
 check "route_speed_table: a log that is not a route's is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "b.log: not a bench_route_"'
+# scripts/gpu/speed_targets.py: issue 30's targets from benches and peers (committed logs of two calls here)
+out=$(python3 scripts/gpu/speed_targets.py docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_c500659.log \
+  docs/results/2026-12-05/bench_route_bf16_c500659.log docs/results/2026-12-02/peer_bf16_868eefb.log docs/results/2026-12-02/peer_float8_868eefb.log 2>&1)
+check "speed_targets: the runs both ways and each target against its figure" \
+  'echo "$out" | grep -q "^| engine mxfp4 | 13,408 | 15,235 |$" && echo "$out" | grep -q "^| mxfp4 / torchao float8 peer, every step | 1.125x | 1.250x | MISSED |$" && echo "$out" | grep -q "^| bf16 / compiled PyTorch, amortized | 1.097x | 1.100x | MISSED |$" && echo "$out" | grep -q "^speed targets: 0 met, 5 not met$"'
+out=$(python3 scripts/gpu/speed_targets.py docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_c500659.log 2>&1)
+check "speed_targets: a target whose runs are not in the logs is not passed" \
+  'echo "$out" | grep -q "^| bf16 / compiled PyTorch, every step | not in the logs | 1.100x | MISSING |$"'
+out=$(python3 scripts/gpu/speed_targets.py docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_c500659.log \
+  docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_f7ff973.log 2>&1); rc=$?
+check "speed_targets: two calls' figures for one run are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "not one call.s figures"'
 echo "$pass passed, $fail failed"
