@@ -92,6 +92,21 @@ static void time_variant(const Ops *op, const Buffers *b, const DocMask *docs, i
   free(t);
 }
 
+// Mean ms of a plain causal forward + backward pair over `steps` pairs queued back to back (one sync at
+// each end, after one untimed pair): the GPU busy throughout as inside a training step, where the synced
+// medians above let it idle between calls (and its clocks recover under the power cap).
+static double time_back_to_back(const Ops *op, const Buffers *b, int steps) {
+  double t0 = 0;
+  for (int s = -1; s < steps; s++) {
+    if (s == 0) op->sync(op->ctx), t0 = now_seconds();
+    op->attention_fwd(op->ctx, b->out, b->lse, b->q, b->k, b->v, NULL, b->B, b->T, b->H, b->KV, b->hd);
+    op->attention_bwd(op->ctx, b->dq, b->dk, b->dv, b->dout, b->q, b->k, b->v, b->out, b->lse, NULL, b->B, b->T, b->H,
+                      b->KV, b->hd);
+  }
+  op->sync(op->ctx);
+  return (now_seconds() - t0) * 1e3 / steps;
+}
+
 int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
   const LlamaConfig *mc = &cfg->model;
   Buffers b = {
@@ -136,6 +151,7 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
   double pf, pb, mf, mb;
   time_variant(op, &b, NULL, 1, steps, &pf, &pb);
   time_variant(op, &b, docs, DRAWS, steps, &mf, &mb);
+  const double bb = time_back_to_back(op, &b, steps);
   // FLOPs as FlashAttention counts them: 2 matmuls of 2 * hd per (query, key) pair and head forward,
   // 5 backward; the pairs are those computed, the causal triangle or the documents' triangles.
   const double f_plain = 4.0 * causal_pairs * b.H * b.hd, f_docs = 4.0 * pairs / DRAWS * b.H * b.hd;
@@ -146,6 +162,7 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
          2.5 * f_plain / pb * 1e-9, 3.5 * f_plain / (pf + pb) * 1e-9);
   printf("| document-masked | %.3f | %.3f | %.3f | %.3g, %.3g, %.3g |\n", mf, mb, mf + mb, f_docs / mf * 1e-9,
          2.5 * f_docs / mb * 1e-9, 3.5 * f_docs / (mf + mb) * 1e-9);
+  printf("| plain causal, %d pairs back to back | - | - | %.3f | -, -, %.3g |\n", steps, bb, 3.5 * f_plain / bb * 1e-9);
   printf("BENCH attention %s plain causal     fwd+bwd %8.3f ms\n", op->name, pf + pb);
   printf("BENCH attention %s document-masked  fwd+bwd %8.3f ms  (%.2fx plain; the pairs alone would give %.2fx)\n",
          op->name, mf + mb, (mf + mb) / (pf + pb), pairs / DRAWS / causal_pairs);

@@ -109,7 +109,8 @@ if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's
     timeout 300 ./train configs/llama3_8b.yaml --bench-attention --set parallel.deterministic=$d \
       >"$OUT/bench_attention_det_$d.log" 2>&1
     rc=$?; grep -E '^(bench: cuDNN|\| attention |\| plain causal)' "$OUT/bench_attention_det_$d.log"
-    note "attention, engine, deterministic $d (fwd ms, bwd ms, fwd+bwd ms, TFLOP/s fwd, bwd, both): $(grep '^| plain causal' "$OUT/bench_attention_det_$d.log" || echo "no result (exit $rc)")"
+    note "attention, engine, deterministic $d (fwd ms, bwd ms, fwd+bwd ms, TFLOP/s fwd, bwd, both): $(grep '^| plain causal |' "$OUT/bench_attention_det_$d.log" || echo "no result (exit $rc)")"
+    note "attention, engine, deterministic $d, back to back: $(grep '^| plain causal, ' "$OUT/bench_attention_det_$d.log" || echo "no result")"
   done
   timeout 300 python3 scripts/gpu/attention_peer.py >"$OUT/attention_peer.log" 2>&1
   tail -n 4 "$OUT/attention_peer.log"

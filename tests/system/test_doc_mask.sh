@@ -39,5 +39,7 @@ check "--bench-attention prints plain causal beside document-masked (exit $rc)" 
   '[ $rc -eq 0 ] && grep -q "^BENCH attention cpu plain causal" "$tmp/bench" && grep -q "^BENCH attention cpu document-masked .*x plain" "$tmp/bench"'
 check "--bench-attention says how many documents and what share of the causal pairs" \
   'grep -q "^documents: log-normal lengths (mean 1000, sigma 1.0), 4 draws of 8 rows: .* of the causal (query, key) pairs" "$tmp/bench"'
+check "--bench-attention times plain causal back to back too (the GPU busy throughout, as in a step)" \
+  'grep -Eq "^\| plain causal, 3 pairs back to back \| - \| - \| [0-9.]+ \| -, -, [0-9.e+-]+ \|$" "$tmp/bench"'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
