@@ -8,7 +8,8 @@ with `./train CONFIG --bench-attention` (run/bench_attention.c) in the same devi
 torch.nn.functional.scaled_dot_product_attention with is_causal=True on BF16 q, k, v laid out as a
 model's projections leave them ([B, T, heads, hd] viewed as [B, heads, T, hd]), restricted to one SDPA
 backend (cudnn: PyTorch's cuDNN attention). GQA as enable_gqa=True where the backend takes it, else k and
-v repeated to every query head (the same FLOPs, more K/V reads; the line says which). Each figure is
+v repeated to every query head once, before timing (the same FLOPs, more K/V reads; the copies and the
+dK/dV sum over heads untimed; the line says which). Each figure is
 the median of --steps individually synced calls after two warm-ups, timed with CUDA events: the forward
 alone, and the backward alone (torch.autograd.grad of the output against q, k, v with a fixed dout,
 after an untimed forward). FLOPs as FlashAttention and run/bench_attention.c count them: 4 hd per
@@ -67,26 +68,28 @@ def main():
           f"deterministic algorithms {torch.are_deterministic_algorithms_enabled()}")
 
     gqa = "enable_gqa"
+    kv = {"k": k, "v": v}  # what attend() passes: k and v, or their copies repeated to every query head
 
     def attend():
         if gqa == "enable_gqa":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        rep = H // KV  # k and v repeated to every query head
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
-                                              is_causal=True)
+            return F.scaled_dot_product_attention(q, kv["k"], kv["v"], is_causal=True, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, kv["k"], kv["v"], is_causal=True)
 
     with sdpa_kernel([BACKENDS[a.backend]]):
         try:
             attend()
-        except RuntimeError as e:  # the backend does not take GQA: repeat k and v
+        except RuntimeError as e:  # the backend does not take GQA: repeat k and v, once, before any timing
             print(f"attention_peer: enable_gqa refused by {a.backend} ({str(e).splitlines()[0][:120]}); "
-                  f"k and v repeated to {H} heads")
+                  f"k and v repeated to {H} heads before timing (the copies and the dK/dV sum over heads, "
+                  f"which the engine's GQA attention includes, are not timed)")
             gqa = "repeated"
+            rep = H // KV
+            kv = {n: t.detach().repeat_interleave(rep, 1).requires_grad_() for n, t in (("k", k), ("v", v))}
         fwd_ms = timed(lambda: attend(), a.steps)
         state = {}
 
         def backward():
-            torch.autograd.grad(state["out"], (q, k, v), dout)
+            torch.autograd.grad(state["out"], (q, kv["k"], kv["v"]), dout)
 
         def fresh_forward():
             state["out"] = attend()
