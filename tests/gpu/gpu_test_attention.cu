@@ -235,19 +235,23 @@ static int *doc_tokens(int layout, Shape s, uint64_t seed) {
   return t;
 }
 
+// A problem of shape s from seed, with the documents of `layout` (DOCS_NONE: plain causal).
+static void problem_with_docs(Problem *p, Shape s, uint64_t seed, int layout) {
+  problem_init(p, s, seed);
+  if (!layout) return;
+  int *tokens = doc_tokens(layout, s, seed);
+  problem_set_docs(p, tokens, 1);
+  free(tokens);
+}
+
 static void test_against_cpu(Shape s, uint64_t seed, int layout) {
   char name[192];
   snprintf(name, sizeof name, "B=%d T=%d H=%d KV=%d hd=%d%s%s vs CPU reference", s.B, s.T, s.H, s.KV, s.hd,
            layout ? ", documents: " : "", DOC_LAYOUTS[layout]);
   TEST_SECTION(name);
   Problem p;
-  problem_init(&p, s, seed);
-  if (layout) {
-    int *tokens = doc_tokens(layout, s, seed);
-    problem_set_docs(&p, tokens, 1);
-    free(tokens);
-    printf("  %d documents in %d rows\n", p.dm.n_docs, s.B);
-  }
+  problem_with_docs(&p, s, seed, layout);
+  if (layout) printf("  %d documents in %d rows\n", p.dm.n_docs, s.B);
   gpu_fwd(&p);
   gpu_bwd(&p);
   Results g = download_results(&p);
@@ -277,12 +281,7 @@ static void test_determinism(Shape s, uint64_t seed, int layout) {
   TEST_SECTION(layout ? "repeatability with documents: forward, deterministic backward"
                       : "repeatability: forward, deterministic backward");
   Problem p;
-  problem_init(&p, s, seed);
-  if (layout) {
-    int *tokens = doc_tokens(layout, s, seed);
-    problem_set_docs(&p, tokens, 1);
-    free(tokens);
-  }
+  problem_with_docs(&p, s, seed, layout);
   attention_cudnn_set_deterministic(A, 1);
   gpu_fwd(&p);
   gpu_bwd(&p);
@@ -321,10 +320,7 @@ static void test_docs_deterministic(Shape s, uint64_t seed, int layout) {
            s.H, s.KV, s.hd, DOC_LAYOUTS[layout]);
   TEST_SECTION(name);
   Problem p;
-  problem_init(&p, s, seed);
-  int *tokens = doc_tokens(layout, s, seed);
-  problem_set_docs(&p, tokens, 1);
-  free(tokens);
+  problem_with_docs(&p, s, seed, layout);
   int *order = (int *)xmalloc(p.dm.n_docs * sizeof(int));
   DocGroup *groups = (DocGroup *)xmalloc(p.dm.n_docs * sizeof(DocGroup));
   const int ng = doc_mask_groups(p.cu, p.dm.n_docs, s.B, s.T, order, groups);
