@@ -485,7 +485,7 @@ int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token
                           stream_for(L, u, USE_DY_ROW), ru, cu))
     return 0;
   // dout, gate and up read; both linears' row and column copies written
-  book_mem(L, f, mk, "quant dy dual", "(swiglu bwd fused, gate+up)", 6.0 * N * F + 4 * qbytes(f, 1, N, F));
+  book_mem(L, f, mk, "quant dy dual", "(swiglu bwd fused)", 6.0 * N * F + 4 * qbytes(f, 1, N, F));
   L->fused_calls++;
   L->dyf = (DyFused){{dgate_token, dup_token}, layer, N, F, {1, 1}};
   return 1;
