@@ -800,15 +800,15 @@ int main(int argc, char **argv) {
     char plans[CFG_PATH + 64];
     BackendOptions bo = backend_options(cfg, 0, 1, 0, 1, plans, sizeof plans);
     const Ops *ops = backend_open(cfg->backend, &bo);
-    apply_recipe(cfg, ops, cfg->model.n_layers);
+    const Recipe recipe = apply_recipe(cfg, ops, cfg->model.n_layers);
     if (cli.bench_attention) return bench_attention_main(cfg, ops, cli.bench_steps);
     if (cli.bench_save)  // one depth: --layers N, else the config's up to 4
-      return bench_save_main(cfg, ops,
+      return bench_save_main(cfg, ops, &recipe,
                              cli.bench_layers          ? atoi(cli.bench_layers)
                              : cfg->model.n_layers < 4 ? cfg->model.n_layers
                                                        : 4,
                              cli.bench_steps);
-    return bench_main(cfg, ops, cli.bench_layers, cli.bench_steps);
+    return bench_main(cfg, ops, &recipe, cli.bench_layers, cli.bench_steps);
   }
 
   open_run(&run, &cli);

@@ -169,7 +169,7 @@ static int block_kinds(const Recipe *full, int L, BlockKind *kinds) {
   return n;
 }
 
-int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
+int bench_main(TrainConfig *cfg, const Ops *op, const Recipe *recipe, const char *layers, int steps) {
   int la, lb;
   if (sscanf(layers, "%d,%d", &la, &lb) != 2 || la < 1 || lb <= la)
     die("--layers: expected two increasing depths like 2,4, got '%s'", layers);
@@ -180,10 +180,8 @@ int bench_main(TrainConfig *cfg, const Ops *op, const char *layers, int steps) {
       "bench: %s backend, recipe %s, model %s at depths %d and %d -> %d layers, micro-batch %d x %d tokens, %d steps "
       "each\n",
       op->name, cfg->recipe, cfg->model_preset, la, lb, L, B, T, steps);
-  Recipe full;
+  const Recipe full = *recipe;
   char err[256];
-  RecipeSpec spec = config_recipe_spec(cfg);
-  if (recipe_resolve(&full, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
   if (recipe_check_layers(&full, L, err, sizeof err)) die("%s", err);
   BlockKind kinds[FMT_N];
   const int nk = block_kinds(&full, L, kinds);
@@ -259,15 +257,13 @@ static double timed_step(const Ops *op, Llama *m, const int *in, const int *tg, 
   return now_seconds() - t0;
 }
 
-int bench_save_main(TrainConfig *cfg, const Ops *op, int layers, int steps) {
+int bench_save_main(TrainConfig *cfg, const Ops *op, const Recipe *recipe, int layers, int steps) {
   enum { SAVES = 3 };
   const int L = cfg->model.n_layers, B = cfg->micro_batch, T = cfg->seq_len, N = B * T;
   if (layers < 1 || layers > L)
     die("--bench-save: --layers must be one depth from 1 to model.n_layers (%d), got %d", L, layers);
-  Recipe full;
+  const Recipe full = *recipe;
   char err[1024];
-  RecipeSpec spec = config_recipe_spec(cfg);
-  if (recipe_resolve(&full, &spec, op->device_cc ? op->device_cc(op->ctx) : 0, err, sizeof err)) die("%s", err);
   BlockKind kinds[FMT_N];
   block_kinds(&full, L, kinds);  // the route's most common block kind, in every block: the bytes are the same
   if (op->set_recipe) op->set_recipe(op->ctx, &kinds[0].r, layers, cfg->seed);
