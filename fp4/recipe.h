@@ -45,10 +45,12 @@ typedef struct {
   // precision.fprop/dgrad/wgrad: 0 = auto (the block's format), else 1 + the FP4Format, so that a
   // zero-initialized Recipe is uniform; read it through recipe_override.
   int contraction[CONTR_N];
-  // precision.fusion off: the producers and epilogues that fuse the ops around the FP4 GEMMs (RMSNorm
-  // and SwiGLU into the quantizers, the residual add into the GEMM epilogue, one dY producer for an
-  // operand hybrid) run as separate kernels instead. The same bits either way; for measuring them.
-  int unfused;
+  // precision.fusion: which of the fusions around the FP4 GEMMs run (the same bits either way).
+  // FUSION_AUTO: those that have run on a GPU (RMSNorm and SwiGLU inside the quantizers, the operand
+  // hybrid's one dY producer); FUSION_ON: also those not yet run on one (the residual add in the GEMM
+  // epilogue, SwiGLU's backward inside the dY producer; a training run is not where a kernel runs
+  // first); FUSION_OFF: none, every op a kernel of its own (for measuring them).
+  int fusion;
   int nspans;  // precision.blocks, in the order given (no two overlap)
   BlockSpan spans[RECIPE_MAX_SPANS];
 } Recipe;
@@ -64,6 +66,7 @@ typedef struct {
 #define RECIPE_WGRAD_2D "auto|off|dy|x"
 #define RECIPE_FP4_GEMM "auto|reference|fp8|fp4|fp8_cublaslt|fp8_cutlass"
 #define RECIPE_FUSION "auto|on|off"
+enum { FUSION_AUTO = 0, FUSION_ON = 1, FUSION_OFF = 2 };  // RECIPE_FUSION's order
 // A value precision.fp4_gemm took until 2026-12-05, refused (recipe_resolve, run/config.c) with this
 // note rather than as unknown: a config that names it must not run another kernel silently.
 #define RECIPE_FP4_GEMM_REMOVED "fp8_own"

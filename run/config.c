@@ -134,8 +134,9 @@ static const Key KEYS[] = {
           "auto: fp4 on Blackwell (reference with CTA-local NVFP4), "
           "fp8_cublaslt on Hopper with an MXFP4 contraction, else reference"),
     KENUM("precision.fusion", fusion, "auto", RECIPE_FUSION,
-          "format-aware fusion around the FP4 GEMMs (RMSNorm and SwiGLU inside the quantizers, the residual add "
-          "in the GEMM epilogue): auto = on; off runs them as separate kernels, the same bits (for measuring)"),
+          "format-aware fusion around the FP4 GEMMs, the same bits either way: auto = those that have run on a GPU "
+          "(RMSNorm and SwiGLU inside the quantizers); on = also those not yet run on one (the residual add in the "
+          "o/down GEMM epilogue, SwiGLU's backward inside the dY producer); off = none (for measuring)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),

@@ -398,7 +398,14 @@ static void forget_x(LinearFp4 *L) {
 
 void linear_fp4_set_fusion(LinearFp4 *L, int on) { L->fusion = on != 0; }
 // Fusion on: neither the recipe (precision.fusion off) nor a test (set_fusion(0)) turned it off.
-static int fusing(const LinearFp4 *L) { return L->fusion && !L->recipe.unfused; }
+static int fusing(const LinearFp4 *L) { return L->fusion && L->recipe.fusion != FUSION_OFF; }
+// The fusions written but not yet run on a GPU (the residual epilogue, the fused SwiGLU backward) run
+// under precision.fusion: on only, until a GPU session has passed their tests (gpu_test_fp4_gemm,
+// gpu_test_fused, gpu_test_fp4_linear); then NEW_FUSIONS_RAN becomes 1 and auto takes them too.
+#define NEW_FUSIONS_RAN 0
+static int fusing_new(const LinearFp4 *L) {
+  return fusing(L) && (L->recipe.fusion == FUSION_ON || NEW_FUSIONS_RAN);
+}
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
 // The fused producers make x's Fprop and Wgrad copies in one format: the block's two contractions
@@ -457,7 +464,7 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
 // rounded to BF16 first (fp4_gemm_fp8_src), so with beta 1 the bits are those of the GEMM then the add.
 int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
   const LinearFormat *f = linear_fp4_runs(L, id, CONTR_FPROP) ? format_of(L, id, CONTR_FPROP) : NULL;
-  return fusing(L) && f && linear_fp8_path(L, f);
+  return fusing_new(L) && f && linear_fp8_path(L, f);
 }
 
 // dY of linear id quantized by one dual producer of its format on the FP8 path (Dgrad and Wgrad in
@@ -473,7 +480,7 @@ static const LinearFormat *dy_fusable(const LinearFp4 *L, LinearId id) {
 int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
                                 const bf16 *dout, const bf16 *gate, const bf16 *up, int N, int F) {
   const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
-  const LinearFormat *f = fusing(L) ? dy_fusable(L, g) : NULL;
+  const LinearFormat *f = fusing_new(L) ? dy_fusable(L, g) : NULL;
   if (!f || dy_fusable(L, u) != f) return 0;
   if (N <= 0 || F <= 0 || N % 32 || F % 32)
     die("linear_fp4: layer %d gate/up: dY of N=%d x F=%d: need positive multiples of 32", layer, N, F);

@@ -28,7 +28,7 @@
 # default): ./train --bench-save at 8B shapes with CKPT_LAYERS (4) layers: the stall of an asynchronous checkpoint
 # save (state copied into pinned host memory) and its background write, extrapolated per rank of 1-8 (target: under
 # 1 s per rank; docs/checkpoint_format.md). fusion (not default): the MXFP4 8B bench with precision.fusion off,
-# then on, in one call: each fusion's rows of the per-kernel table and the time per layer before and after.
+# auto and on, in one call: each fusion's rows of the per-kernel table and the time per layer before and after.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -136,8 +136,9 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
   grep -E 'attention (fwd|bwd)' "$OUT/clocks_step.log"
 fi
 
-if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, then on (precision.fusion), one call
-  for f in off on; do
+if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, auto, on (precision.fusion), one call
+  # (auto: the fusions that have run on a GPU; on: also the residual epilogue and the fused SwiGLU backward)
+  for f in off auto on; do
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fusion=$f >"$OUT/bench_fusion_$f.log" 2>&1
     grep -E "^(residual|swiglu (fwd|bwd)|rmsnorm fwd)|gemm fwd(\+res)? (o|down) |quant x fwd|quant dy dual" \

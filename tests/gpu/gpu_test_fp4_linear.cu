@@ -390,9 +390,10 @@ static void test_model(void) {
   // (Ops.swiglu_bwd_into). Off, the ops write BF16, the linears quantize it and the residual add is a
   // kernel of its own. No bit may change: H32 and no Hadamard, FP8 and exact-reference GEMMs.
   {
-    Recipe noh = mx, ref = mx, xt = mx;
+    Recipe on = mx, noh = mx, ref = mx, xt = mx;
     noh.hadamard = 0, ref.gemm = GEMM_REFERENCE, ref.wgrad_2d = WGRAD_2D_OFF, xt.wgrad_2d = WGRAD_2D_X;
-    const Recipe *fr[4] = {&mx, &noh, &ref, &xt};
+    on.fusion = noh.fusion = ref.fusion = xt.fusion = FUSION_ON;  // with the fusions not yet run on a GPU
+    const Recipe *fr[4] = {&on, &noh, &ref, &xt};
     const char *fname[4] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM",
                             "mxfp4 H32 fp8, x^T in 128x128 tiles"};
     linear_fp4_set_save_inputs(LF, 1);

@@ -22,6 +22,7 @@ static Llama *nvtx_model(const Ops *ops, const char *recipe) {
   RecipeSpec spec;
   memset(&spec, 0, sizeof spec);
   spec.recipe = recipe;
+  spec.fusion = "on";  // every fusion, also those not yet run on a GPU: their ranges are checked too
   char err[256];
   if (recipe_resolve(&r, &spec, cuda_device_cc(), err, sizeof err)) die("%s", err);
   ops->set_recipe(ops->ctx, &r, c.n_layers, 7);

@@ -206,12 +206,16 @@ int main(void) {
   TEST_SECTION("precision.fusion: on by default, off for measuring (the same bits)");
   {
     char d[512];
-    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4"}, 90, err, 256) && !r.unfused, "auto: fused: %s", err);
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4"}, 90, err, 256) && r.fusion == FUSION_AUTO,
+          "auto: the fusions that have run on a GPU: %s", err);
     recipe_describe(&r, d, sizeof d);
-    CHECK(!strstr(d, "unfused"), "the description of a fused recipe says nothing of it: %s", d);
-    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "on"}, 90, err, 256) && !r.unfused,
-          "on: fused: %s", err);
-    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "off"}, 90, err, 256) && r.unfused == 1,
+    CHECK(!strstr(d, "fused") && !strstr(d, "fusion"), "the description of the default says nothing of it: %s", d);
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "on"}, 90, err, 256) && r.fusion == FUSION_ON,
+          "on: every fusion: %s", err);
+    recipe_describe(&r, d, sizeof d);
+    CHECK(strstr(d, ", every fusion (also those not yet run on a GPU)") != NULL, "on is in the description: %s", d);
+    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "off"}, 90, err, 256) &&
+              r.fusion == FUSION_OFF,
           "off: unfused: %s", err);
     recipe_describe(&r, d, sizeof d);
     CHECK(strstr(d, ", unfused") != NULL, "off is in the description the log prints: %s", d);
