@@ -115,7 +115,7 @@ int recipe_resolve(Recipe *r, const RecipeSpec *s, int cc, char *err, int errlen
   if (r->gemm != GEMM_FP8_EMBED || !mx) r->wgrad_2d = WGRAD_2D_OFF;  // an FP8-embedding choice
 
   PICK(fu, "precision.fusion", AUTO(s->fusion), RECIPE_FUSION);  // auto on off
-  r->fusion = fu;  // RECIPE_FUSION's order is FUSION_*'s
+  r->fusion = fu;                                                // RECIPE_FUSION's order is FUSION_*'s
 
   r->bf16_first = s->bf16_first, r->bf16_last = s->bf16_last;
   return recipe_check(r, err, errlen);
@@ -260,7 +260,8 @@ void recipe_describe(const Recipe *r, char *buf, int len) {
   recipe_route_key(r, key, sizeof key);
   if (strcmp(key, "uniform") && n > 0 && n < len) n += snprintf(buf + n, len - n, ", route %s", key);
   if (r->fusion != FUSION_AUTO && n > 0 && n < len)
-    snprintf(buf + n, len - n, r->fusion == FUSION_OFF ? ", unfused" : ", every fusion (also those not yet run on a GPU)");
+    snprintf(buf + n, len - n,
+             r->fusion == FUSION_OFF ? ", unfused" : ", every fusion (also those not yet run on a GPU)");
 }
 
 // What each operand of contraction c in format f gets, e.g. "x 1x32 RNE, W 2D32".

@@ -403,9 +403,7 @@ static int fusing(const LinearFp4 *L) { return L->fusion && L->recipe.fusion != 
 // under precision.fusion: on only, until a GPU session has passed their tests (gpu_test_fp4_gemm,
 // gpu_test_fused, gpu_test_fp4_linear); then NEW_FUSIONS_RAN becomes 1 and auto takes them too.
 #define NEW_FUSIONS_RAN 0
-static int fusing_new(const LinearFp4 *L) {
-  return fusing(L) && (L->recipe.fusion == FUSION_ON || NEW_FUSIONS_RAN);
-}
+static int fusing_new(const LinearFp4 *L) { return fusing(L) && (L->recipe.fusion == FUSION_ON || NEW_FUSIONS_RAN); }
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
 // The fused producers make x's Fprop and Wgrad copies in one format: the block's two contractions

@@ -214,9 +214,9 @@ int main(void) {
           "on: every fusion: %s", err);
     recipe_describe(&r, d, sizeof d);
     CHECK(strstr(d, ", every fusion (also those not yet run on a GPU)") != NULL, "on is in the description: %s", d);
-    CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "off"}, 90, err, 256) &&
-              r.fusion == FUSION_OFF,
-          "off: unfused: %s", err);
+    CHECK(
+        !recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "off"}, 90, err, 256) && r.fusion == FUSION_OFF,
+        "off: unfused: %s", err);
     recipe_describe(&r, d, sizeof d);
     CHECK(strstr(d, ", unfused") != NULL, "off is in the description the log prints: %s", d);
     CHECK(recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4", .fusion = "no"}, 90, err, 256) &&
