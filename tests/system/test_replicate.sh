@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/runs/replicate.sh end to end on the CPU (BUDGET=smoke: a dim-32 model with the Llama-3
 # vocabulary, 4 steps, two runs at a time, one document per downstream task): the shards are made
-# from the repo's own docs by the script's tokenize step, and the outputs (table, CSV, JSONL logs,
-# PNG, log tarball) are checked for sane numbers. The CPU backend emulates every recipe's formats in
+# from tiny Shakespeare (../shared; else the repo's own docs) by the script's tokenize step, and the
+# outputs (table, CSV, JSONL logs, PNG, log tarball) are checked for sane numbers. The CPU backend emulates every recipe's formats in
 # fp32, so the FP4 runs' losses differ from BF16's by a small excess (the same tokens, other
 # arithmetic). Also: the plot script without matplotlib, and errors caught before any training.
 cd "$(dirname "$0")/../.." || exit 1
@@ -18,11 +18,21 @@ fi
 tasks=mmlu:5,hellaswag:10,arc_challenge:25,winogrande:5
 [ -z "$evals" ] && { tasks=""; echo "note: no eval data (../shared/data/evals, .deps/evals): downstream evals not checked"; }
 cp ./train "$tmp/train" || { echo "FAIL: no ./train (build first)"; echo "0 passed, 1 failed"; exit 1; }
-python3 - "$tmp/corpus.jsonl" README.md docs/*.md scripts/*/*.py <<'PY'
+# The corpus: tiny Shakespeare from ../shared (its scenes as documents) where it is there, so that the
+# numbers do not move with this repository's docs; else the repo's own docs and scripts.
+shakespeare=$(first_file ../shared/data/corpus/tiny_shakespeare.txt)
+python3 - "$tmp/corpus.jsonl" "$shakespeare" README.md docs/*.md scripts/*/*.py <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for p in sys.argv[2:]:
-        f.write(json.dumps({"text": open(p, encoding="utf-8").read()}) + "\n")
+    if sys.argv[2]:
+        docs = [d for d in open(sys.argv[2], encoding="utf-8").read().split("\n\n\n") if d.strip()]
+        if len(docs) < 20:  # no scene breaks: blocks of 200 lines
+            lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
+            docs = ["".join(lines[i:i + 200]) for i in range(0, len(lines), 200)]
+    else:
+        docs = [open(p, encoding="utf-8").read() for p in sys.argv[3:]]
+    for d in docs:
+        f.write(json.dumps({"text": d}) + "\n")
 PY
 env_common=(TRAIN="$tmp/train" BUDGET=smoke SHARDS="$tmp/shards" CORPUS="$tmp/corpus.jsonl" TOKENIZER="$tok"
             EVALS="$evals" TASKS="$tasks" CKPT_DIR="$tmp/ck" THREADS=1)
