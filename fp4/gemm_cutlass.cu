@@ -332,8 +332,3 @@ extern "C" void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, F
   }
 #endif
 }
-
-extern "C" void fp4_gemm_cutlass(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                                 float beta) {
-  fp4_gemm_cutlass_cfg(out, NULL, out_fp32, A, B, M, N, K, alpha, beta, 0);
-}

@@ -26,12 +26,9 @@ int fp4_gemm_cutlass_available(void);
 // VEC128 B (their scales come by TMA); 16-byte aligned pointers. Any K (a partial last 128-block reads
 // zeros past K).
 const char *fp4_gemm_cutlass_unsupported(int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K);
-// Runs configuration cfg (0 .. fp4_gemm_cutlass_configs() - 1) or, in the plain form, 0. Dies
-// naming the reason when unsupported. Queued on cuda_stream(); no host sync, no allocation (the
-// kernel needs no workspace: checked).
-void fp4_gemm_cutlass(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-                      float beta);
-// src: beta's matrix (fp4_gemm_fp8_src; NULL: out).
+// Runs configuration cfg (0 .. fp4_gemm_cutlass_configs() - 1). Dies naming the reason when
+// unsupported. Queued on cuda_stream(); no host sync, no allocation (the kernel needs no workspace:
+// checked). src: beta's matrix (fp4_gemm_fp8_src; NULL: out).
 void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
                           float alpha, float beta, int cfg);
 // The number of configurations of the per-shape search (0 when the kernel is not built): a kernel

@@ -80,7 +80,7 @@ typedef struct {
   int bf16_first, bf16_last;
   const char *fprop, *dgrad, *wgrad;  // RECIPE_CONTRACTION (NULL: auto)
   const char *blocks;                 // "FORMAT:A-B[,FORMAT:A-B...]", 1-based as the paper counts (NULL, "": none)
-  const char *fusion;                 // RECIPE_FUSION (NULL: auto, on)
+  const char *fusion;                 // RECIPE_FUSION (NULL: auto)
 } RecipeSpec;
 
 // Fills *r from the spec ("auto" = the default of the recipe's format):

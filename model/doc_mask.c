@@ -55,8 +55,8 @@ int doc_mask_groups(const int *cu, int n_docs, int B, int T, int *order, DocGrou
           i, cu[i], cu[i + 1], T);
   int K = 0;  // classes T >> 0 .. T >> K
   while (T % (2 << K) == 0 && (T >> (K + 1)) >= DOC_GROUP_MIN_LEN) K++;
-  // Each document's class once: a count per class, then the documents in class order (longest class
-  // first, document order within a class), then the groups cut from each class's run.
+  // Two passes over the documents: a count per class, then each into its class's run (the smallest class,
+  // S = T >> K, first; document order within a class); then the groups cut from each class's run.
   int count[32] = {0}, next[32];
   for (int i = 0; i < n_docs; i++) count[group_class(cu[i + 1] - cu[i], T, K)]++;
   for (int k = K, at = 0; k >= 0; k--) next[k] = at, at += count[k];

@@ -520,13 +520,16 @@ static LinearId lin(int layer, LinearKind kind) { return (LinearId){layer, kind}
 // (model/cuda/linear_fp4.h), not by how many times the layer was called.
 
 // out = res + x W^T: a linear and the residual add after it, the add in the linear's GEMM epilogue
-// where the backend has that fusion (Ops.matmul_residual_fwd: the same bits), else the two ops through
-// the block's scratch a->tmp.
+// where the backend has that fusion for id (Ops.fuses_residual, matmul_residual_fwd: the same bits),
+// else the two ops through the block's scratch a->tmp.
 static void linear_residual_fwd(Llama *m, LinearId id, void *out, const void *res, const void *x, const float *w,
                                 int in, int out_dim) {
   const Ops *op = m->ops;
   const int N = m->N;
-  if (op->matmul_residual_fwd && op->matmul_residual_fwd(op->ctx, id, out, res, x, w, N, in, out_dim)) return;
+  if (op->fuses_residual && op->fuses_residual(op->ctx, id)) {
+    op->matmul_residual_fwd(op->ctx, id, out, res, x, w, N, in, out_dim);
+    return;
+  }
   op->matmul_fwd(op->ctx, id, m->a.tmp, x, w, N, in, out_dim);
   op->residual_fwd(op->ctx, out, res, m->a.tmp, (size_t)N * out_dim);
 }

@@ -200,12 +200,13 @@ typedef struct Ops {
 
   // out = a + b (out may alias a).
   void (*residual_fwd)(void *ctx, void *out, const void *a, const void *b, size_t n);
-  // out[N, out_dim] = res + x W^T with the residual add in the linear's GEMM epilogue, where the backend
-  // has that fusion for linear id (NULL or returning 0 where not: the caller then runs matmul_fwd and
-  // residual_fwd). The bits equal matmul_fwd into a temporary followed by residual_fwd(out, res, tmp).
-  // out and res do not overlap.
-  int (*matmul_residual_fwd)(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w, int N,
-                             int in, int out_dim);
+  // out[N, out_dim] = res + x W^T with the residual add in the linear's GEMM epilogue, for a linear id
+  // where fuses_residual(id) says the backend has that fusion (NULL or 0: the caller runs matmul_fwd and
+  // residual_fwd instead). The bits equal matmul_fwd into a temporary followed by residual_fwd(out, res,
+  // tmp). out and res do not overlap.
+  int (*fuses_residual)(void *ctx, LinearId id);
+  void (*matmul_residual_fwd)(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w, int N,
+                              int in, int out_dim);
 
   // Output head fused with cross-entropy, `chunk` tokens at a time so the fp32 logits of the
   // whole batch never exist: logits = x W^T per chunk, loss = mean over targets != ignore_index

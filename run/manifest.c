@@ -9,24 +9,21 @@
 #include "run/checkpoint.h"
 #include "run/manifest.h"
 
+// The file's bytes through common.h's ChunkHasher (the definition a writer hashing as it writes uses).
 int file_checksum(const char *path, uint64_t *checksum, uint64_t *bytes, char *err, size_t errlen) {
-  enum { CHUNK_BYTES = 64 << 20 };
   FILE *f = fopen(path, "rb");
   if (!f) return set_err(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-  unsigned char *buf = xmalloc(CHUNK_BYTES);
-  uint64_t hashes[512], total = 0;  // 512 chunks: 32 GiB before folding
-  size_t nh = 0, k;
-  while ((k = fread(buf, 1, CHUNK_BYTES, f)) > 0) {
-    if (nh == 512) hashes[0] = hash64(hashes, sizeof hashes, 1), nh = 1;  // fold to stay bounded
-    hashes[nh++] = hash64(buf, k, total);
-    total += k;
-  }
+  unsigned char *buf = xmalloc(FILE_CHECKSUM_CHUNK);
+  ChunkHasher *h = xmalloc(sizeof *h);
+  chunk_hasher_init(h, FILE_CHECKSUM_CHUNK);
+  size_t k;
+  while ((k = fread(buf, 1, FILE_CHECKSUM_CHUNK, f)) > 0) chunk_hasher_update(h, buf, k);
   int bad = ferror(f);
   fclose(f);
   free(buf);
+  if (!bad) chunk_hasher_final(h, checksum, bytes);
+  free(h);
   if (bad) return set_err(err, errlen, "cannot read '%s': %s", path, strerror(errno));
-  *checksum = hash64(hashes, nh * sizeof(uint64_t), total);
-  *bytes = total;
   return 0;
 }
 

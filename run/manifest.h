@@ -27,7 +27,8 @@ typedef struct {
   ShardFile *files;  // world entries, in rank order
 } Manifest;
 
-// Checksum of a whole file: hash64 of the hash64s of its 64 MiB chunks (bounded memory).
+// Checksum of a whole file: hash64 of the hash64s of its 64 MiB chunks (bounded memory; common.h's
+// ChunkHasher, which a writer can also feed as it writes: run/checkpoint.h's ckpt_save_sum).
 int file_checksum(const char *path, uint64_t *checksum, uint64_t *bytes, char *err, size_t errlen);
 // Writes dir/manifest_<step>.txt atomically, then deletes all but the newest keep manifests
 // (keep <= 0 keeps all). m->files[r].path must lie under dir.

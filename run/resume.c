@@ -382,7 +382,7 @@ int resume(Run *r) {
   if (old.micro_batch != want.micro_batch && r->rank == 0)
     printf(
         "resume: batch.micro_batch %d -> %d at global batch %d: the same rows per step, accumulated in another "
-        "order (not bit for bit)\n",
+        "order (not bit for bit); validation reads eval.batches micro-batches, now of another size\n",
         old.micro_batch, want.micro_batch, want.global_batch);
   want.micro_batch = old.micro_batch;
   if (meta_mismatch(&old, &want, why, sizeof why)) die("checkpoint %s does not match this run: %s", path, why);
@@ -409,9 +409,12 @@ int resume(Run *r) {
     die("checkpoint %s does not match this run: precision.blocks/fprop/dgrad/wgrad/hadamard: checkpoint has route "
         "'%s', this run has '%s'",
         path, old_route, r->route);
+  // Through the staging buffer, else (rank > 0 has no room for the params; a process that never saves
+  // has no staging at all) through host memory of its own for the time of the load.
   CkptState st = ckpt_state(r);
-  float *tmp = st.host[0] ? NULL : xmalloc(st.bytes[0]);  // a staging buffer without room for the params
-  if (tmp) st.host[0] = tmp;
+  float *tmp[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++)
+    if (!st.host[i]) st.host[i] = tmp[i] = xmalloc(st.bytes[i] ? st.bytes[i] : 1);
   LoaderState ls;
   CkptSection secs[] = {{"params", st.host[0], st.bytes[0]}, {"loader", &ls, sizeof ls}};
   if (ckpt_load(path, secs, 2, &step, err, sizeof err)) die("%s", err);
@@ -419,7 +422,7 @@ int resume(Run *r) {
     die("resume: %s", err);
   if (!on_host(r))
     for (int i = 0; i < 3; i++) r->ops->upload(r->ops->ctx, st.state[i], st.host[i], st.bytes[i]);
-  free(tmp);
+  for (int i = 0; i < 3; i++) free(tmp[i]);
   r->ops->params_changed(r->ops->ctx);
   // A blend's sources and counts ("blend"; single-source checkpoints, older ones too, have none).
   LoaderBlendState blend;

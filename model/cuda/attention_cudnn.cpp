@@ -92,7 +92,7 @@ struct AttnCudnn {
   // The grouping of the last document set, kept while the micro-batch's backward runs layer after
   // layer on the same documents: its cu (n_grouped + 1 entries, -1: none), B, T, group count, and
   // the groups' ragged arrays on the device (their own memory: a recomputed forward rewrites docs).
-  int *grouped, n_grouped, grouped_B, grouped_T, n_groups;
+  int *grouped, n_grouped, grouped_B, grouped_T, grouped_H, grouped_KV, grouped_hd, n_groups;
   void *groups_dev;
   size_t groups_dev_size;
 };
@@ -356,19 +356,22 @@ static void ragged_pack(const RaggedArrays &r, Arg *args) {
   for (int i = 0; i < 7; i++) args[i] = e[i];
 }
 
-// The instance's device scratch for ragged descriptions, at least `need` bytes. Grow-only: the old one
-// may still be read by queued plans, so it is freed after a sync.
-static char *docs_scratch(AttnCudnn *a, size_t need) {
-  if (need > a->docs_size) {
-    if (a->docs) {
+// Grow-only device memory *p of *size bytes, at least `need`: the old block may still be read by queued
+// plans, so it is freed after a sync.
+static char *grow_dev(void **p, size_t *size, size_t need) {
+  if (need > *size) {
+    if (*p) {
       CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-      CUDA_CHECK(cudaFree(a->docs));
+      CUDA_CHECK(cudaFree(*p));
     }
-    CUDA_CHECK(cudaMalloc(&a->docs, need));
-    a->docs_size = need;
+    CUDA_CHECK(cudaMalloc(p, need));
+    *size = need;
   }
-  return (char *)a->docs;
+  return (char *)*p;
 }
+
+// The instance's device scratch for ragged descriptions, at least `need` bytes.
+static char *docs_scratch(AttnCudnn *a, size_t need) { return grow_dev(&a->docs, &a->docs_size, need); }
 
 // The document graph's offsets and lengths for this call, in the instance's scratch, derived on the
 // device from docs->cu. Sets the graph batch (the bucket of the count) and length T in key.
@@ -436,7 +439,9 @@ static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Ar
   // Every layer of a micro-batch has the same documents: group them and upload the groups' arrays
   // once (a copy from pageable memory waits for the stream: once per micro-batch, not per layer).
   const size_t cu_bytes = ((size_t)nd + 1) * sizeof(int);
-  if (a->n_grouped != nd || a->grouped_B != key.B || a->grouped_T != key.T || memcmp(a->grouped, cu, cu_bytes)) {
+  // (keyed by the heads too: the offsets are in elements of q, k, v and lse rows)
+  if (a->n_grouped != nd || a->grouped_B != key.B || a->grouped_T != key.T || a->grouped_H != key.H ||
+      a->grouped_KV != key.KV || a->grouped_hd != key.hd || memcmp(a->grouped, cu, cu_bytes)) {
     a->n_groups = doc_mask_groups(cu, nd, key.B, key.T, a->order, a->groups);
     size_t need = 0;
     for (int g = 0; g < a->n_groups; g++) need += ragged_bytes(a->groups[g].b);
@@ -452,17 +457,11 @@ static void bwd_doc_groups(AttnCudnn *a, AttnKey key, const DocMask *d, const Ar
       doc_mask_group_ragged(cu, nd, a->order, &a->groups[g], q_row, kv_row, key.H, h.off_q, h.off_kv, h.off_lse, h.len);
       at += ragged_bytes(a->groups[g].b);
     }
-    if (need > a->groups_dev_size) {  // grow-only; the old arrays may still be read by queued plans
-      if (a->groups_dev) {
-        CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-        CUDA_CHECK(cudaFree(a->groups_dev));
-      }
-      CUDA_CHECK(cudaMalloc(&a->groups_dev, need));
-      a->groups_dev_size = need;
-    }
+    grow_dev(&a->groups_dev, &a->groups_dev_size, need);
     CUDA_CHECK(cudaMemcpyAsync(a->groups_dev, a->stage, need, cudaMemcpyHostToDevice, cuda_stream()));
     memcpy(a->grouped, cu, cu_bytes);
     a->n_grouped = nd, a->grouped_B = key.B, a->grouped_T = key.T;
+    a->grouped_H = key.H, a->grouped_KV = key.KV, a->grouped_hd = key.hd;
   }
   size_t at = 0;
   for (int g = 0; g < a->n_groups; g++) {

@@ -24,7 +24,7 @@ LinearFp4 *linear_fp4_create(CudaBackend *b) {
   LinearFp4 *L = (LinearFp4 *)xcalloc(1, sizeof *L);
   L->b = b;
   L->recipe.format = FMT_BF16;
-  L->share_x = 1, L->fusion = 1;
+  L->share_x = 1;
   return L;
 }
 
@@ -396,9 +396,8 @@ static void forget_x(LinearFp4 *L) {
 
 // ---- format-aware fusion (model/cuda/quant_fused.h) ------------------------------------------------
 
-void linear_fp4_set_fusion(LinearFp4 *L, int on) { L->fusion = on != 0; }
-// Fusion on: neither the recipe (precision.fusion off) nor a test (set_fusion(0)) turned it off.
-static int fusing(const LinearFp4 *L) { return L->fusion && L->recipe.fusion != FUSION_OFF; }
+// Fusion on: precision.fusion is not off.
+static int fusing(const LinearFp4 *L) { return L->recipe.fusion != FUSION_OFF; }
 // The fusions written but not yet run on a GPU (the residual epilogue, the fused SwiGLU backward) run
 // under precision.fusion: on only, until a GPU session has passed their tests (gpu_test_fp4_gemm,
 // gpu_test_fused, gpu_test_fp4_linear); then NEW_FUSIONS_RAN becomes 1 and auto takes them too.
@@ -480,15 +479,12 @@ int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token
   const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
   const LinearFormat *f = fusing_new(L) ? dy_fusable(L, g) : NULL;
   if (!f || dy_fusable(L, u) != f) return 0;
-  if (N <= 0 || F <= 0 || N % 32 || F % 32)
-    die("linear_fp4: layer %d gate/up: dY of N=%d x F=%d: need positive multiples of 32", layer, N, F);
   const int blk = dy_col_blk(L, f);
   const QOp rg = linear_scratch_op(L, f, S_DY_ROW, 1, 0, N, F), cg = linear_scratch_op(L, f, S_DY_COL, 1, blk, F, N);
   const QOp ru = linear_scratch_op(L, f, S_DY_ROW2, 1, 0, N, F), cu = linear_scratch_op(L, f, S_DY_COL2, 1, blk, F, N);
   int mk = cuda_prof_begin(L->b);
-  if (!f->dual_swiglu_bwd(L, dout, gate, up, N, F, L->recipe.sr_dgrad, stream_for(L, g, USE_DY_ROW), rg, cg,
-                          stream_for(L, u, USE_DY_ROW), ru, cu))
-    return 0;
+  f->dual_swiglu_bwd(L, dout, gate, up, N, F, L->recipe.sr_dgrad, stream_for(L, g, USE_DY_ROW), rg, cg,
+                     stream_for(L, u, USE_DY_ROW), ru, cu);
   // dout, gate and up read; both linears' row and column copies written
   book_mem(L, f, mk, "quant dy dual", "(swiglu bwd fused)", 6.0 * N * F + 4 * qbytes(f, 1, N, F));
   L->fused_calls++;
@@ -531,7 +527,7 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
   SavedX *sv = L->save_inputs && keeps_x(id.kind) && fw ? saved_slot(L, id, fw, N, in, 1) : NULL;
   float *amax_x = linear_dev_scalar(L, D_AMAX_X);  // a follower's stays its leader's
   PhiloxStream none = {};
-  int mk = cuda_prof_begin(L->b);
+  int mk = fused ? -1 : cuda_prof_begin(L->b);
   if (fused) {  // both copies made (linear_fp4_fused_*)
   } else if (sv && !shared && fw == f &&
              f->dual(L, x, N, in, 0, none, &xq, 0, sv->col)) {  // rows and columns, one read
@@ -542,7 +538,7 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
       book_mem(L, f, mk, "quant x fwd", NULL, quant_bytes(f, fp8, N, in, 1));
     }
     if (sv) {
-      mk = cuda_prof_begin(L->b);
+      if (!shared) mk = cuda_prof_begin(L->b);  // the rows' mark was ended above
       fw->cols(L, x, N, in, 0, stream_for(L, id, USE_X_COL), sv->col, sv->amax);
       book_mem(L, fw, mk, "quant x wgrad (fwd)", NULL, quant_bytes(fw, linear_fp8_path(L, fw), N, in, 1));
     }
@@ -578,8 +574,8 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
 
   // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both, or
   // where the operand hybrid's producer makes the pair (its scales folded by a second pass)
-  int mk = cuda_prof_begin(L->b);
-  if (pre >= 0) {  // both copies are in dyr and dyc already
+  int mk = pre >= 0 ? -1 : cuda_prof_begin(L->b);  // nothing to time when both copies are made already
+  if (pre >= 0) {
     L->dyf.pending[pre] = 0;
   } else if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
     book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
@@ -594,7 +590,7 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
       book_mem(L, fd, mk, "quant dy", "dgrad", quant_bytes(fd, fp8d, N, out_dim, 1));
     }
     if (dw) {
-      mk = cuda_prof_begin(L->b);
+      if (dx) mk = cuda_prof_begin(L->b);  // the rows' mark was ended above
       fw->cols(L, dout, N, out_dim, sr_col, s_col, dyc, amax_dyc);
       book_mem(L, fw, mk, "quant dy", "wgrad", quant_bytes(fw, fp8w, N, out_dim, 1));
     }

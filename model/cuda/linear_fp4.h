@@ -101,10 +101,9 @@ void linear_fp4_tile_stats(const LinearFp4 *L, unsigned long long *rounded, unsi
 // run inside the producer of x's FP4 copies. The fused_* calls then make leader's Fprop copy and its
 // saved Wgrad copy straight from the op's inputs, and leader's forward (and its followers', which
 // share x) finds x quantized under x_token, the pointer of the BF16 buffer that is never written.
-// They return 0 and do nothing when not fusable (the caller makes x in BF16 as usual). set_fusion(0)
-// turns it off (the tests compare both ways).
+// They return 0 and do nothing when not fusable (the caller makes x in BF16 as usual). Recipe.fusion
+// FUSION_OFF turns every fusion off (the tests compare both ways).
 int linear_fp4_fusable(const LinearFp4 *L, LinearId leader);
-void linear_fp4_set_fusion(LinearFp4 *L, int on);
 // The residual add in the Fprop GEMM's epilogue (Ops.matmul_residual_fwd): 1 when linear id's Fprop
 // runs on the FP8 path with fusion on, whose epilogue adds a residual stream R with the bits of the GEMM
 // followed by residual_fwd (R + bf16(GEMM) in fp32, rounded once; fp4_gemm_fp8_src). Then
@@ -227,7 +226,6 @@ struct LinearFp4 {
   int nsaved, capsaved;
   int save_inputs;
   size_t saved_bytes;
-  int fusion;
   long fused_calls;
   DyFused dyf;
 };
@@ -264,16 +262,15 @@ struct LinearFormat {
   // alpha computed from their tensor amaxes.
   float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);
   // SwiGLU's backward inside the dY duals of gate (row_g, col_g, stream s_g) and up (row_u, col_u, s_u) from
-  // one read of dout, gate and up; 0 and nothing done where the format or the outputs have none (NULL:
-  // none at all).
-  int (*dual_swiglu_bwd)(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int rows, int K, int sr_row,
-                         PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
-                         const QOp &col_u);
+  // one read of dout, gate and up, on the FP8 path where the format has a dual producer (NULL: none).
+  void (*dual_swiglu_bwd)(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int rows, int K, int sr_row,
+                          PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
+                          const QOp &col_u);
 };
 extern const LinearFormat linear_mxfp4, linear_nvfp4, linear_nvfp4_cta;  // linear_mxfp4.cu, ...
 // The operand hybrid's dY producer (linear_nvfp4_cta.cu): the Dgrad row copy in format fd and the Wgrad
 // column copy in format fw from one read of x, where fd is CTA-local NVFP4 and fw MXFP4 with an RNE
-// column copy; 0 and nothing done otherwise. linear_fp4.cu runs it unless set_fusion(0).
+// column copy; 0 and nothing done otherwise. linear_fp4.cu runs it unless precision.fusion is off.
 int linear_hybrid_dual(LinearFp4 *L, const LinearFormat *fd, const LinearFormat *fw, const bf16 *x, int rows, int K,
                        int sr_row, PhiloxStream s_row, const QOp &row, int sr_col, const QOp &col);
 

@@ -2,6 +2,7 @@
 // blocks with E8M0 scales (docs/formats.md), the 0.87 rule for 32x32 weight tiles, the dual producer
 // (row and column copies from one read, RNE columns with H32 or no Hadamard) with RMSNorm and SwiGLU
 // fused into it, the FP8 embedding on Hopper, and alpha = mx_unit^2 (no tensor scale).
+#include "common/common.h"
 #include "fp4/fp8_embed.h"
 #include "fp4/mxfp4.h"
 #include "model/cuda/linear_fp4.h"
@@ -60,14 +61,16 @@ static void dual_swiglu(LinearFp4 *L, const bf16 *gate, const bf16 *up, int n, i
                                linear_col_out(L, col, n, K));
 }
 
-// SwiGLU's backward inside gate's and up's dY duals: each as dual() would quantize its BF16 values.
-static int dual_swiglu_bwd(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int n, int K, int sr_row,
-                           PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
-                           const QOp &col_u) {
-  if (!has_dual(L, 0) || !row_g.fp8 || !row_u.fp8 || !col_g.fp8 || !col_u.fp8) return 0;  // the FP8 path's only
-  return mx_quantize_dual2_swiglu_bwd_cuda(
-      dout, gate, up, n, K, linear_mx_mode(L), sr_row ? MX_SR : MX_RNE, L->recipe.hadamard == 32, s_g,
-      linear_mx_out(row_g), linear_col_out(L, col_g, n, K), s_u, linear_mx_out(row_u), linear_col_out(L, col_u, n, K));
+// SwiGLU's backward inside gate's and up's dY duals: each as dual() would quantize its BF16 values. The
+// caller (linear_fp4.cu's dy_fusable) asked for it on the FP8 path with a dual producer only.
+static void dual_swiglu_bwd(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int n, int K, int sr_row,
+                            PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
+                            const QOp &col_u) {
+  if (!mx_quantize_dual2_swiglu_bwd_cuda(dout, gate, up, n, K, linear_mx_mode(L), sr_row ? MX_SR : MX_RNE,
+                                         L->recipe.hadamard == 32, s_g, linear_mx_out(row_g),
+                                         linear_col_out(L, col_g, n, K), s_u, linear_mx_out(row_u),
+                                         linear_col_out(L, col_u, n, K)))
+    die("linear_mxfp4: the fused SwiGLU backward takes the FP8 embedding's copies only");
 }
 
 static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev) {

@@ -431,13 +431,15 @@ static void cu_matmul_fwd(void *ctx, LinearId id, void *out, const void *x, cons
   cuda_gemm(b, name, out, 0, x, 0, w16, 1, N, out_dim, in, 1.0f, 0.0f);
 }
 
-static int cu_matmul_residual_fwd(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w,
-                                  int N, int in, int out_dim) {
+static int cu_fuses_residual(void *ctx, LinearId id) {
+  return linear_fp4_fuses_residual(((CudaBackend *)ctx)->lin, id);
+}
+
+static void cu_matmul_residual_fwd(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w,
+                                   int N, int in, int out_dim) {
   CudaBackend *b = (CudaBackend *)ctx;
-  if (!linear_fp4_fuses_residual(b->lin, id)) return 0;
   const bf16 *w16 = shadow_of(b, w, (size_t)in * out_dim, "FP4 matmul_residual_fwd");
-  linear_fp4_forward(b->lin, id, mb(out), cb(x), w, w16, b->wversion, N, in, out_dim, cb(res));
-  return 1;
+  linear_fp4_forward(b->lin, id, mb(out), cb(x), w, w16, b->wversion, N, in, out_dim, cb(res));  // checks id fuses
 }
 
 static void cu_matmul_bwd(void *ctx, LinearId id, void *dx, float *dw, const void *dout, const void *x, const float *w,
@@ -669,6 +671,7 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->rmsnorm_fwd = cu_rmsnorm_fwd;
   o->rmsnorm_bwd = cu_rmsnorm_bwd;
   o->matmul_fwd = cu_matmul_fwd;
+  o->fuses_residual = cu_fuses_residual;
   o->matmul_residual_fwd = cu_matmul_residual_fwd;
   o->matmul_bwd = cu_matmul_bwd;
   o->rope_fwd = cu_rope_fwd;

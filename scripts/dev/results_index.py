@@ -46,7 +46,7 @@ PRINTED_BY = [
     ("attention_peer", "`python3 scripts/gpu/attention_peer.py` (`gpu_check.sh attnpeer`)"),
     ("bench_attention_det", "`./train configs/llama3_8b.yaml --bench-attention --set parallel.deterministic=...` (`gpu_check.sh attnpeer`)"),
     ("bench_attention", "`./train configs/llama3_8b.yaml --bench-attention` (`gpu_check.sh docmask`)"),
-    ("bench_docmask", "`./train configs/llama3_8b.yaml --bench --set model.doc_mask=block_causal` (`gpu_check.sh docmask`)"),
+    ("bench_docmask", "`./train configs/llama3_8b.yaml --bench --set model.doc_mask=block_causal` (or `none` in bench_docmask_none: plain causal in the same call; `gpu_check.sh docmask`)"),
     ("bench_nvtx", "`./train configs/llama3_8b.yaml --bench --set logging.nvtx=...` (`gpu_check.sh nvtx`)"),
     ("bench_fusion", "`./train configs/llama3_8b.yaml --bench --set precision.recipe=mxfp4 --set precision.fusion=...` (`gpu_check.sh fusion`)"),
     ("bench_fp8", "`./train ... --bench --set precision.fp4_gemm=fp8|fp8_cublaslt|fp8_cutlass` (`gpu_check.sh benchown`)"),

@@ -225,7 +225,10 @@ if has benchroutes; then  # each route of the paper's tables (configs/paper, one
     tail -n 3 "$OUT/bench_route_$tag.log"
     while read -r l; do note "[$tag] $l"; done < <(grep '^BENCH' "$OUT/bench_route_$tag.log")
   done
-  python3 scripts/gpu/route_speed_table.py "$OUT"/bench_route_*.log 2>&1 | tee "$OUT/route_speed_table.txt"
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed 's/NVIDIA //; s/ .*//')
+  python3 scripts/gpu/route_speed_table.py --gpu "${gpu_name:-GPU}" "$OUT"/bench_route_*.log 2>&1 |
+    tee "$OUT/route_speed_table.txt"
+  note "route speed table (route_speed_table.txt): $(grep -c '^| [^r-]' "$OUT/route_speed_table.txt") routes"
 fi
 
 if has crash; then  # crash safety on the GPU: SIGKILLs, resumes, bit-exact losses (mxfp4, so SR is covered)

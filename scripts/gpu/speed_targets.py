@@ -16,7 +16,7 @@ A target whose runs are missing from the logs is listed as such, not passed.
 import re
 import sys
 
-LINE = re.compile(r"^(BENCH \S+|PEER) (\S+) optimizer (every step|amortized /\d+ ):\s+(\d+) tok/s/GPU")
+LINE = re.compile(r"^(BENCH \S+|PEER) (\S+) optimizer (every step|amortized /\d+)\s*:\s+(\d+) tok/s/GPU")
 
 
 def read(paths):

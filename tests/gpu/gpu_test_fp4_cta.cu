@@ -307,7 +307,7 @@ static void check_hybrid(int kind, int rows, int K) {
 }
 
 // The hybrid linear (Fprop and Wgrad MXFP4, Dgrad CTA-local) through the backend: Dgrad and Wgrad with the
-// hybrid producer (one fused producer run per backward) and with the separate producers (set_fusion(0):
+// hybrid producer (one fused producer run per backward) and with the separate producers (precision.fusion off:
 // none), bit for bit, for both routes' Hadamards, the FP8 embedding with each Wgrad tiling and the exact
 // reference GEMM, two (step, micro) points of the SR stream; and no hybrid producer where the column copy
 // takes SR (precision.sr dgrad_wgrad).
@@ -348,7 +348,7 @@ static void check_hybrid_linear(int N, int in, int out, int fp8) {
           float *dxs[2], *dws[2];
           long ran[2];
           for (int on = 1; on >= 0; on--) {
-            linear_fp4_set_fusion(LF, on);
+            r.fusion = on ? FUSION_AUTO : FUSION_OFF;  // the hybrid producer runs under auto
             cuda_set_recipe(CB, &r, 1, seed);
             G->set_step(G->ctx, p ? 1234567 : 3, p ? 0 : 1);
             G->matmul_fwd(G->ctx, id, y, x, w, N, in, out);
@@ -358,7 +358,6 @@ static void check_hybrid_linear(int N, int in, int out, int fp8) {
             ran[on] = linear_fp4_fused_calls(LF) - before;
             dxs[on] = host_bf16(dxo, (size_t)N * in), dws[on] = host_f32(dw, (size_t)in * out);
           }
-          linear_fp4_set_fusion(LF, 1);
           CHECK(ran[1] == (sr ? 0 : 1) && ran[0] == 0, "%s: %ld hybrid producers ran (fusion on), %ld (off)", what,
                 ran[1], ran[0]);
           CHECK(!memcmp(dxs[1], dxs[0], (size_t)N * in * sizeof(float)), "%s: Dgrad differs with the hybrid producer",

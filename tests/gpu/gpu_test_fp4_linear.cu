@@ -390,26 +390,29 @@ static void test_model(void) {
   // (Ops.swiglu_bwd_into). Off, the ops write BF16, the linears quantize it and the residual add is a
   // kernel of its own. No bit may change: H32 and no Hadamard, FP8 and exact-reference GEMMs.
   {
+    // mx as it ships (precision.fusion auto: not the two fusions yet to run on a GPU), then every fusion
     Recipe on = mx, noh = mx, ref = mx, xt = mx;
     noh.hadamard = 0, ref.gemm = GEMM_REFERENCE, ref.wgrad_2d = WGRAD_2D_OFF, xt.wgrad_2d = WGRAD_2D_X;
-    on.fusion = noh.fusion = ref.fusion = xt.fusion = FUSION_ON;  // with the fusions not yet run on a GPU
-    const Recipe *fr[4] = {&on, &noh, &ref, &xt};
-    const char *fname[4] = {"mxfp4 H32 fp8", "mxfp4 no Hadamard", "mxfp4 H32 reference GEMM",
-                            "mxfp4 H32 fp8, x^T in 128x128 tiles"};
+    on.fusion = noh.fusion = ref.fusion = xt.fusion = FUSION_ON;
+    const Recipe *fr[5] = {&mx, &on, &noh, &ref, &xt};
+    const char *fname[5] = {"mxfp4 H32 fp8, fusion auto", "mxfp4 H32 fp8", "mxfp4 no Hadamard",
+                            "mxfp4 H32 reference GEMM", "mxfp4 H32 fp8, x^T in 128x128 tiles"};
     linear_fp4_set_save_inputs(LF, 1);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
+      const int new_ones = fr[k]->fusion == FUSION_ON && fr[k]->gemm == GEMM_FP8_EMBED;
       long before = linear_fp4_fused_calls(LF);
       Pass on = model_pass(m, fr[k], in, tg);
       long fused = linear_fp4_fused_calls(LF) - before;
-      linear_fp4_set_fusion(LF, 0);
-      Pass off = model_pass(m, fr[k], in, tg);
-      linear_fp4_set_fusion(LF, 1);
+      Recipe unfused = *fr[k];
+      unfused.fusion = FUSION_OFF;
+      Pass off = model_pass(m, &unfused, in, tg);
+      cuda_set_recipe(CB, fr[k], c.n_layers, SEED);  // for the question below
       const int res_fused = linear_fp4_fuses_residual(LF, (LinearId){0, LIN_O}) &&
                             linear_fp4_fuses_residual(LF, (LinearId){c.n_layers - 1, LIN_DOWN});
-      CHECK(res_fused == (fr[k]->gemm == GEMM_FP8_EMBED), "%s: the residual add in the o and down epilogues: %s",
-            fname[k], res_fused ? "yes" : "no");
-      // per block: both norms and SwiGLU forward, and on the FP8 path SwiGLU's backward in gate's and up's dY
-      const long per_block = 3 + (fr[k]->gemm == GEMM_FP8_EMBED);
+      CHECK(res_fused == new_ones, "%s: the residual add in the o and down epilogues: %s", fname[k],
+            res_fused ? "yes" : "no");
+      // per block: both norms and SwiGLU forward, and under fusion on, on the FP8 path, SwiGLU's backward
+      const long per_block = 3 + new_ones;
       CHECK(fused == per_block * c.n_layers, "%s: %ld fused producers ran, expected %ld per block (%ld)", fname[k],
             fused, per_block, per_block * c.n_layers);
       CHECK(on.loss == off.loss && !memcmp(on.grads, off.grads, np * sizeof(float)),

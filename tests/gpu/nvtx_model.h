@@ -11,8 +11,8 @@
 
 enum { NVTX_B = 2, NVTX_T = 64, NVTX_N = NVTX_B * NVTX_T, NVTX_VOCAB = 512 };
 
-// A fresh model under `recipe` (set on the backend first: the activation layout depends on it),
-// initialized from seed 1234, at step 3 with zeroed gradients.
+// A fresh model under `recipe` ("mxfp4", or "mxfp4:on" with a precision.fusion value; set on the backend
+// first: the activation layout depends on it), initialized from seed 1234, at step 3 with zeroed gradients.
 static Llama *nvtx_model(const Ops *ops, const char *recipe) {
   LlamaConfig c;
   memset(&c, 0, sizeof c);
@@ -21,8 +21,10 @@ static Llama *nvtx_model(const Ops *ops, const char *recipe) {
   Recipe r;
   RecipeSpec spec;
   memset(&spec, 0, sizeof spec);
-  spec.recipe = recipe;
-  spec.fusion = "on";  // every fusion, also those not yet run on a GPU: their ranges are checked too
+  char name[32];
+  const char *colon = strchr(recipe, ':');
+  snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - recipe) : (int)strlen(recipe), recipe);
+  spec.recipe = name, spec.fusion = colon ? colon + 1 : NULL;
   char err[256];
   if (recipe_resolve(&r, &spec, cuda_device_cc(), err, sizeof err)) die("%s", err);
   ops->set_recipe(ops->ctx, &r, c.n_layers, 7);

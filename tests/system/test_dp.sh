@@ -53,7 +53,7 @@ cp -r "$tmp/ck2" "$tmp/ck2_at15"
 launch "$tmp/l3s" 2 configs/tiny.yaml "${base[@]}" --set checkpoint.dir="$tmp/ck2s" --set checkpoint.interval=5 \
   --set checkpoint.async=false --max-steps 15
 check "a synchronous sharded save writes the same files and manifest as the background one" \
-  'cmp -s "$tmp/ck2s/manifest_00000015.txt" "$tmp/ck2_at15/manifest_00000015.txt" && cmp -s "$tmp/ck2s/rank_1/ckpt_00000015.bin" "$tmp/ck2_at15/rank_1/ckpt_00000015.bin"'
+  'cmp -s "$tmp/ck2s/manifest_00000015.txt" "$tmp/ck2_at15/manifest_00000015.txt" && cmp -s "$tmp/ck2s/rank_0/ckpt_00000015.bin" "$tmp/ck2_at15/rank_0/ckpt_00000015.bin" && cmp -s "$tmp/ck2s/rank_1/ckpt_00000015.bin" "$tmp/ck2_at15/rank_1/ckpt_00000015.bin"'
 launch "$tmp/l3r" 2 configs/tiny.yaml "${base[@]}" --set checkpoint.dir="$tmp/ck2s" --resume --max-steps 16
 check "... and a resume verifies it" 'grep -q "resumed from .*manifest_00000015.txt at step 15" "$tmp/l3r/rank_0.log"'
 launch "$tmp/l4" 2 configs/tiny.yaml "${base[@]}" "${ck[@]}" --set logging.file="$tmp/r2.jsonl" --resume
@@ -185,5 +185,5 @@ touch "$tmp/go7"
 launch "$tmp/l8" 2 "${kp[@]}" --resume --max-steps 12
 check "... and the resume takes step 5" 'grep -q "resumed from .*manifest_00000005.txt at step 5" "$tmp/l8/rank_0.log"'
 check "... then keep 1 leaves one step's files per rank" \
-  '[ "$(ls "$tmp/ck7/rank_0" | grep -c "^ckpt_.*\.bin$")" -eq 1 ] && [ "$(ls "$tmp/ck7" | grep -c "^manifest_")" -eq 1 ]'
+  '[ "$(ls "$tmp/ck7/rank_0" | grep -c "^ckpt_.*\.bin$")" -eq 1 ] && [ "$(ls "$tmp/ck7/rank_1" | grep -c "^ckpt_.*\.bin$")" -eq 1 ] && [ "$(ls "$tmp/ck7" | grep -c "^manifest_")" -eq 1 ]'
 echo "$pass passed, $fail failed"

@@ -60,6 +60,11 @@ check "route_speed_table: the 27/5 hybrid's row (7,931 amortized, 0.24 of the GB
   'echo "$out" | grep -q "^| 27/5 depth hybrid .* | 7,012 (41.1%) | 7,931 (46.4%) | 33,121 | 0.24 | 0.70 |$"'
 check "route_speed_table: 11 routes in the paper's order, BF16 first" \
   '[ "$(echo "$out" | grep -c "^| [^r-]")" -eq 11 ] && [ "$(echo "$out" | sed -n 3p | cut -d"|" -f2)" = " BF16 " ]'
+head -n 20 docs/results/2026-12-05/bench_route_bf16_c500659.log >"$tmp/bench_route_bf16.log"  # cut off
+out=$(python3 scripts/gpu/route_speed_table.py --gpu H100 "$tmp/bench_route_bf16.log" \
+  docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_c500659.log 2>/dev/null)
+check "route_speed_table: a bench that did not finish gets a row saying so, the others theirs; --gpu names the GPU" \
+  'echo "$out" | grep -q "^| BF16 | no result | no result | 18,812 | - | - |$" && echo "$out" | grep -q "^| MXFP4 .* | 13,408 (78.5%) | 15,235 (89.2%) |" && echo "$out" | grep -q "^| route | H100, optimizer every step"'
 out=$(python3 scripts/gpu/route_speed_table.py "$tmp/b.log" 2>&1); rc=$?
 check "route_speed_table: a log that is not a route's is refused, naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "b.log: not a bench_route_"'
 # scripts/gpu/speed_targets.py: issue 30's targets from benches and peers (committed logs of two calls here)

@@ -394,9 +394,9 @@ static void test_failed_saves(void) {
 }
 
 // hash64 in pieces (Hash64Stream) = hash64 of the whole, whatever the split; the chunked hash of a
-// stream (ChunkHasher) = the formula file_checksum reads a file with, folding included (small chunks
-// here: a file would need 32 GiB to fold), and = file_checksum itself on a checkpoint of three 64 MiB
-// chunks saved with ckpt_save_sum (which hashes the bytes as it writes them).
+// stream (ChunkHasher, which file_checksum also reads files through) = the formula written out here,
+// folding included (small chunks here: a file would need 32 GiB to fold); and on a checkpoint of three
+// 64 MiB chunks, what ckpt_save_sum hashed while writing = what file_checksum reads back.
 static void test_streamed_checksums(void) {
   TEST_SECTION("checksums of streamed bytes: hash64 in pieces, the chunked file checksum, ckpt_save_sum");
   enum { N = 5000 };

@@ -663,22 +663,26 @@ static void test_saved_inputs(void) {
 // be handed them: this table computes them with the CPU backend's own matmul, residual add and SwiGLU
 // backward, so the bits must be the plain table's, and a wiring mistake (another block's buffer, res and
 // x swapped, dgate and dup swapped, a wrong layer) would change them or the record. It declines the
-// residual fusion (returns 0) in block FUSE_DECLINE, so the graph's fallback runs beside it.
+// residual fusion (fuses_residual 0) in block FUSE_DECLINE, so the graph's fallback runs beside it.
 enum { FUSE_DECLINE = 1, FUSE_MAX_CALLS = 64 };
 static int g_res_calls[2], g_res_declined, g_swb_layers[FUSE_MAX_CALLS], g_swb_n;
 static float *g_res_tmp;
 static size_t g_res_tmp_n;
 
-static int fusing_residual(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w, int N,
-                           int in, int out_dim) {
-  if (id.kind != LIN_O && id.kind != LIN_DOWN) die("matmul_residual_fwd for a %s linear", linear_kind_name(id.kind));
+static int fusing_fuses(void *ctx, LinearId id) {
+  if (id.kind != LIN_O && id.kind != LIN_DOWN) die("fuses_residual for a %s linear", linear_kind_name(id.kind));
   if (id.layer == FUSE_DECLINE) return g_res_declined++, 0;
+  return 1;
+}
+
+static void fusing_residual(void *ctx, LinearId id, void *out, const void *res, const void *x, const float *w, int N,
+                            int in, int out_dim) {
+  if (id.layer == FUSE_DECLINE) die("matmul_residual_fwd in block %d, whose fuses_residual said no", id.layer);
   const size_t n = (size_t)N * out_dim;
   if (g_res_tmp_n < n) free(g_res_tmp), g_res_tmp = xmalloc(n * sizeof(float)), g_res_tmp_n = n;
   g_base->matmul_fwd(ctx, id, g_res_tmp, x, w, N, in, out_dim);
   g_base->residual_fwd(ctx, out, res, g_res_tmp, n);
   g_res_calls[id.kind == LIN_DOWN]++;
-  return 1;
 }
 
 static void fusing_swiglu_bwd(void *ctx, int layer, void *dgate, void *dup, const void *dout, const void *gate,
@@ -692,6 +696,7 @@ static void test_fused_entries(void) {
   g_base = cpu_backend_open();
   Ops fusing = *g_base;
   fusing.name = "cpu+fusing";
+  fusing.fuses_residual = fusing_fuses;
   fusing.matmul_residual_fwd = fusing_residual;
   fusing.swiglu_bwd_into = fusing_swiglu_bwd;
   LlamaConfig c;

@@ -203,7 +203,7 @@ int main(void) {
           strstr(err, "precision.wgrad_2d"),
       "an unknown value names the key: %s", err);
 
-  TEST_SECTION("precision.fusion: on by default, off for measuring (the same bits)");
+  TEST_SECTION("precision.fusion: auto by default (the fusions run on a GPU), on (all), off (none): the same bits");
   {
     char d[512];
     CHECK(!recipe_resolve(&r, &(RecipeSpec){.recipe = "mxfp4"}, 90, err, 256) && r.fusion == FUSION_AUTO,
