@@ -62,9 +62,10 @@ typedef struct {
 // ---- Hopper FP8 path.
 void fp4_gemm_fp8(void *out, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha, float beta);
 // The same with beta's matrix read from src (same type and shape as out; src == out or NULL: out itself):
-// out = alpha * A.B^T + beta * src, e.g. a residual stream added in the epilogue. cuBLASLt rounds
-// alpha * acc to out's type before adding beta * src in fp32 (docs/gemm_wgmma.md), so with beta = 1
-// this has exactly the bits of the GEMM into a temporary followed by the residual add src + tmp.
+// out = alpha * A.B^T + beta * src, e.g. a residual stream added in the epilogue. In place, cuBLASLt rounds
+// alpha * acc to out's type before adding beta * out in fp32 (docs/gemm_wgmma.md), so with beta = 1 this
+// has exactly the bits of the GEMM into a temporary followed by the residual add src + tmp. With C apart
+// from D its bits differ, so src is copied into out first (an extra pass: CUTLASS reads src in its epilogue).
 void fp4_gemm_fp8_src(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K,
                       float alpha, float beta);
 // 1 if cuBLASLt offers an algorithm for this shape and scale-mode pair, else 0 (builds and caches the

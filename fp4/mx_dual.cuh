@@ -361,9 +361,11 @@ __global__ void __launch_bounds__(256, 3)
   mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s, row_out, hadamard, col_out);
 }
 
-// Two sources from one read (a Src2's load2(row, b, u0, u1): the SwiGLU backward's dgate and dup, each the
-// dY of its own linear): the dual producer of each in turn on the same tile, with its own random
-// stream and outputs. The second source's blocks wait in registers (launch bounds for two CTAs per SM).
+// Two sources derived from the same inputs (a Src2's load2<W>(row, b, u): the SwiGLU backward's dgate (W 0)
+// and dup (W 1), each the dY of its own linear): the dual producer of each in turn on the same tile, with its
+// own random stream and outputs. The second source's inputs are read again, from L2 (this CTA just read
+// them): holding its blocks in registers through the first's producer took 128 registers with spills and ran
+// at 19% of the copy rate on an H100 (gpu_test_fused, 2026-12-05), slower than the unfused kernels.
 template <int ROW, int COL, bool SR, class Src2>
 __global__ void __launch_bounds__(256, 2)
     mx_dual2_kernel(Src2 src, int rows, int K, MxScale mode, PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1,
@@ -372,13 +374,14 @@ __global__ void __launch_bounds__(256, 2)
   __shared__ int tile_e;
   const int tr = blockIdx.y, tc = blockIdx.x;
   if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
-  uint4 raw0[2][4], raw1[2][4];
+  uint4 raw[2][4];
   bool valid[2];
-  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.load2(row, b, raw0[it], raw1[it]); });
-  mx_dual_tile<ROW, COL, SR>(raw0, valid, tile, &tile_e, tr, tc, rows, K, mode, s0, row0, hadamard, col0);
+  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.template load2<0>(row, b, raw[it]); });
+  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s0, row0, hadamard, col0);
+  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.template load2<1>(row, b, raw[it]); });
   __syncthreads();  // every read of the tile and of tile_e is done: the second source reuses both
   if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
-  mx_dual_tile<ROW, COL, SR>(raw1, valid, tile, &tile_e, tr, tc, rows, K, mode, s1, row1, hadamard, col1);
+  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s1, row1, hadamard, col1);
 }
 
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)

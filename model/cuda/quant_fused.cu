@@ -58,26 +58,27 @@ struct MxSrcSwiglu {
 struct MxSrcSwigluBwd {
   const bf16 *dout, *gate, *up;
   int K;
-  __device__ __forceinline__ void load2(size_t row, int b, uint4 *ug, uint4 *uu) const {
+  template <int W>  // 0: dgate, 1: dup
+  __device__ __forceinline__ void load2(size_t row, int b, uint4 *u) const {
     const size_t off = row * K + (size_t)b * 32;
     const uint4 *pd = (const uint4 *)(dout + off), *pg = (const uint4 *)(gate + off), *pu = (const uint4 *)(up + off);
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const uint4 d4 = pd[c], g4 = pg[c], u4 = pu[c];
-      const uint32_t d[4] = {d4.x, d4.y, d4.z, d4.w}, g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
-      uint32_t og[4], ou[4];
+      const uint32_t d[4] = {d4.x, d4.y, d4.z, d4.w}, g[4] = {g4.x, g4.y, g4.z, g4.w}, uu[4] = {u4.x, u4.y, u4.z, u4.w};
+      uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         float dg0, du0, dg1, du1;
-        swiglu_bwd_value(bf16_lo(d[i]), bf16_lo(g[i]), bf16_lo(u[i]), &dg0, &du0);
-        swiglu_bwd_value(bf16_hi(d[i]), bf16_hi(g[i]), bf16_hi(u[i]), &dg1, &du1);
-        og[i] = pack_bf16x2(dg0, dg1), ou[i] = pack_bf16x2(du0, du1);
+        swiglu_bwd_value(bf16_lo(d[i]), bf16_lo(g[i]), bf16_lo(uu[i]), &dg0, &du0);
+        swiglu_bwd_value(bf16_hi(d[i]), bf16_hi(g[i]), bf16_hi(uu[i]), &dg1, &du1);
+        o[i] = W == 0 ? pack_bf16x2(dg0, dg1) : pack_bf16x2(du0, du1);
       }
-      ug[c] = make_uint4(og[0], og[1], og[2], og[3]);
-      uu[c] = make_uint4(ou[0], ou[1], ou[2], ou[3]);
+      u[c] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 };
+;
 
 static void check_args(const char *who, int rows, int K, const void *const *ptrs, const char *const *names, int n,
                        const MxOut &row, const MxOut &col) {
