@@ -35,6 +35,36 @@ int cuda_grid(size_t work, int threads) {
   return blocks < 1 ? 1 : (int)blocks;
 }
 
+double cuda_copy_tbps(void) {
+  const size_t bytes = (size_t)256 << 20;
+  void *a = NULL, *b = NULL;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaFree(a);
+    return 0;
+  }
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaMemsetAsync(a, 0, bytes, cuda_stream()));
+  CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));  // warm-up
+  float ms[9];
+  for (int i = 0; i < 9; i++) {
+    CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+    CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      const float t = ms[j];
+      ms[j] = ms[j - 1], ms[j - 1] = t;
+    }
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  CUDA_FREE_ALL(a, b);
+  return ms[4] > 0 ? 2.0 * bytes / (ms[4] * 1e-3) / 1e12 : 0;
+}
+
 static __global__ void fill_uniform_bf16_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     p[i] = __float2bfloat16((float)cuda_hash24(i, seed) * (2.0f / 16777216.0f) - 1.0f);

@@ -53,6 +53,10 @@ int cuda_sm_count(void);
 // The current device's compute capability as major * 10 + minor, 0 without a usable device (the
 // error is cleared): for kernels that run on one architecture only.
 int cuda_device_cc(void);
+// The device's copy rate in TB/s (bytes read + written per second): the median of 9 timed 256 MiB
+// device-to-device copies on cuda_stream() after a warm-up (synchronizes; 0 when 512 MiB of scratch
+// does not fit). The ceiling of memory-bound kernels, measured on the GPU at hand (4.28 on the H200).
+double cuda_copy_tbps(void);
 // n BF16 values uniform in [-1, 1) from cuda_hash24 (benchmark operands: tensor-core power, hence
 // clocks, depends on the data), queued on cuda_stream().
 void cuda_fill_uniform_bf16(void *p, size_t n, uint32_t seed);

@@ -47,7 +47,7 @@ void cuda_profile_enable(CudaBackend *b, int on);
 void cuda_profile_reset(CudaBackend *b);
 // One row per entry, by time: calls and milliseconds per step (totals / steps), share of the
 // total, achieved TB/s (memory-bound ops) or TFLOP/s (GEMMs, attention), the ceiling and the
-// fraction of it. Ceilings: 4.28 TB/s copy bandwidth; for GEMMs gemm_ceiling_tflops at each shape
+// fraction of it. Ceilings: the copy rate measured here (cuda_copy_tbps); for GEMMs gemm_ceiling_tflops at each shape
 // the entry ran (measured here, once per shape, so call it outside timed regions); none for
 // attention.
 void cuda_profile_report(CudaBackend *b, FILE *f, int steps);

@@ -10,7 +10,6 @@
 #include "model/cuda/ops_cuda.h"
 
 enum { PROF_MAX_ENTRIES = 256, PROF_MAX_SHAPES = 8, PROF_MAX_PENDING = 4096 };
-static const double COPY_TBPS = 4.28;  // measured H200 device-to-device copy bandwidth (read + write)
 
 typedef struct {
   char name[40];
@@ -43,6 +42,7 @@ struct CudaProfiler {
   int nevents, capevents;
   Ceiling ceil[128];
   int nceil;
+  double copy_tbps;  // the memory-bound ceiling, measured at the first report (cuda_copy_tbps; < 0: failed)
 };
 
 CudaProfiler *cuda_profiler_create(void) { return (CudaProfiler *)xcalloc(1, sizeof(CudaProfiler)); }
@@ -171,6 +171,10 @@ void cuda_profile_report(CudaBackend *b, FILE *f, int steps) {
       int t = order[j];
       order[j] = order[j - 1], order[j - 1] = t;
     }
+  if (p->copy_tbps == 0) {
+    const double t = cuda_copy_tbps();
+    p->copy_tbps = t > 0 ? t : -1;
+  }
   fprintf(f, "%-22s %10s %10s %7s %16s %16s %7s\n", "op", "calls/step", "ms/step", "%time", "achieved", "ceiling",
           "%ceil");
   for (int r = 0; r < p->nentries; r++) {
@@ -178,7 +182,7 @@ void cuda_profile_report(CudaBackend *b, FILE *f, int steps) {
     double sec = e->ms * 1e-3, achieved, ceiling;
     const char *unit;
     if (e->kind == PROF_MEM) {
-      achieved = sec > 0 ? e->bytes / sec / 1e12 : 0, ceiling = COPY_TBPS, unit = "TB/s";
+      achieved = sec > 0 ? e->bytes / sec / 1e12 : 0, ceiling = p->copy_tbps > 0 ? p->copy_tbps : 0, unit = "TB/s";
     } else {
       achieved = sec > 0 ? e->flops / sec / 1e12 : 0, ceiling = entry_ceiling_tflops(p, e), unit = "TFLOP/s";
     }

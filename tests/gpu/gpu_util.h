@@ -55,6 +55,18 @@ static void download_floats(float *h, const void *d, size_t n, int fp32) {
   free(t);
 }
 
+// The copy rate of this GPU in GB/s (cuda_copy_tbps, measured at the first call): the producers' ceiling
+// in the bandwidth tables. Dies when it cannot be measured, so no table shows a made-up percentage.
+static double copy_gbs_here(void) {
+  static double gbs = 0;
+  if (gbs == 0) {
+    gbs = cuda_copy_tbps() * 1e3;
+    if (gbs <= 0) die("copy_gbs_here: no device memory to measure the copy rate");
+    printf("copy rate measured here: %.0f GB/s (read + write, 256 MiB device-to-device)\n", gbs);
+  }
+  return gbs;
+}
+
 // Median of 15 timed runs (after 3 warm-up runs) of fn(arg) on cuda_stream(), in milliseconds: the
 // producer benchmarks' timer.
 static double time_median_ms(void (*fn)(void *), void *arg) {
