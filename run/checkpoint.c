@@ -396,7 +396,7 @@ static void remove_stale_temps(const char *dir) {
 // Keeps the newest keep-1 complete checkpoints besides the one just written (step `keep_step`)
 // and deletes the older complete ones. "Complete" is the cheap check (header, table, file size,
 // step matches name); files that fail it are left alone, with a warning, and do not count.
-void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
+static void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
   if (keep <= 0) return;
   CkptName *v;
   int n = list_ckpts(dir, &v);
@@ -416,6 +416,29 @@ void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
     }
     if (!ok) fprintf(stderr, "warning: checkpoint pruning leaves an invalid file alone: %s\n", err);
     else if (kept < keep) kept++;
+    else if (unlink(v[i].path))
+      fprintf(stderr, "warning: cannot delete old checkpoint '%s': %s\n", v[i].path, strerror(errno));
+  }
+  free_names(v, n);
+}
+
+void ckpt_prune_unlisted(const char *dir, int64_t keep_step, int (*listed)(int64_t step, void *ctx), void *ctx) {
+  CkptName *v;
+  int n = list_ckpts(dir, &v);
+  if (n < 0) {
+    fprintf(stderr, "warning: cannot list '%s' to prune old checkpoints: %s\n", dir, strerror(errno));
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    if (v[i].step >= keep_step || listed(v[i].step, ctx)) continue;
+    char err[1024];
+    CkptFile f;
+    int ok = ckpt_open(v[i].path, &f, err, sizeof err) == 0;
+    if (ok) {
+      ok = step_matches_name(&v[i], f.h.step, err, sizeof err);
+      ckpt_close(&f);
+    }
+    if (!ok) fprintf(stderr, "warning: checkpoint pruning leaves an invalid file alone: %s\n", err);
     else if (unlink(v[i].path))
       fprintf(stderr, "warning: cannot delete old checkpoint '%s': %s\n", v[i].path, strerror(errno));
   }

@@ -36,10 +36,11 @@ int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int
 // the file back.
 int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, uint64_t *file_sum,
                   uint64_t *file_bytes, char *err, size_t errlen);
-// The pruning ckpt_save does, on its own: a sharded run saves with keep 0 and prunes each rank's
-// directory only once the step's manifest exists (run/resume.c), so that a crash between a rank's
-// file and the manifest never leaves the previous manifest without its files.
-void ckpt_prune(const char *dir, int64_t keep_step, int keep);
+// A sharded run's pruning of one rank's directory, once the manifest of keep_step is written (which
+// pruned the manifests): deletes the complete checkpoints older than keep_step whose step listed() says
+// no manifest names. Newer ones (a step whose manifest a crash never wrote) are left alone and, unlike
+// ckpt_prune's count, never cost an older step that a kept manifest names its files.
+void ckpt_prune_unlisted(const char *dir, int64_t keep_step, int (*listed)(int64_t step, void *ctx), void *ctx);
 
 // Finds the newest checkpoint in dir (by step) that fully verifies (header, file size, every
 // section's checksum, and a step that matches the file name); newer ones that fail are skipped

@@ -56,6 +56,12 @@ static void manifest_path(char *out, size_t len, const char *dir, int64_t step) 
   snprintf(out, len, "%s/manifest_%08lld.txt", dir, (long long)step);
 }
 
+int manifest_exists(const char *dir, int64_t step) {
+  char p[4096];
+  manifest_path(p, sizeof p, dir, step);
+  return access(p, F_OK) == 0;
+}
+
 int manifest_write(const char *dir, const Manifest *m, int keep, char *err, size_t errlen) {
   char path[4096], tmp[4200];
   manifest_path(path, sizeof path, dir, m->step);

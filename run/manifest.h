@@ -36,6 +36,8 @@ int manifest_write(const char *dir, const Manifest *m, int keep, char *err, size
 // The newest manifest in dir whose files all exist with the recorded size and checksum (newer
 // broken ones are skipped with a warning). 0: found (free with manifest_free), 1: none, -1 error.
 int manifest_latest(const char *dir, Manifest *m, char *err, size_t errlen);
+// 1 if dir/manifest_<step>.txt exists (not verified), else 0.
+int manifest_exists(const char *dir, int64_t step);
 // Reads dir/manifest_<step>.txt without verifying the files (the rank that picked it did).
 int manifest_read(const char *dir, int64_t step, Manifest *m, char *err, size_t errlen);
 void manifest_free(Manifest *m);

@@ -196,6 +196,9 @@ static void stop_on_failed_save(const Run *r, int64_t step, const char *err) {
       r->last_ckpt[0] ? "the last good checkpoint is intact: " : "no earlier checkpoint of this run", r->last_ckpt);
 }
 
+// ckpt_prune_unlisted's question: does a manifest still name this step's rank files?
+static int listed_by_manifest(int64_t step, void *ckpt_dir) { return manifest_exists((const char *)ckpt_dir, step); }
+
 // World > 1, once this rank's file of `step` is durable (sum and bytes: its file_checksum): an
 // all-reduce of every rank's size and checksum (when it returns every file is durable), then rank
 // 0 writes the manifest naming them, then a barrier (nobody reports the checkpoint before its
@@ -218,7 +221,7 @@ static void write_manifest(Run *r, int64_t step, uint64_t sum, uint64_t bytes, c
   comm_barrier(r->comm);
   char dir[2048];  // the rank files of older steps go only now that the new manifest names this step's
   rank_dir(r, dir, sizeof dir);
-  ckpt_prune(dir, step, r->cfg.ckpt_keep);
+  if (r->cfg.ckpt_keep > 0) ckpt_prune_unlisted(dir, step, listed_by_manifest, r->cfg.ckpt_dir);
   free(info);
   manifest_free(&man);
   snprintf(path, len, "%s/manifest_%08lld.txt", r->cfg.ckpt_dir, (long long)step);

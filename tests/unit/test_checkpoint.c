@@ -275,6 +275,28 @@ static void test_pruning(void) {
   CHECK(save_small(dir, 99999999, 2, err, sizeof err) == 0 && latest_is(dir, 123456789), "9-digit step is newest");
 }
 
+// A sharded run's rank directory: steps 3, 5, 7 and 10 on disk, manifests of 5 and 7 kept, 10's never
+// written (a crash between the rank file and the manifest), 7 just saved.
+static int listed_5_7(int64_t step, void *ctx) {
+  (void)ctx;
+  return step == 5 || step == 7;
+}
+static void test_prune_unlisted(void) {
+  TEST_SECTION("a sharded rank directory keeps what the manifests name");
+  char dir[512], err[1024] = "";
+  strcpy(dir, test_path(root, "prune_unlisted"));
+  const int steps[4] = {3, 5, 10, 7};
+  for (int i = 0; i < 4; i++) CHECK(save_small(dir, steps[i], 0, err, sizeof err) == 0, "save %d: %s", steps[i], err);
+  ckpt_prune_unlisted(dir, 7, listed_5_7, NULL);
+  CHECK(count(dir, "ckpt_") == 3 && !test_exists(test_path(root, "prune_unlisted/ckpt_00000003.bin")) &&
+            test_exists(test_path(root, "prune_unlisted/ckpt_00000005.bin")) &&
+            test_exists(test_path(root, "prune_unlisted/ckpt_00000007.bin")) &&
+            test_exists(test_path(root, "prune_unlisted/ckpt_00000010.bin")),
+        "3 (no manifest, older) deleted; 5 (named), 7 (just saved), 10 (newer, no manifest) kept: %d files",
+        count(dir, "ckpt_"));
+  // ckpt_prune's count (keep 2) would have kept 7 and 10 and deleted 5, whose manifest is kept
+}
+
 static void test_latest(void) {
   TEST_SECTION("ckpt_latest skips truncated, bit-flipped, misnamed and temp files");
   char dir[512];
@@ -471,6 +493,7 @@ int main(void) {
   test_layout();
   test_load_errors();
   test_pruning();
+  test_prune_unlisted();
   test_latest();
   test_failed_saves();
   test_streamed_checksums();
