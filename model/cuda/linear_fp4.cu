@@ -398,11 +398,15 @@ static void forget_x(LinearFp4 *L) {
 
 // Fusion on: precision.fusion is not off.
 static int fusing(const LinearFp4 *L) { return L->recipe.fusion != FUSION_OFF; }
-// The fusions written but not yet run on a GPU (the residual epilogue, the fused SwiGLU backward) run
-// under precision.fusion: on only, until a GPU session has passed their tests (gpu_test_fp4_gemm,
-// gpu_test_fused, gpu_test_fp4_linear); then NEW_FUSIONS_RAN becomes 1 and auto takes them too.
-#define NEW_FUSIONS_RAN 0
-static int fusing_new(const LinearFp4 *L) { return fusing(L) && (L->recipe.fusion == FUSION_ON || NEW_FUSIONS_RAN); }
+// The newer fusions (the residual epilogue, the fused SwiGLU backward) run under precision.fusion: on,
+// and under auto once a GPU session has passed their tests (gpu_test_fp4_gemm, gpu_test_fused,
+// gpu_test_fp4_linear) and `gpu_check.sh fusion` measured the step faster with them: then its *_IN_AUTO
+// becomes 1 (docs/formats.md §4 has the measurements).
+#define RESIDUAL_EPILOGUE_IN_AUTO 0
+#define SWIGLU_BWD_FUSED_IN_AUTO 0
+static int fusing_new(const LinearFp4 *L, int in_auto) {
+  return fusing(L) && (L->recipe.fusion == FUSION_ON || in_auto);
+}
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
 // The fused producers make x's Fprop and Wgrad copies in one format: the block's two contractions
@@ -461,7 +465,7 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
 // rounded to BF16 first (fp4_gemm_fp8_src), so with beta 1 the bits are those of the GEMM then the add.
 int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
   const LinearFormat *f = linear_fp4_runs(L, id, CONTR_FPROP) ? format_of(L, id, CONTR_FPROP) : NULL;
-  return fusing_new(L) && f && linear_fp8_path(L, f);
+  return fusing_new(L, RESIDUAL_EPILOGUE_IN_AUTO) && f && linear_fp8_path(L, f);
 }
 
 // dY of linear id quantized by one dual producer of its format on the FP8 path (Dgrad and Wgrad in
@@ -477,7 +481,7 @@ static const LinearFormat *dy_fusable(const LinearFp4 *L, LinearId id) {
 int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
                                 const bf16 *dout, const bf16 *gate, const bf16 *up, int N, int F) {
   const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
-  const LinearFormat *f = fusing_new(L) ? dy_fusable(L, g) : NULL;
+  const LinearFormat *f = fusing_new(L, SWIGLU_BWD_FUSED_IN_AUTO) ? dy_fusable(L, g) : NULL;
   if (!f || dy_fusable(L, u) != f) return 0;
   const int blk = dy_col_blk(L, f);
   const QOp rg = linear_scratch_op(L, f, S_DY_ROW, 1, 0, N, F), cg = linear_scratch_op(L, f, S_DY_COL, 1, blk, F, N);
