@@ -393,11 +393,11 @@ static void remove_stale_temps(const char *dir) {
   closedir(d);
 }
 
-// Keeps the newest keep-1 complete checkpoints besides the one just written (step `keep_step`)
-// and deletes the older complete ones. "Complete" is the cheap check (header, table, file size,
-// step matches name); files that fail it are left alone, with a warning, and do not count.
-static void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
-  if (keep <= 0) return;
+// Deletes the complete checkpoints of dir other than keep_step's that are not kept: without `listed`,
+// the newest keep-1 of them are kept (ckpt_save's pruning); with it, those newer than keep_step and
+// those listed() names. "Complete" is the cheap check (header, table, file size, step matches name);
+// files that fail it are left alone, with a warning, and do not count.
+static void prune(const char *dir, int64_t keep_step, int keep, int (*listed)(int64_t, void *), void *ctx) {
   CkptName *v;
   int n = list_ckpts(dir, &v);
   if (n < 0) {
@@ -406,7 +406,7 @@ static void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
   }
   int kept = 1;
   for (int i = 0; i < n; i++) {
-    if (v[i].step == keep_step) continue;
+    if (v[i].step == keep_step || (listed && (v[i].step > keep_step || listed(v[i].step, ctx)))) continue;
     char err[1024];
     CkptFile f;
     int ok = ckpt_open(v[i].path, &f, err, sizeof err) == 0;
@@ -415,7 +415,7 @@ static void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
       ckpt_close(&f);
     }
     if (!ok) fprintf(stderr, "warning: checkpoint pruning leaves an invalid file alone: %s\n", err);
-    else if (kept < keep) kept++;
+    else if (!listed && kept < keep) kept++;
     else if (unlink(v[i].path))
       fprintf(stderr, "warning: cannot delete old checkpoint '%s': %s\n", v[i].path, strerror(errno));
   }
@@ -423,26 +423,7 @@ static void ckpt_prune(const char *dir, int64_t keep_step, int keep) {
 }
 
 void ckpt_prune_unlisted(const char *dir, int64_t keep_step, int (*listed)(int64_t step, void *ctx), void *ctx) {
-  CkptName *v;
-  int n = list_ckpts(dir, &v);
-  if (n < 0) {
-    fprintf(stderr, "warning: cannot list '%s' to prune old checkpoints: %s\n", dir, strerror(errno));
-    return;
-  }
-  for (int i = 0; i < n; i++) {
-    if (v[i].step >= keep_step || listed(v[i].step, ctx)) continue;
-    char err[1024];
-    CkptFile f;
-    int ok = ckpt_open(v[i].path, &f, err, sizeof err) == 0;
-    if (ok) {
-      ok = step_matches_name(&v[i], f.h.step, err, sizeof err);
-      ckpt_close(&f);
-    }
-    if (!ok) fprintf(stderr, "warning: checkpoint pruning leaves an invalid file alone: %s\n", err);
-    else if (unlink(v[i].path))
-      fprintf(stderr, "warning: cannot delete old checkpoint '%s': %s\n", v[i].path, strerror(errno));
-  }
-  free_names(v, n);
+  prune(dir, keep_step, 0, listed, ctx);
 }
 
 // Test hook: TRAIN_CKPT_SLOW_MS=ms stretches every save by about ms milliseconds, spread between
@@ -562,7 +543,7 @@ int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n,
   if (!rc && fsync_dir(dir))
     rc = set_err(err, errlen, "checkpoint '%s' was written but syncing its directory failed: %s", final,
                  strerror(errno));
-  if (!rc) ckpt_prune(dir, step, keep);
+  if (!rc && keep > 0) prune(dir, step, keep, NULL, NULL);
   free(tmp);
   free(final);
   free(sums);
