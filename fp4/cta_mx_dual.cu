@@ -111,8 +111,7 @@ void cta_mx_dual_cuda(const bf16 *x, int rows, int K, NvRound row_rnd, PhiloxStr
         K);
   if (hadamard != 0 && hadamard != 16 && hadamard != 32 && hadamard != MX_HADAMARD_H16_PLAIN)
     die("%s: hadamard = %d (0, 16, 32 or MX_HADAMARD_H16_PLAIN)", who, hadamard);
-  if (row_rnd == NV_SR && (uint64_t)rows * K >= (1ull << 36))
-    die("%s: %d x %d elements exceed the 2^36 SR range", who, rows, K);
+  if (row_rnd == NV_SR) philox_check_range(who, (uint64_t)rows * K);
   if ((uintptr_t)x % 16 || (uintptr_t)codes % 16 || (uintptr_t)scales % 2 || !outer || !scratch)
     die("%s: x %p and codes %p 16-byte aligned, scales %p 2-byte aligned, outer and scratch given", who,
         (const void *)x, (void *)codes, (void *)scales);

@@ -24,8 +24,7 @@ static void store_words(const uint32_t *pk, uint8_t *out) {
 void mx_quantize_rows(const float *x, int rows, int K, MxScale mode, MxRound rnd, PhiloxStream s, uint8_t *codes,
                       uint8_t *scales) {
   check("mx_quantize_rows", rows, K);
-  if (rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36))
-    die("mx_quantize_rows: %d x %d elements exceed the 2^36 SR counter range (philox.h)", rows, K);
+  if (rnd == MX_SR) philox_check_range("mx_quantize_rows", (uint64_t)rows * K);
   uint32_t w[8], pk[4];
   for (size_t i = 0; i < (size_t)rows * K; i += 32) {
     if (rnd == MX_SR) {

@@ -229,7 +229,7 @@ void mx_quantize_rows_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   check_shape(who, rows, K, 1);
   check_ptr(who, "x", x, 16);
   check_out(who, "out", out);
-  if (rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36)) die("%s: %d x %d exceeds the SR counter range", who, rows, K);
+  if (rnd == MX_SR) philox_check_range(who, (uint64_t)rows * K);
   if (!out.q) return;
   const int per_row = (K / 32 + 3) / 4 * 4;  // blocks per row, padded to whole 128-groups
   dim3 grid((per_row + ROWS_THREADS - 1) / ROWS_THREADS, rows < 65535 ? rows : 65535);
@@ -253,8 +253,7 @@ void mx_quantize_dual_cuda(const bf16 *x, int rows, int K, MxScale mode, MxRound
   check_ptr(who, "x", x, 16);
   check_out(who, "row", row);
   check_out(who, "col", col);
-  if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36))
-    die("%s: %d x %d exceeds the SR counter range", who, rows, K);
+  if (row_rnd == MX_SR) philox_check_range(who, (uint64_t)rows * K);
   mx_dual_launch(MxSrcBf16{x, K}, rows, K, mode, row_rnd, s, row, hadamard, col);
 }
 

@@ -16,7 +16,7 @@ static void check_cols(const char *who, int rows, int K) {
 }
 
 static void check_sr(const char *who, NvRound rnd, size_t n) {
-  if (rnd == NV_SR && n >= (1ull << 36)) die("%s: %zu elements exceed the 2^36 SR counter range (philox.h)", who, n);
+  if (rnd == NV_SR) philox_check_range(who, n);
 }
 
 // Packs 16 codes into 8 bytes, element 2i in the low nibble of byte i.

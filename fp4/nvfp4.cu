@@ -142,7 +142,7 @@ void nvfp4_quantize_rows_cuda(const bf16 *x, int rows, int K, const float *amax,
   const char *who = "nvfp4_quantize_rows_cuda";
   if (rows < 0 || K <= 0 || K % 16) die("%s: rows = %d, K = %d: K must be a positive multiple of 16", who, rows, K);
   const size_t n = (size_t)rows * K;
-  if (rnd == NV_SR && n >= (1ull << 36)) die("%s: %zu elements exceed the 2^36 SR counter range", who, n);
+  if (rnd == NV_SR) philox_check_range(who, n);
   if (!n) return;
   need_aligned(who, "x", x, 16);
   need_aligned(who, "codes", codes, 8);
@@ -267,8 +267,7 @@ void nvfp4_quantize_cols_cuda(const bf16 *x, int rows, int K, int rot, const flo
                               uint8_t *codes, uint8_t *scales) {
   const char *who = "nvfp4_quantize_cols_cuda";
   cols_check(who, x, rows, K, rot);
-  if (rnd == NV_SR && (size_t)rows * K >= (1ull << 36))
-    die("%s: %d x %d elements exceed the 2^36 SR counter range", who, rows, K);
+  if (rnd == NV_SR) philox_check_range(who, (uint64_t)rows * K);
   if (!rows) return;
   need_aligned(who, "codes", codes, 8);
   const bool vec = aligned(x, 16) && K % 8 == 0;

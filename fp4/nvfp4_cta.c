@@ -46,8 +46,7 @@ static float *chunk_amaxes(const float *x, int rows, int K, float *outer) {
 
 static void check(const char *who, int rows, int K, NvRound rnd) {
   if (rows < 0 || K <= 0 || K % 16) die("%s: rows = %d, K = %d: K must be a positive multiple of 16", who, rows, K);
-  if (rnd == NV_SR && (size_t)rows * K >= (1ull << 36))
-    die("%s: %d x %d elements exceed the 2^36 SR counter range (philox.h)", who, rows, K);
+  if (rnd == NV_SR) philox_check_range(who, (uint64_t)rows * K);
 }
 
 // The row copy of x [rows, K] (checked by the callers).

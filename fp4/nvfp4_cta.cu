@@ -89,8 +89,7 @@ static void quantize(const char *who, const T *x, int crows, int ccols, int cols
                      uint8_t *codes, uint8_t *scales, float *outer, uint32_t *chunk_am) {
   if (crows <= 0 || ccols <= 0 || ccols % 16)
     die("%s: carrier %d x %d: its row length must be a positive multiple of 16", who, crows, ccols);
-  if (sr && (size_t)crows * ccols >= (1ull << 36))
-    die("%s: %d x %d elements exceed the 2^36 SR range", who, crows, ccols);
+  if (sr) philox_check_range(who, (uint64_t)crows * ccols);
   const int cr = (crows + CTA_CHUNK - 1) / CTA_CHUNK, ck = (ccols + CTA_CHUNK - 1) / CTA_CHUNK;
   const size_t blocks = (size_t)crows * ccols / 16;
   const int xcols = cols ? crows : ccols, threads = 256;

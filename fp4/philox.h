@@ -18,12 +18,20 @@
 // run (same seed and step) draws the same bits as the original. Limits: layer and tensor < 65536,
 // element_index < 2^36 (philox_group16 takes the group index, element_index / 16, as 32 bits).
 #pragma once
+#include "common/common.h"
 #include "fp4/fp4_common.h"
 
 typedef struct {
   uint32_t key[2];
   uint32_t micro, step, tag;  // counter words 1..3
 } PhiloxStream;
+
+// Host side: dies unless the n elements of one rounding fit element_index < 2^36 (above).
+static inline void philox_check_range(const char *who, uint64_t n) {
+  if (n >= (1ull << 36))
+    die("%s: %llu elements exceed the 2^36 stochastic-rounding counter range (fp4/philox.h)", who,
+        (unsigned long long)n);
+}
 
 static inline FP4_HD void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
   uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];

@@ -118,8 +118,7 @@ int mx_quantize_dual2_swiglu_bwd_cuda(const bf16 *dout, const bf16 *gate, const 
   const char *n[3] = {"dout", "gate", "up"};
   check_args("mx_quantize_dual2_swiglu_bwd_cuda", rows, K, p, n, 3, row_gate, col_gate);
   check_args("mx_quantize_dual2_swiglu_bwd_cuda", rows, K, p, n, 3, row_up, col_up);
-  if (row_rnd == MX_SR && (uint64_t)rows * K >= (1ull << 36))
-    die("mx_quantize_dual2_swiglu_bwd_cuda: %d x %d exceeds the SR counter range", rows, K);
+  if (row_rnd == MX_SR) philox_check_range("mx_quantize_dual2_swiglu_bwd_cuda", (uint64_t)rows * K);
   return mx_dual2_launch(MxSrcSwigluBwd{dout, gate, up, K}, rows, K, mode, row_rnd, hadamard, s_gate, row_gate,
                          col_gate, s_up, row_up, col_up);
 }
