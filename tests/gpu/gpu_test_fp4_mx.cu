@@ -80,18 +80,9 @@ static void *dalloc(size_t bytes) {
   return p;
 }
 
-// Byte comparison with a precise diagnostic for the first mismatch.
+// Device bytes against the CPU reference's, with the first mismatch's row and column.
 static int same_bytes(const char *what, const void *dev, const void *host, size_t n, int row_len) {
-  uint8_t *h = (uint8_t *)xmalloc(n ? n : 1);
-  CUDA_CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < n; i++)
-    if (h[i] != ((const uint8_t *)host)[i]) first = bad++ ? first : i;
-  if (bad)
-    printf("  %s: %zu of %zu bytes differ; first at byte %zu (row %zu, col %zu): gpu %02x cpu %02x\n", what, bad, n,
-           first, first / row_len, first % row_len, h[first], ((const uint8_t *)host)[first]);
-  free(h);
-  return bad == 0;
+  return same_bytes_at(what, dev, 1, host, 0, n, row_len);
 }
 
 static MxOut packed_out(size_t rows, size_t K) {

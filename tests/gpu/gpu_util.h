@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/common.h"
@@ -53,6 +55,27 @@ static void download_floats(float *h, const void *d, size_t n, int fp32) {
   CUDA_CHECK(cudaMemcpy(t, d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
   free(t);
+}
+
+// n bytes of a and b equal, each a device (a_dev, b_dev: 1) or host buffer, once cuda_stream()'s work is
+// done; when what is given, a mismatch prints how many bytes differ and the first (with its row and column
+// when row_len > 0).
+static int same_bytes_at(const char *what, const void *a, int a_dev, const void *b, int b_dev, size_t n, int row_len) {
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  uint8_t *ha = (uint8_t *)xmalloc(n ? n : 1), *hb = (uint8_t *)xmalloc(n ? n : 1);
+  CUDA_CHECK(cudaMemcpy(ha, a, n, a_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost));
+  CUDA_CHECK(cudaMemcpy(hb, b, n, b_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ha[i] != hb[i]) first = bad++ ? first : i;
+  if (bad && what && row_len > 0)
+    printf("  %s: %zu of %zu bytes differ; first at byte %zu (row %zu, col %zu): %02x, expected %02x\n", what, bad, n,
+           first, first / row_len, first % row_len, ha[first], hb[first]);
+  else if (bad && what)
+    printf("  %s: %zu of %zu bytes differ; first at byte %zu: %02x, expected %02x\n", what, bad, n, first, ha[first],
+           hb[first]);
+  free(ha), free(hb);
+  return bad == 0;
 }
 
 // The copy rate of this GPU in GB/s (cuda_copy_tbps, measured at the first call): the producers' ceiling
