@@ -215,14 +215,12 @@ void run(void *out, const void *src, Fp8Operand A, Fp8Operand B, int M, int N, i
   CUDA_CHECK_LAUNCH();
 }
 
-// The kernels: each instantiated for the two scale-pair/out combinations the linear uses.
+// The kernel: 128x128x128 tiles, one-CTA clusters, the cooperative schedule, instantiated for the two
+// scale-pair/out combinations the linear uses. (Two-CTA clusters along M or N and the ping-pong schedule
+// with 64-row tiles were built too and won no shape of an 8B block against cuBLASLt on an H100, where
+// this one won one: docs/gemm_cutlass.md; removed on 2026-12-05.)
 using T128 = Shape<_128, _128, _128>;
-using T64x128 = Shape<_64, _128, _128>;  // ping-pong: one warpgroup per tile
-using T128x64 = Shape<_128, _64, _128>;  // the same with a BLK128x128 A, whose scale blocks are 128 rows
 using C11 = Shape<_1, _1, _1>;
-using C21 = Shape<_2, _1, _1>;
-using C12 = Shape<_1, _2, _1>;
-enum { K_COOP, K_COOP_2M, K_COOP_2N, K_PING };
 
 template <class TileBf16, class TileF32, class Cluster, bool PP>
 void run_pair(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
@@ -234,24 +232,23 @@ void run_pair(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand
 }
 
 struct Cfg {
-  int kernel, raster, swizzle;  // raster 0: along M, 1: along N
+  int raster, swizzle;  // raster 0: along M, 1: along N
   const char *name;
 };
-// The search space: the kernels with both raster orders and a swizzle of 1 or 4 tiles (CUTLASS's
-// tile scheduler groups the raster into strips of that many tiles for L2 reuse).
+// The search space: both raster orders and a swizzle of 1 or 4 tiles (CUTLASS's tile scheduler groups
+// the raster into strips of that many tiles for L2 reuse).
 const Cfg CFGS[] = {
-    {K_COOP, 0, 1, "128x128c1/M1"},     {K_COOP, 1, 1, "128x128c1/N1"},     {K_COOP, 0, 4, "128x128c1/M4"},
-    {K_COOP, 1, 4, "128x128c1/N4"},     {K_COOP_2M, 0, 1, "128x128c2m/M1"}, {K_COOP_2M, 1, 4, "128x128c2m/N4"},
-    {K_COOP_2N, 0, 4, "128x128c2n/M4"}, {K_COOP_2N, 1, 1, "128x128c2n/N1"}, {K_PING, 0, 1, "pp64/M1"},
-    {K_PING, 1, 4, "pp64/N4"},
+    {0, 1, "128x128c1/M1"},
+    {1, 1, "128x128c1/N1"},
+    {0, 4, "128x128c1/M4"},
+    {1, 4, "128x128c1/N4"},
 };
 constexpr int NCFG = sizeof CFGS / sizeof CFGS[0];
-// The first TUNED of them have run on an H200 and may be chosen by the tuner: none yet (the next GPU
-// session runs them all in tests/gpu/gpu_test_fp4_gemm.cu, then raises this; docs/gemm_cutlass.md).
-// FP4_CUTLASS_TUNED=N in the environment lets the first N be chosen before that, for the GPU session
-// that measures them right after their tests (gpu_check.sh benchown): the tuner still keeps one only
-// where its result has cuBLASLt's bits on that very call.
-constexpr int TUNED = 0;
+// The first TUNED of them have run on hardware and may be chosen by the tuner: all four, each with
+// cuBLASLt's bits on every shape of tests/gpu/gpu_test_fp4_gemm.cu on an H100 (2026-12-05, 1426fc8);
+// the tuner still keeps one only where its result has cuBLASLt's bits on that very call, and only where
+// it is faster. FP4_CUTLASS_TUNED=N in the environment overrides the count (0: cuBLASLt everywhere).
+constexpr int TUNED = 4;
 int tuned_count(void) {
   static int t = -1;
   if (t < 0) {
@@ -316,19 +313,6 @@ extern "C" void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, F
 #ifdef FP4_HAVE_CUTLASS
   if (cfg < 0 || cfg >= NCFG) die("fp4_gemm_cutlass: configuration %d is not one of the %d this build has", cfg, NCFG);
   const Cfg c = CFGS[cfg];
-  switch (c.kernel) {
-    case K_COOP:
-      run_pair<T128, T128, C11, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
-      break;
-    case K_COOP_2M:
-      run_pair<T128, T128, C21, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
-      break;
-    case K_COOP_2N:
-      run_pair<T128, T128, C12, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
-      break;
-    default:
-      run_pair<T64x128, T128x64, C11, true>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
-      break;
-  }
+  run_pair<T128, T128, C11, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
 #endif
 }
