@@ -64,6 +64,8 @@ TESTS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test
            $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.cpp))
 
 # CUDA: compiled for Hopper (sm_90a, what runs here) and Blackwell (sm_100a, compile-checked).
+# CUDA_ARCHS=90a builds Hopper's alone (scripts/gpu/gpu_check.sh on the H200 machine, where only it runs).
+CUDA_ARCHS ?= 90a 100a
 # model/cuda/*.cpp is the one C++ file behind cuDNN's header-only frontend (scripts/deps.sh fetches it).
 CU_SRC  := $(wildcard common/*.cu fp4/*.cu model/cuda/*.cu parallel/*.cu)
 CPP_SRC := $(wildcard model/cuda/*.cpp)
@@ -71,7 +73,7 @@ GPU_TESTS :=
 ifeq ($(CUDA_BUILD),1)
 ifneq ($(strip $(CU_SRC)),)
 NVFLAGS ?= -O3 -std=c++17 -fmad=false -I. -MMD -MP -Xcompiler -fopenmp -DHAVE_CUDA \
-           -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
+           $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 CXXFLAGS_CUDNN := -O2 -std=c++17 -ffp-contract=off -I. -I$(CUDA_HOME)/include -I$(CUDNN_FE) -DHAVE_CUDA -MMD -MP -Wall
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(CPP_SRC:%.cpp=$(BUILD)/%.cpp.o)
 CFLAGS  += -DHAVE_CUDA -I$(CUDA_HOME)/include
