@@ -11,13 +11,14 @@ would take. The bound keeps only what no fusion removes: every GEMM at the faste
 time and the table's ceiling (the best of cuBLASLt's top algorithms at that shape, timed alone),
 attention at --attention-ms per layer (default 3.6: cuDNN forward + backward of one layer timed
 alone, docs/formats.md §3 and gpu_test_attention), AdamW moving --opt-bytes per parameter at the
-4.28 TB/s copy ceiling, and no memory-bound glue, quantizers, launch gaps or embedding at all.
+copy ceiling of the table's memory-bound rows (the rate the bench measured on its GPU; 4.28 TB/s, the
+H200's, in older logs and where the table has none), and no memory-bound glue, quantizers, launch gaps or embedding at all.
 """
 import argparse
 import re
 import sys
 
-COPY_TBS = 4.28
+COPY_TBS = 4.28  # the H200's: logs whose table names no memory-bound ceiling
 
 
 def gemm_floor(rows, pred):
@@ -40,6 +41,9 @@ def main(path, args):
         if m and layers and not line.startswith("total"):
             name, ms = m.group(1).strip(), float(m.group(3))
             rows[name] = ms
+            copy = re.search(r"[\d.]+ TB/s\s+([\d.]+) TB/s", m.group(4))
+            if copy:
+                args.copy_tbs = float(copy.group(1))
             rates = re.findall(r"([\d.]+) TFLOP/s", m.group(4))
             full[name] = (ms, float(rates[0]) if rates else 0.0, float(rates[1]) if len(rates) > 1 else 0.0)
     if not layers:
@@ -76,11 +80,11 @@ def bound(full, layers, a):
     tokens, L = a.tokens, 32
     gemm_layer = gemm_floor(full, lambda k: "head" not in k) / layers
     head = gemm_floor(full, lambda k: "head" in k)
-    opt = a.params * a.opt_bytes / (COPY_TBS * 1e12) * 1e3
+    opt = a.params * a.opt_bytes / (a.copy_tbs * 1e12) * 1e3
     step_noopt = L * (gemm_layer + a.attention_ms) + head
     att_flop = sum(ms * ach * 1e9 for k, (ms, ach, _) in full.items() if k.startswith("attention")) / layers
     print(f"bound at {L} layers (GEMMs at max(measured, ceiling), attention {a.attention_ms} ms/layer, "
-          f"AdamW {a.opt_bytes:g} B/param at {COPY_TBS} TB/s, zero glue):")
+          f"AdamW {a.opt_bytes:g} B/param at {a.copy_tbs:g} TB/s, zero glue):")
     print(f"  GEMMs {gemm_layer:.2f} ms/layer, head {head:.1f} ms, optimizer {opt:.1f} ms")
     for label, step in (("optimizer every step", step_noopt + opt), ("optimizer amortized", step_noopt)):
         print(f"  {label:22s} {step:7.1f} ms/step  {tokens / step * 1e3:8.0f} tok/s/GPU")
@@ -102,4 +106,5 @@ if __name__ == "__main__":
     ap.add_argument("--tokens", type=float, default=8192, help="tokens per step")
     args = ap.parse_args()
     for p in args.logs:
+        args.copy_tbs = COPY_TBS  # each log's own table may name its GPU's
         main(p, args)

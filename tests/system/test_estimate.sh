@@ -38,6 +38,10 @@ out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p.log" 2>&1)
 # step 32 * (2.0 + 3.6) + 1.0 + 56.3 = 236.5 ms
 check "profile_summary --bound: GEMMs per layer and the optimizer" 'echo "$out" | grep -q "GEMMs 2.00 ms/layer, head 1.0 ms, optimizer 56.3 ms"'
 check "profile_summary --bound: the every-step step time" 'echo "$out" | grep -Eq "optimizer every step +236.5 ms/step"'
+# the copy ceiling from the table's memory-bound rows (an H100's 3.00 TB/s: 30 B x 8.03e9 / 3.00 = 80.3 ms)
+sed '/^total/i residual                     4.00      0.100    1.7%       2.00 TB/s       3.00 TB/s   66.7%' "$tmp/p.log" >"$tmp/p3.log"
+out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p3.log" 2>&1)
+check "profile_summary --bound: AdamW at the table's copy ceiling" 'echo "$out" | grep -q "optimizer 80.3 ms" && echo "$out" | grep -q "at 3 TB/s"'
 out=$(python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30/mxfp4_bench_38675d0.log 2>&1)
 check "profile_summary --bound counts the FP8 GEMMs (docs/results_fp4.md: 16,403 tok/s)" 'echo "$out" | grep -Eq "optimizer every step +499.4 ms/step +16403 tok/s/GPU"'
 # scripts/gpu/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
