@@ -181,9 +181,13 @@ void chunk_hasher_init(ChunkHasher *h, uint64_t chunk_bytes) {
   h->chunk_bytes = chunk_bytes, h->cur = hash64_begin(0);
 }
 
+void chunk_hashes_push(uint64_t *hashes, size_t *nh, uint64_t chunk_hash) {
+  if (*nh == 512) hashes[0] = hash64(hashes, 512 * sizeof(uint64_t), 1), *nh = 1;  // the fold
+  hashes[(*nh)++] = chunk_hash;
+}
+
 static void push_chunk(ChunkHasher *h) {
-  if (h->nh == 512) h->hashes[0] = hash64(h->hashes, sizeof h->hashes, 1), h->nh = 1;  // as file_checksum folds
-  h->hashes[h->nh++] = hash64_final(&h->cur);
+  chunk_hashes_push(h->hashes, &h->nh, hash64_final(&h->cur));
   h->cur = hash64_begin(h->total), h->in_chunk = 0;  // the next chunk is seeded with its offset
 }
 

@@ -69,6 +69,10 @@ typedef struct {
 void chunk_hasher_init(ChunkHasher *h, uint64_t chunk_bytes);
 void chunk_hasher_update(ChunkHasher *h, const void *data, size_t len);
 void chunk_hasher_final(ChunkHasher *h, uint64_t *checksum, uint64_t *bytes);
+// The list's rule, for a writer that hashes the chunks itself (in parallel): appends one chunk's hash
+// (hash64 of its bytes seeded with its offset) to hashes[0..*nh), 512 entries, folding it when full.
+// The checksum is then hash64(hashes, *nh * 8, total bytes).
+void chunk_hashes_push(uint64_t *hashes, size_t *nh, uint64_t chunk_hash);
 
 // Formats a one-line error into err (when err is not NULL) and returns -1: `return set_err(...)`.
 int set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

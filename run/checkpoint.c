@@ -443,26 +443,54 @@ static void pause_for_test(const char *tmp) {
   while (access(go, F_OK)) nanosleep(&(struct timespec){0, 10000000L}, NULL);
 }
 
-// n bytes to fd, fed to hasher (if not NULL) too.
-static int write_hashed(int fd, const void *p, uint64_t n, ChunkHasher *hasher) {
-  if (hasher) chunk_hasher_update(hasher, p, n);
-  return write_all_fd(fd, p, n);
+// The file's file_checksum (run/manifest.h) from its bytes in memory, as write_temp lays them out (head
+// bytes of buf, then each section at its offset after zero padding): the FILE_CHECKSUM_CHUNK chunks hashed
+// in parallel, then listed in order as ChunkHasher does. No byte is read back from the file.
+static uint64_t layout_checksum(const unsigned char *buf, uint64_t head, const CkptSection *secs, const CkptEntry *e,
+                                int n, uint64_t file_bytes) {
+  static const unsigned char zeros[CKPT_ALIGN];
+  const uint64_t C = FILE_CHECKSUM_CHUNK, nc = (file_bytes + C - 1) / C;
+  uint64_t *h = xmalloc((nc ? nc : 1) * sizeof(uint64_t));
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
+  for (uint64_t c = 0; c < nc; c++) {
+    const uint64_t lo = c * C, hi = lo + C < file_bytes ? lo + C : file_bytes;
+    Hash64Stream st = hash64_begin(lo);
+    uint64_t at = 0;                // the file offset of the piece below
+    for (int i = -1; i < n; i++) {  // -1: header and table, then per section its padding and its bytes
+      for (int part = 0; part < 2; part++) {
+        const unsigned char *p = i < 0 ? buf : part ? (const unsigned char *)secs[i].data : zeros;
+        const uint64_t len = i < 0 ? (part ? 0 : head) : part ? e[i].bytes : e[i].offset - at;
+        const uint64_t a = at > lo ? at : lo, b = at + len < hi ? at + len : hi;
+        for (uint64_t x = a; x < b;) {  // padding is shorter than zeros; the loop only bounds the pointer
+          const uint64_t take = p == zeros && b - x > sizeof zeros ? sizeof zeros : b - x;
+          hash64_update(&st, p == zeros ? zeros : p + (x - at), take);
+          x += take;
+        }
+        at += len;
+      }
+    }
+    h[c] = hash64_final(&st);
+  }
+  uint64_t list[512];
+  size_t nh = 0;
+  for (uint64_t c = 0; c < nc; c++) chunk_hashes_push(list, &nh, h[c]);
+  free(h);
+  return hash64(list, nh * sizeof(uint64_t), file_bytes);
 }
 
 // Writes header+table (head bytes of buf) and the sections at their table offsets into a new file
 // at tmp, then fsyncs it: without the fsync a crash after the rename could leave the final name
-// pointing at blocks never written. On failure the file is removed. hasher (may be NULL) sees every
-// byte of the file in order.
+// pointing at blocks never written. On failure the file is removed.
 static int write_temp(const char *tmp, const unsigned char *buf, uint64_t head, const CkptSection *secs,
-                      const CkptEntry *e, int n, ChunkHasher *hasher, char *err, size_t errlen) {
+                      const CkptEntry *e, int n, char *err, size_t errlen) {
   static const char zeros[CKPT_ALIGN];
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return set_err(err, errlen, "cannot create checkpoint temp file '%s': %s", tmp, strerror(errno));
-  int bad = write_hashed(fd, buf, head, hasher);
+  int bad = write_all_fd(fd, buf, head);
   uint64_t pos = head;
   long slow_ms = slow_write_ms();
   for (int i = 0; i < n && !bad; i++) {
-    bad = write_hashed(fd, zeros, e[i].offset - pos, hasher) || write_hashed(fd, secs[i].data, e[i].bytes, hasher);
+    bad = write_all_fd(fd, zeros, e[i].offset - pos) || write_all_fd(fd, secs[i].data, e[i].bytes);
     pos = e[i].offset + e[i].bytes;
     if (i == 0 && !bad) pause_for_test(tmp);
     if (slow_ms > 0) nanosleep(&(struct timespec){slow_ms / n / 1000, slow_ms / n % 1000 * 1000000L}, NULL);
@@ -526,16 +554,9 @@ int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n,
   snprintf(name, sizeof name, "ckpt_%08lld.bin.tmp", (long long)step);
   char *tmp = path_join(dir, name);
 
-  ChunkHasher *hasher = file_sum ? xmalloc(sizeof *hasher) : NULL;  // 4 KB of chunk hashes: not on the stack
-  if (hasher) chunk_hasher_init(hasher, FILE_CHECKSUM_CHUNK);
-  int rc = write_temp(tmp, buf, head, secs, e, n, hasher, err, errlen);
-  uint64_t hashed = 0;
-  if (!rc && hasher) chunk_hasher_final(hasher, file_sum, &hashed);
-  if (!rc && hasher && hashed != h.file_bytes)
-    die("ckpt_save: hashed %llu bytes of '%s', which has %llu", (unsigned long long)hashed, tmp,
-        (unsigned long long)h.file_bytes);
+  if (file_sum) *file_sum = layout_checksum(buf, head, secs, e, n, h.file_bytes);
+  int rc = write_temp(tmp, buf, head, secs, e, n, err, errlen);
   if (!rc && file_bytes) *file_bytes = h.file_bytes;
-  free(hasher);
   if (!rc && rename(tmp, final)) {
     rc = set_err(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
     unlink(tmp);

@@ -31,9 +31,9 @@ typedef struct {
 // counted nor deleted (a warning names them). On failure the temp file is removed, existing
 // checkpoints are untouched, and -1 is returned with the path and strerror in err.
 int ckpt_save(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, char *err, size_t errlen);
-// ckpt_save that also gives the written file's file_checksum (run/manifest.h) and size, hashed from the
-// bytes as they are written (common.h's ChunkHasher): a sharded save's manifest entry without reading
-// the file back.
+// ckpt_save that also gives the written file's file_checksum (run/manifest.h) and size, hashed in parallel
+// from the bytes in memory (its 64 MiB chunks, listed as common.h's ChunkHasher lists them): a sharded
+// save's manifest entry without reading the file back.
 int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n, int keep, uint64_t *file_sum,
                   uint64_t *file_bytes, char *err, size_t errlen);
 // A sharded run's pruning of one rank's directory, once the manifest of keep_step is written (which

@@ -59,7 +59,7 @@ size_t ckpt_stage_bytes(const size_t *bytes, int n) {
 static void write_job(CkptWriter *w) {
   CkptResult *r = &w->res;
   double t0 = now_seconds();
-  // with file_checksum, hashed as it is written (ckpt_save_sum): the file is not read back
+  // with file_checksum, hashed from memory (ckpt_save_sum): the file is not read back
   r->failed = ckpt_save_sum(w->dir, w->step, w->secs, w->n, w->keep, w->file_checksum ? &r->checksum : NULL, &r->bytes,
                             r->err, sizeof r->err) != 0;
   r->write_s = now_seconds() - t0;

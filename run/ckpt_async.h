@@ -61,8 +61,8 @@ CkptWriter *ckpt_writer_open(void *stage, size_t stage_bytes);
 
 // Copies src[0..n) into the stage (in order, on the calling thread), then hands the write of
 // dir/ckpt_<step>.bin to the thread (ckpt_save with keep; with file_checksum, also the checksum of
-// the whole file for a manifest, hashed as it is written) and returns. *stall_s (if not NULL) gets the copies'
-// time. Returns 0, or -1 with err when a save is still pending, when there are more than
+// the whole file for a manifest, hashed from memory, not read back) and returns. *stall_s (if not NULL) gets the
+// copies' time. Returns 0, or -1 with err when a save is still pending, when there are more than
 // CKPT_ASYNC_MAX_SECTIONS sections or when they do not fit the stage (nothing is submitted then).
 int ckpt_writer_submit(CkptWriter *w, const char *dir, int64_t step, const CkptSource *src, int n, int keep,
                        int file_checksum, double *stall_s, char *err, size_t errlen);

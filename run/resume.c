@@ -228,7 +228,7 @@ static void write_manifest(Run *r, int64_t step, uint64_t sum, uint64_t bytes, c
 }
 
 // checkpoint.async: false. The whole save happens here: downloads into the staging buffer (device
-// backends), ckpt_save, and with world > 1 the manifest with the file's checksum (hashed as it is written).
+// backends), ckpt_save, and with world > 1 the manifest with the file's checksum (hashed from memory).
 static void save_sync(Run *r) {
   CkptState st = ckpt_state(r);
   // With sharded fp32 masters the shards meet in the (dead between steps) gradient buffer first:

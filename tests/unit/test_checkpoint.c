@@ -418,7 +418,7 @@ static void test_failed_saves(void) {
 // hash64 in pieces (Hash64Stream) = hash64 of the whole, whatever the split; the chunked hash of a
 // stream (ChunkHasher, which file_checksum also reads files through) = the formula written out here,
 // folding included (small chunks here: a file would need 32 GiB to fold); and on a checkpoint of three
-// 64 MiB chunks, what ckpt_save_sum hashed while writing = what file_checksum reads back.
+// 64 MiB chunks, what ckpt_save_sum hashed from memory = what file_checksum reads back.
 static void test_streamed_checksums(void) {
   TEST_SECTION("checksums of streamed bytes: hash64 in pieces, the chunked file checksum, ckpt_save_sum");
   enum { N = 5000 };
@@ -481,7 +481,7 @@ static void test_streamed_checksums(void) {
   CHECK(ckpt_save_sum(dir, 3, secs, 2, 0, &sum, &bytes, err, sizeof err) == 0, "ckpt_save_sum: %s", err);
   CHECK(file_checksum(test_path(root, "sum/ckpt_00000003.bin"), &sum2, &bytes2, err, sizeof err) == 0, "%s", err);
   CHECK(sum == sum2 && bytes == bytes2 && bytes > (128u << 20),
-        "the checksum hashed while writing = file_checksum of the file (%016llx vs %016llx, %llu vs %llu bytes)",
+        "the checksum hashed from memory = file_checksum of the file (%016llx vs %016llx, %llu vs %llu bytes)",
         (unsigned long long)sum, (unsigned long long)sum2, (unsigned long long)bytes, (unsigned long long)bytes2);
   free(big);
 }
