@@ -70,7 +70,8 @@ int run_timed(void *ctx, int i) {
 }
 
 // Fills c (key fields set) by timing the kernels on this call's operands; out is only read (src: beta's
-// matrix, NULL for out; a separate one is read by every candidate as it is, nothing copied). With
+// matrix, NULL for out; a separate one is read by CUTLASS as it is, and copied into ref by cuBLASLt, whose
+// time includes that copy, as on the real call). With
 // `only` >= 0 (a recorded CUTLASS configuration) nothing is timed: c takes it if it is one this build
 // may choose and has cuBLASLt's bits on this call, else cuBLASLt.
 void choose(Fp8Choice *c, const void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N,

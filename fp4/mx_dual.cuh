@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(256, 3)
 // and dup (W 1), each the dY of its own linear): the dual producer of each in turn on the same tile, with its
 // own random stream and outputs. The second source's inputs are read again, from L2 (this CTA just read
 // them): holding its blocks in registers through the first's producer took 128 registers with spills and ran
-// at 19% of the copy rate on an H100 (gpu_test_fused, 2026-12-05), slower than the unfused kernels.
+// 1,487 us against the unfused kernels' 853 at 8192 x 14336 on an H100 (gpu_test_fused, 2026-12-05).
 template <int ROW, int COL, bool SR, class Src2>
 __global__ void __launch_bounds__(256, 2)
     mx_dual2_kernel(Src2 src, int rows, int K, MxScale mode, PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1,

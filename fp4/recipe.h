@@ -46,10 +46,10 @@ typedef struct {
   // zero-initialized Recipe is uniform; read it through recipe_override.
   int contraction[CONTR_N];
   // precision.fusion: which of the fusions around the FP4 GEMMs run (the same bits either way).
-  // FUSION_AUTO: those that have run on a GPU (RMSNorm and SwiGLU inside the quantizers, the operand
-  // hybrid's one dY producer); FUSION_ON: also those not yet run on one (the residual add in the GEMM
-  // epilogue, SwiGLU's backward inside the dY producer; a training run is not where a kernel runs
-  // first); FUSION_OFF: none, every op a kernel of its own (for measuring them).
+  // FUSION_AUTO: those that have run on a GPU and measured faster (RMSNorm and SwiGLU inside the
+  // quantizers, the operand hybrid's one dY producer); FUSION_ON: also the newer ones (the residual add in
+  // the GEMM epilogue, SwiGLU's backward inside the dY producer: model/cuda/linear_fp4.cu's *_IN_AUTO say
+  // when auto takes them); FUSION_OFF: none, every op a kernel of its own (for measuring them).
   int fusion;
   int nspans;  // precision.blocks, in the order given (no two overlap)
   BlockSpan spans[RECIPE_MAX_SPANS];

@@ -39,7 +39,7 @@ int ckpt_save_sum(const char *dir, int64_t step, const CkptSection *secs, int n,
 // A sharded run's pruning of one rank's directory, once the manifest of keep_step is written (which
 // pruned the manifests): deletes the complete checkpoints older than keep_step whose step listed() says
 // no manifest names. Newer ones (a step whose manifest a crash never wrote) are left alone and, unlike
-// ckpt_prune's count, never cost an older step that a kept manifest names its files.
+// ckpt_save's count, never cost an older step that a kept manifest names its files.
 void ckpt_prune_unlisted(const char *dir, int64_t keep_step, int (*listed)(int64_t step, void *ctx), void *ctx);
 
 // Finds the newest checkpoint in dir (by step) that fully verifies (header, file size, every

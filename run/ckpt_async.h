@@ -40,7 +40,7 @@ typedef struct {
   char err[1024];            // ckpt_save's message
   char path[4200];           // dir/ckpt_<step, 8 digits>.bin
   double stall_s, write_s;   // the copies in ckpt_writer_submit; the background write
-  uint64_t checksum, bytes;  // the file's size; with file_checksum its run/manifest.h file_checksum, hashed as written
+  uint64_t checksum, bytes;  // the file's size; with file_checksum its run/manifest.h file_checksum, hashed from memory
 } CkptResult;
 
 typedef struct CkptWriter CkptWriter;
