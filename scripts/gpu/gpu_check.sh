@@ -138,7 +138,7 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
 fi
 
 if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, auto, on (precision.fusion), one call
-  # (auto: the fusions that have run on a GPU; on: also the residual epilogue and the fused SwiGLU backward)
+  # (auto: the fusions measured faster; on: also the residual epilogue and the fused SwiGLU backward)
   for f in ${FUSION_MODES:-off auto on}; do  # FUSION_MODES: a subset, e.g. "off on"
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fusion=$f >"$OUT/bench_fusion_$f.log" 2>&1
