@@ -260,8 +260,7 @@ void recipe_describe(const Recipe *r, char *buf, int len) {
   recipe_route_key(r, key, sizeof key);
   if (strcmp(key, "uniform") && n > 0 && n < len) n += snprintf(buf + n, len - n, ", route %s", key);
   if (r->fusion != FUSION_AUTO && n > 0 && n < len)
-    snprintf(buf + n, len - n,
-             r->fusion == FUSION_OFF ? ", unfused" : ", every fusion (also those auto leaves out)");
+    snprintf(buf + n, len - n, r->fusion == FUSION_OFF ? ", unfused" : ", every fusion (also those auto leaves out)");
 }
 
 // What each operand of contraction c in format f gets, e.g. "x 1x32 RNE, W 2D32".

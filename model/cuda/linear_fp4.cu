@@ -532,7 +532,7 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
   float *amax_x = linear_dev_scalar(L, D_AMAX_X);  // a follower's stays its leader's
   PhiloxStream none = {};
   int mk = fused || (shared && !sv) ? -1 : cuda_prof_begin(L->b);  // a mark only where a producer runs
-  if (fused) {  // both copies made (linear_fp4_fused_*)
+  if (fused) {                                                     // both copies made (linear_fp4_fused_*)
   } else if (sv && !shared && fw == f &&
              f->dual(L, x, N, in, 0, none, &xq, 0, sv->col)) {  // rows and columns, one read
     book_mem(L, f, mk, "quant x fwd+wgrad", NULL, 2.0 * N * in + 2 * qbytes(f, fp8, N, in));
