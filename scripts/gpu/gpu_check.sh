@@ -116,6 +116,14 @@ if has attnpeer; then  # issue 30: the engine's cuDNN attention beside PyTorch's
   timeout 300 python3 scripts/gpu/attention_peer.py >"$OUT/attention_peer.log" 2>&1
   tail -n 4 "$OUT/attention_peer.log"
   note "$(grep '^PEER attention' "$OUT/attention_peer.log" || echo "attention peer: no PEER line (attention_peer.log)")"
+  # and inside PyTorch's own training step (compiled HF blocks, 2 layers, torch.profiler), as the
+  # engine's bench table reports its attention inside its step: cuDNN's SDPA alone, then PyTorch's default
+  for sd in cudnn default; do
+    timeout 300 python3 scripts/gpu/torch_peers.py --precision bf16 --layers 2,4 --attention-profile --sdpa $sd \
+      >"$OUT/attention_in_step_torch_$sd.log" 2>&1
+    while read -r l; do note "SDPA $sd: $l"; done < <(grep '^PEER attention in step' "$OUT/attention_in_step_torch_$sd.log" ||
+      echo "no PEER line: $(tail -n 1 "$OUT/attention_in_step_torch_$sd.log")")
+  done
 fi
 
 if has clocks; then  # issue 30.1: the attention backward alone 464 TFLOP/s, inside the step 381 (same kernel, one call)

@@ -40,7 +40,16 @@ ap.add_argument("--accum", type=int, default=512, help="micro-batches per optimi
 ap.add_argument("--device", default="cuda")
 ap.add_argument("--no-compile", action="store_true")
 ap.add_argument("--tiny", action="store_true", help="a small model (smoke test)")
+ap.add_argument("--attention-profile", action="store_true",
+                help="instead of the timings: the SDPA ops' device time inside the step at the first depth")
+ap.add_argument("--sdpa", choices=["default", "cudnn"], default="default",
+                help="cudnn: PyTorch's cuDNN attention alone (the other SDPA backends off)")
 args = ap.parse_args()
+if args.sdpa == "cudnn":
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_math_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(True)
 la, lb = (int(v) for v in args.layers.split(","))
 if not 0 < la < lb:
     raise SystemExit(f"--layers {args.layers}: expected two increasing depths like 2,4")
@@ -66,8 +75,8 @@ def timed(fn, reps):
     return (time.perf_counter() - t0) / reps
 
 
-def depth_times(n_layers):
-    """Seconds per micro-batch at n_layers: the whole step, forward + backward alone, the optimizer alone."""
+def build(n_layers):
+    """The model at n_layers, its optimizer and input, and one accumulation micro-batch and one step."""
     if args.tiny:
         cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max(T, 128),
@@ -99,15 +108,67 @@ def depth_times(n_layers):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return model, opt, fwd_bwd, step
+
+
+def free_cache():
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def depth_times(n_layers):
+    """Seconds per micro-batch at n_layers: the whole step, forward + backward alone, the optimizer alone."""
+    model, opt, fwd_bwd, step = build(n_layers)
     t_step = timed(step, args.reps)
     fwd_bwd()  # gradients to step on
     t_fb = timed(fwd_bwd, args.reps)
     t_opt = timed(opt.step, args.reps)  # the gradients stay: every call does the full update
-    del model, opt
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
+    del model, opt, fwd_bwd, step
+    free_cache()
     return t_step, t_fb, t_opt
 
+
+def attention_in_step(n_layers, steps=2):
+    """The SDPA ops' device time inside the training step (torch.profiler over `steps` steps after warm-up):
+    per call of the forward and of the backward, and which ATen ops (so which backend) ran. For issue 30's
+    comparison of attention inside a step, the engine's profile table beside PyTorch's own."""
+    from torch.profiler import ProfilerActivity, profile
+    model, opt, fwd_bwd, step = build(n_layers)
+    for _ in range(3):
+        step()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    del model, opt, fwd_bwd, step
+    free_cache()
+    rows = {}
+    for e in prof.key_averages():
+        k = e.key
+        # the backend's own ops (cudnn, flash, efficient), not the dispatching wrapper that calls them
+        if k.startswith("aten::_") and "attention" in k and ("cudnn" in k or "flash" in k or "efficient" in k):
+            t = getattr(e, "device_time_total", None)
+            if t is None:
+                t = e.cuda_time_total
+            rows[k] = (e.count, t / 1e3)  # ms over all calls
+    return rows
+
+
+if args.attention_profile:
+    heads, hd = (4, 16) if args.tiny else (32, 128)
+    pairs = T * (T + 1) / 2  # the causal triangle, as attention_peer.py and run/bench_attention.c count
+    fwd_flop = 4 * hd * pairs * heads
+    rows = attention_in_step(la)
+    print(f"attention in the step ({'pytorch-bf16' if args.precision == 'bf16' else args.precision}, "
+          f"{la} layers, SDPA {args.sdpa}):")
+    for k, (n, ms) in sorted(rows.items()):
+        bwd = "backward" in k
+        tf = (2.5 if bwd else 1.0) * fwd_flop * n / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
+        print(f"PEER attention in step {k}: {n} calls, {ms / n:.3f} ms per call, {tf:.0f} TFLOP/s")
+    if not rows:
+        print("PEER attention in step: no SDPA backend op in the profile")
+    raise SystemExit(0)
 
 name = "pytorch-bf16" if args.precision == "bf16" else f"pytorch-float8-{args.recipe}"
 where = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
