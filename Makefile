@@ -92,14 +92,15 @@ endif
 all: train $(TESTS) $(GPU_TESTS) $(PQ_SO)
 gpu-tests: $(GPU_TESTS)
 
-# CUTLASS, header-only, for fp4/gemm_cutlass.cu alone (scripts/deps.sh unpacks it into .deps/cutlass;
+# CUTLASS, header-only, for fp4/gemm_cutlass.cu and model/cuda/swiglu_epilogue.cu (scripts/deps.sh unpacks it into .deps/cutlass;
 # CUTLASS_HOME=dir takes another copy); without it that file builds a stub that says so. CUTLASS's
 # headers need --expt-relaxed-constexpr, and NDEBUG: a device assert is a call, across which ptxas
 # serializes the wgmma pipeline (warning C7510).
 ifeq ($(CUDA_BUILD),1)
 ifneq ($(wildcard $(CUTLASS_HOME)/include/cutlass/cutlass.h),)
-$(BUILD)/fp4/gemm_cutlass.cu.o: NVFLAGS += -DFP4_HAVE_CUTLASS -DNDEBUG -I$(CUTLASS_HOME)/include --expt-relaxed-constexpr
-$(BUILD)/fp4/gemm_cutlass.cu.o: $(CUTLASS_HOME)/include/cutlass/version.h
+CUTLASS_OBJS := $(BUILD)/fp4/gemm_cutlass.cu.o $(BUILD)/model/cuda/swiglu_epilogue.cu.o
+$(CUTLASS_OBJS): NVFLAGS += -DFP4_HAVE_CUTLASS -DNDEBUG -I$(CUTLASS_HOME)/include --expt-relaxed-constexpr
+$(CUTLASS_OBJS): $(CUTLASS_HOME)/include/cutlass/version.h
 else
 $(info note: no CUTLASS in $(CUTLASS_HOME)/include (scripts/deps.sh fetch gets it): fp4_gemm fp8 keeps cuBLASLt on every shape)
 endif

@@ -184,13 +184,20 @@ static __device__ __forceinline__ void mx_tile_put(uint4 *tile, int lr, int j, c
 // each rotated by rot(v) first, stored transposed [K, rows]). Every thread of the CTA calls it, after
 // a barrier that orders the tile's stores (FP8 shuffles within lanes, FP8_BLK has a barrier of its
 // own); FP8_BLK: *tile_e is 0 before (the tile's largest block exponent + 127 is reduced there).
-template <int COL, class Rot>
+// tid: the thread's index among the tile's 256 (threadIdx.x in a producer kernel, the consumer index in a
+// GEMM's epilogue); bar: a barrier over those 256 threads (__syncthreads in a producer kernel; a GEMM's
+// epilogue has producer warps that never reach one, so it passes its named barrier).
+struct CtaBarrier {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+template <int COL, class Rot, class Bar = CtaBarrier>
 static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile_e, int tr, int tc, int rows, int K,
-                                                    MxScale mode, Rot rot, const MxOut &col_out) {
+                                                    MxScale mode, Rot rot, const MxOut &col_out, int tid = threadIdx.x,
+                                                    Bar bar = Bar{}) {
   // Warp w, lane = 4 p + rb: columns lc, lc + 1 with lc = 2 (8 w + p), rows rb*32 .. +31.
   // The four lanes of one column pair hold its four 32-blocks, so their stores are contiguous (64
   // bytes packed, 128 bytes FP8, per column) and the FP8 group exponent is two shuffles.
-  const int lane = threadIdx.x & 31, rb = lane & 3, cw = (threadIdx.x >> 5) * 8 + (lane >> 2), lc = 2 * cw;
+  const int lane = tid & 31, rb = lane & 3, cw = (tid >> 5) * 8 + (lane >> 2), lc = 2 * cw;
   const size_t r0 = (size_t)tr * TILE + rb * 32, col = (size_t)tc * TILE + lc;
   const bool ok = r0 < (size_t)rows && col < (size_t)K;  // K % 32 == 0: col + 1 < K too
   // Row r = 32 rb + i of the tile holds this word at swz(r, cw >> 2) = base ^ ((i & 1) << 1) (the row
@@ -218,7 +225,7 @@ static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile
     }
     e = __reduce_max_sync(0xffffffffu, e);
     if (lane == 0) atomicMax(tile_e, e + 127);
-    __syncthreads();
+    bar();
     const int Et = *tile_e - 127;
     if (ok)
 #pragma unroll
@@ -232,7 +239,7 @@ static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile
       n = __reduce_add_sync(0xffffffffu, n);
       if (lane == 0 && n) atomicAdd(col_out.rounded, (unsigned long long)n);
     }
-    if (threadIdx.x == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
+    if (tid == 0) {  // the copy is [K, rows]: tile row tc, tile column tr
       const int L = (rows + TILE - 1) / TILE, L4 = mx_blk128_l4(rows);
       col_out.scale[(size_t)tc * L4 + tr] = mx_embed_scale(Et, col_out.scale_mul);
       if (tr == L - 1)
@@ -298,15 +305,18 @@ struct MxSrcBf16 {
 // Phases 1 and 2 of the dual producer on tile (tr, tc), whose two row blocks per thread (512 in all: 128
 // rows x 4) are already in registers (raw, valid: mx_dual_load's): the row copy, then the column copy
 // through `tile`. tile_e (OUT_FP8_BLK): 0 on entry, ordered by a barrier before the first atomic.
-template <int ROW, int COL, bool SR>
+// in_tile: the tile already holds the values (a GEMM epilogue put them there), so phase 1 does not store
+// them. tid, bar: as mx_tile_cols takes them.
+template <int ROW, int COL, bool SR, class Bar = CtaBarrier>
 static __device__ __forceinline__ void mx_dual_tile(const uint4 (&raw)[2][4], const bool (&valid)[2], uint4 *tile,
                                                     int *tile_e, int tr, int tc, int rows, int K, MxScale mode,
                                                     PhiloxStream s, const MxOut &row_out, int hadamard,
-                                                    const MxOut &col_out) {
-  if (COL != OUT_NONE) {  // the tile for phase 2
+                                                    const MxOut &col_out, int tid = threadIdx.x, Bar bar = Bar{},
+                                                    bool in_tile = false) {
+  if (COL != OUT_NONE && !in_tile) {  // the tile for phase 2
 #pragma unroll
     for (int it = 0; it < 2; it++) {
-      const int id = threadIdx.x + it * 256;
+      const int id = tid + it * 256;
       if (valid[it]) mx_tile_put(tile, id >> 2, id & 3, raw[it]);
     }
   }
@@ -317,7 +327,7 @@ static __device__ __forceinline__ void mx_dual_tile(const uint4 (&raw)[2][4], co
     bool cur_valid = valid[0];
 #pragma unroll 1
     for (int it = 0; it < 2; it++) {
-      const int id = threadIdx.x + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
+      const int id = tid + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
       const size_t row = (size_t)tr * TILE + lr;
       uint32_t w[16];
 #pragma unroll
@@ -330,8 +340,14 @@ static __device__ __forceinline__ void mx_dual_tile(const uint4 (&raw)[2][4], co
     }
   }
   if (COL == OUT_NONE) return;
-  __syncthreads();  // phase 2: the column copy
-  mx_tile_cols<COL>(tile, tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out);
+  if (!in_tile) bar();  // phase 2: the column copy (an epilogue's tile was ordered before the call)
+  mx_tile_cols<COL>(tile, tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out, tid, bar);
+}
+
+// The inverse of mx_tile_put: a row 32-block of the tile (tile row lr, 32-block j) as 4 x 16 bytes.
+static __device__ __forceinline__ void mx_tile_get(const uint4 *tile, int lr, int j, uint4 *u) {
+#pragma unroll
+  for (int c = 0; c < 4; c++) u[c] = tile[lr * 16 + swz(lr, j * 4 + c)];
 }
 
 // Phase 1's loads: the thread's two row blocks of tile (tr, tc), four lanes covering 256 contiguous
