@@ -190,6 +190,12 @@ typedef struct Ops {
   void (*rmsnorm_fwd_into)(void *ctx, LinearId leader, void *out, float *rstd, const void *x, const float *w, int N,
                            int D, float eps);
   void (*swiglu_fwd_into)(void *ctx, LinearId leader, void *out, const void *gate, const void *up, int N, int F);
+  // matmul_fwd(up_id, up, x, w, N, in, F) then swiglu_fwd_into(down, out, gate, up, N, F), with SwiGLU and
+  // down's producers in up's GEMM epilogue where the backend has that fusion (format-aware fusion): the same
+  // bits, one kernel. Returns 0 having done nothing where it has not (NULL: never); the caller then runs
+  // the two ops.
+  int (*matmul_swiglu_fwd)(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
+                           const void *gate, int N, int in, int F);
   void (*swiglu_bwd)(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
   // swiglu_bwd of block `layer` (N x F values) whose dgate and dup are the dout of that block's gate and up
   // backward, called next (gate first, then up, each with both dx and dw). Where both linears quantize

@@ -12,6 +12,7 @@
 #include "fp4/mxfp4.h"
 #include "fp4/nvfp4_cta.h"
 #include "model/cuda/linear_fp4.h"
+#include "model/cuda/swiglu_epilogue.h"
 #include "model/cuda/ops_cuda.h"
 
 // ---- recipe state -------------------------------------------------------------------------------
@@ -154,7 +155,8 @@ static const char *SCRATCH_WHAT[S_N] = {"FP4 x (Fprop)",
                                         "CTA-local chunk amaxes",
                                         "CTA-local GEMM accumulator",
                                         "FP4 dY (Dgrad), up's from the fused SwiGLU backward",
-                                        "FP4 dY^T (Wgrad), up's from the fused SwiGLU backward"};
+                                        "FP4 dY^T (Wgrad), up's from the fused SwiGLU backward",
+                                        "FP4 x (Fprop), down's from up's GEMM epilogue"};
 
 QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, int blk128, int rows, int K) {
   void *p = cuda_scratch(L->b, &L->scratch[role], qop_bytes(f, fp8, blk128, rows, K), SCRATCH_WHAT[role]);
@@ -419,19 +421,21 @@ int linear_fp4_fusable(const LinearFp4 *L, LinearId leader) {
 
 // Where the fused producer writes: leader's Fprop copy (the x scratch its forward and followers read)
 // and its saved Wgrad copy; then records x as quantized for leader itself.
-static const LinearFormat *fused_outputs(LinearFp4 *L, LinearId leader, int N, int in, QOp *xq, SavedX **sv) {
+// slot: the scratch role of the Fprop copy (S_X_ROW; S_X_ROW2 where a GEMM reading S_X_ROW makes it).
+static const LinearFormat *fused_outputs(LinearFp4 *L, LinearId leader, int N, int in, QOp *xq, SavedX **sv,
+                                         int slot = S_X_ROW) {
   if (N <= 0 || in <= 0 || N % 32 || in % 32)
     die("linear_fp4: layer %d %s: fused input of N=%d x in=%d: need positive multiples of 32", leader.layer,
         linear_kind_name(leader.kind), N, in);
   const LinearFormat *f = format_of(L, leader, CONTR_FPROP);
-  *xq = linear_scratch_op(L, f, S_X_ROW, linear_fp8_path(L, f), 0, N, in);
+  *xq = linear_scratch_op(L, f, slot, linear_fp8_path(L, f), 0, N, in);
   *sv = saved_slot(L, leader, f, N, in, 1);
   return f;
 }
 static void fused_done(LinearFp4 *L, LinearId leader, const LinearFormat *f, const void *x_token, int N, int in,
-                       SavedX *sv) {
+                       SavedX *sv, int slot = S_X_ROW) {
   sv->valid = 1, L->fused_calls++;
-  L->xq[XQ_ROW] = (XQuant){x_token, f, N, in, leader.layer, leader.kind, 1};
+  L->xq[XQ_ROW] = (XQuant){x_token, f, N, in, leader.layer, leader.kind, 1, slot};
 }
 
 int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *res, const float *rstd,
@@ -459,6 +463,51 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
   book_mem(L, f, mk, "quant x fwd+wgrad", "(swiglu fused)", 4.0 * N * F + 2 * qbytes(f, linear_fp8_path(L, f), N, F));
   fused_done(L, leader, f, x_token, N, F, sv);
   return 1;
+}
+
+// SwiGLU and down's producers in up's GEMM epilogue: its own switch into auto, as the newer fusions'.
+#define SWIGLU_EPILOGUE_IN_AUTO 0
+int linear_fp4_fuses_swiglu(const LinearFp4 *L, LinearId up, LinearId down, int N, int F) {
+  if (up.kind != LIN_UP || down.kind != LIN_DOWN || up.layer != down.layer || N % 128 || F % 128) return 0;
+  if (!fusing_new(L, SWIGLU_EPILOGUE_IN_AUTO) || !linear_fp4_fusable(L, down) || !fp4_gemm_cutlass_available())
+    return 0;
+  const LinearFormat *f = linear_fp4_runs(L, up, CONTR_FPROP) ? format_of(L, up, CONTR_FPROP) : NULL;
+  return f == &linear_mxfp4 && format_of(L, down, CONTR_FPROP) == &linear_mxfp4 && linear_fp8_path(L, f);
+}
+
+void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *up, const void *x_token, const bf16 *x,
+                               const float *w, const bf16 *w16, uint64_t wversion, const bf16 *gate, int N, int in,
+                               int F) {
+  if (!linear_fp4_fuses_swiglu(L, id, down, N, F))
+    die("linear_fp4_forward_swiglu: layer %d: no SwiGLU epilogue here (ask linear_fp4_fuses_swiglu)", id.layer);
+  const LinearFormat *f = format_of(L, id, CONTR_FPROP);
+  check_shape(f, id, N, in, F);
+  const QWeight *qw = weight_of(L, id, w, w16, wversion, in, F);
+  const QOp xq = linear_scratch_op(L, f, S_X_ROW, 1, 0, N, in);
+  if (!reuse_x(L, XQ_ROW, id, f, x, N, in)) {  // up's input not shared with gate's (share_x off): quantize it
+    PhiloxStream none = {};
+    int mk = cuda_prof_begin(L->b);
+    f->rows(L, x, N, in, 0, none, xq, linear_dev_scalar(L, D_AMAX_X));
+    book_mem(L, f, mk, "quant x fwd", NULL, quant_bytes(f, 1, N, in, 1));
+  }
+  QOp hq;
+  SavedX *sv;
+  fused_outputs(L, down, N, F, &hq, &sv, S_X_ROW2);  // down's copies: the row copy beside up's input, not on it
+  const Fp8Operand a = {xq.q, xq.sf, xq.blk128}, b = {qw->wq.q, qw->wq.sf, qw->wq.blk128};
+  const MxOut row = linear_mx_out(hq), col = linear_col_out(L, sv->col, N, F);
+  const char *why = swiglu_epilogue_unsupported(a, b, N, F, in, row, col);
+  if (why) die("linear_fp4_forward_swiglu: layer %d: %s", id.layer, why);
+  const float *alpha_dev = NULL;
+  const float alpha = f->alpha(L, NULL, qw->amax, &alpha_dev);
+  int mk = cuda_prof_begin(L->b);
+  up_gemm_swiglu_mx_cuda(up, gate, a, b, N, F, in, alpha, linear_mx_mode(L), row, L->recipe.hadamard == 32, col, 0, 1);
+  if (mk >= 0) {
+    GemmShape s = {0, 0, 1, N, F, in, GEMM_ENGINE_FP8_BLK};
+    // the GEMM's operands and up, gate read, down's two copies (E4M3 and a float per 128) written
+    const double bytes = (double)(N + F) * in + 4.0 * N * F + 2.0 * (N * (double)F + N * (double)F / 32.0);
+    cuda_prof_end(L->b, mk, "cutlass gemm fwd+swiglu up", PROF_GEMM, bytes, 2.0 * N * (double)F * in, &s);
+  }
+  fused_done(L, down, format_of(L, down, CONTR_FPROP), x_token, N, F, sv, S_X_ROW2);
 }
 
 // The residual add in the Fprop GEMM's epilogue: the FP8 path's kernels add beta * src to alpha * acc
@@ -521,10 +570,10 @@ void linear_fp4_forward(LinearFp4 *L, LinearId id, bf16 *out, const bf16 *x, con
   check_shape(f, id, N, in, out_dim);
   const QWeight *qw = weight_of(L, id, w, w16, wversion, in, out_dim);
   const int fp8 = linear_fp8_path(L, f);
-  QOp xq = linear_scratch_op(L, f, S_X_ROW, fp8, 0, N, in);
   const XQuant *fq = &L->xq[XQ_ROW];  // a fused producer made x's copies for this very linear
   const int fused = fq->fused && fq->x == x && fq->f == f && fq->N == N && fq->in == in && fq->layer == id.layer &&
                     fq->kind == id.kind;
+  QOp xq = linear_scratch_op(L, f, fused ? fq->slot : S_X_ROW, fp8, 0, N, in);
   const int shared = reuse_x(L, XQ_ROW, id, f, x, N, in) || fused;
   // The group leader keeps x's Wgrad copy (in the Wgrad's format) for the backward (saved quantized,
   // see SavedX).

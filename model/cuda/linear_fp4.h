@@ -117,6 +117,10 @@ int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id);
 int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
                                 const __nv_bfloat16 *dout, const __nv_bfloat16 *gate, const __nv_bfloat16 *up, int N,
                                 int F);
+// SwiGLU and down's input producer in up's GEMM epilogue (Ops.matmul_swiglu_fwd, model/cuda/swiglu_epilogue.h):
+// 1 where up's Fprop and down's fused SwiGLU producer both run MXFP4 on the FP8 path, CUTLASS is built and
+// the GPU is Hopper, N and F are multiples of 128, and fusion is on. Then linear_fp4_forward_swiglu runs both.
+int linear_fp4_fuses_swiglu(const LinearFp4 *L, LinearId up, LinearId down, int N, int F);
 long linear_fp4_fused_calls(const LinearFp4 *L);  // fused producers run so far (for tests)
 
 #ifdef __cplusplus
@@ -145,6 +149,11 @@ int linear_fp4_fused_rmsnorm(LinearFp4 *L, LinearId leader, const void *x_token,
                              const float *w, int N, int D);
 int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, const bf16 *gate, const bf16 *up, int N,
                             int F);
+// linear_fp4_forward(up_id, up, x, ..., N, in, F), then linear_fp4_fused_swiglu(down, x_token, gate, up, N, F), in
+// one kernel; where linear_fp4_fuses_swiglu says so.
+void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId up_id, LinearId down, bf16 *up, const void *x_token,
+                               const bf16 *x, const float *w, const bf16 *w16, uint64_t wversion, const bf16 *gate,
+                               int N, int in, int F);
 
 // ---- internal: shared by linear_fp4.cu and the format files ----------------------------------
 
@@ -178,6 +187,7 @@ typedef struct {
   int N, in, layer;
   LinearKind kind;  // the kind of the linear that last quantized x (or reused it)
   int fused;        // made by a fused producer for `kind` itself (linear_fp4_fused_*): nothing to quantize
+  int slot;         // the scratch role holding the row copy: S_X_ROW, or S_X_ROW2 (from up's GEMM epilogue)
 } XQuant;
 
 // x's Wgrad copy kept from the forward (saved tensors kept quantized, linear_fp4.cu).
@@ -200,7 +210,8 @@ typedef struct {
 } DyFused;
 
 // scratch per operand role (S_DY_ROW2, S_DY_COL2: up's dY copies made with gate's by the fused SwiGLU backward)
-enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_CTA_AMAX, S_CTA_ACC, S_DY_ROW2, S_DY_COL2, S_N };
+// S_X_ROW2: down's x row copy made in up's GEMM epilogue, while that GEMM still reads S_X_ROW
+enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_CTA_AMAX, S_CTA_ACC, S_DY_ROW2, S_DY_COL2, S_X_ROW2, S_N };
 enum { XQ_ROW, XQ_COL, XQ_N };
 // Device scalars (tensor amaxes and the GEMM alpha of formats that scale per tensor), 64 bytes apart.
 enum { D_AMAX_X, D_AMAX_DY, D_AMAX_DY_COL, D_AMAX_X_COL, D_ALPHA, D_N };

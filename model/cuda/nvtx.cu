@@ -68,6 +68,10 @@ constexpr const char *MATMUL_RES_FWD[LIN_NKINDS + 1] = {
     "matmul+residual fwd q",    "matmul+residual fwd k",    "matmul+residual fwd v",
     "matmul+residual fwd o",    "matmul+residual fwd gate", "matmul+residual fwd up",
     "matmul+residual fwd down", "matmul+residual fwd head", "matmul+residual fwd"};
+constexpr const char *MATMUL_SWIGLU_FWD[LIN_NKINDS + 1] = {
+    "matmul+swiglu fwd q",    "matmul+swiglu fwd k",    "matmul+swiglu fwd v",
+    "matmul+swiglu fwd o",    "matmul+swiglu fwd gate", "matmul+swiglu fwd up",
+    "matmul+swiglu fwd down", "matmul+swiglu fwd head", "matmul+swiglu fwd"};
 constexpr const char *MATMUL_BWD[LIN_NKINDS + 1] = {"matmul bwd q",    "matmul bwd k",    "matmul bwd v",
                                                     "matmul bwd o",    "matmul bwd gate", "matmul bwd up",
                                                     "matmul bwd down", "matmul bwd head", "matmul bwd"};
@@ -89,6 +93,9 @@ void cuda_nvtx_wrap(CudaBackend *b) {
   if (t->matmul_residual_fwd)
     t->matmul_residual_fwd =
         Ranged<decltype(t->matmul_residual_fwd)>::call_linear<&Ops::matmul_residual_fwd, MATMUL_RES_FWD>;
+  if (t->matmul_swiglu_fwd)
+    t->matmul_swiglu_fwd =
+        Ranged<decltype(t->matmul_swiglu_fwd)>::call_linear<&Ops::matmul_swiglu_fwd, MATMUL_SWIGLU_FWD>;
   if (t->matmul_bwd) t->matmul_bwd = Ranged<decltype(t->matmul_bwd)>::call_linear<&Ops::matmul_bwd, MATMUL_BWD>;
   t->range_push = range_push;
   t->range_pop = range_pop;

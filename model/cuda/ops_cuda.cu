@@ -543,6 +543,15 @@ static void cu_swiglu_fwd_into(void *ctx, LinearId leader, void *out, const void
   cu_swiglu_fwd(ctx, out, gate, up, (size_t)N * F);
 }
 
+static int cu_matmul_swiglu_fwd(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x,
+                                const float *w, const void *gate, int N, int in, int F) {
+  CudaBackend *b = (CudaBackend *)ctx;
+  if (!linear_fp4_fuses_swiglu(b->lin, up_id, down, N, F)) return 0;
+  const bf16 *w16 = shadow_of(b, w, (size_t)in * F, "FP4 matmul_swiglu_fwd");
+  linear_fp4_forward_swiglu(b->lin, up_id, down, mb(up), out, cb(x), w, w16, b->wversion, cb(gate), N, in, F);
+  return 1;
+}
+
 static void cu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                           size_t n) {
   CudaBackend *b = (CudaBackend *)ctx;
@@ -681,6 +690,7 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->swiglu_fwd = cu_swiglu_fwd;
   o->rmsnorm_fwd_into = cu_rmsnorm_fwd_into;
   o->swiglu_fwd_into = cu_swiglu_fwd_into;
+  o->matmul_swiglu_fwd = cu_matmul_swiglu_fwd;
   o->swiglu_bwd = cu_swiglu_bwd;
   o->residual_fwd = cu_residual_fwd;
   o->swiglu_bwd_into = cu_swiglu_bwd_into;

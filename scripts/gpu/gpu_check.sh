@@ -150,7 +150,7 @@ if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion of
   for f in ${FUSION_MODES:-off auto on}; do  # FUSION_MODES: a subset, e.g. "off on"
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
       --set precision.fusion=$f >"$OUT/bench_fusion_$f.log" 2>&1
-    grep -E "^(residual|swiglu (fwd|bwd)|rmsnorm fwd)|gemm fwd(\+res)? (o|down) |quant x fwd|quant dy dual" \
+    grep -E "^(residual|swiglu (fwd|bwd)|rmsnorm fwd)|gemm fwd(\+res|\+swiglu)? (o|up|down) |quant x fwd|quant dy dual" \
       "$OUT/bench_fusion_$f.log"
     note "fusion $f: $(grep '^per layer' "$OUT/bench_fusion_$f.log" | head -n 1 || echo "no result")"
     while read -r l; do note "fusion $f: $l"; done < <(grep '^BENCH' "$OUT/bench_fusion_$f.log")

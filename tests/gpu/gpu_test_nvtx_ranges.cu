@@ -29,6 +29,7 @@
 #include "common/common.h"
 #include "common/cuda_common.h"
 #include "common/gemm_plans.h"
+#include "fp4/gemm_cutlass.h"
 #include "fp4/recipe.h"
 #include "model/cuda/linear_fp4.h"
 #include "model/cuda/ops_cuda.h"
@@ -275,6 +276,11 @@ static const char *const BLOCK_FWD_FUSED[] = {"rmsnorm fwd",
                                               "matmul fwd up",
                                               "swiglu fwd",
                                               "matmul+residual fwd down"};
+// And with SwiGLU and down's input producer in up's GEMM epilogue too (Ops.matmul_swiglu_fwd: CUTLASS on Hopper).
+static const char *const BLOCK_FWD_FUSED_SWIGLU[] = {
+    "rmsnorm fwd", "matmul fwd q",    "matmul fwd k",         "matmul fwd v",
+    "rope fwd",    "rope fwd",        "attention fwd",        "matmul+residual fwd o",
+    "rmsnorm fwd", "matmul fwd gate", "matmul+swiglu fwd up", "matmul+residual fwd down"};
 static const char *const BLOCK_BWD[] = {"matmul bwd down", "swiglu bwd",   "matmul bwd gate", "matmul bwd up",
                                         "rmsnorm bwd",     "matmul bwd o", "attention bwd",   "rope bwd",
                                         "rope bwd",        "matmul bwd q", "matmul bwd k",    "matmul bwd v",
@@ -294,7 +300,7 @@ static int in_list(const char *const *l, int n, const char *name) {
 }
 
 // The step's ranges: balanced, nested as a timeline should be, in the graph's order.
-static void check_structure(const Step *s, int residual_fused) {
+static void check_structure(const Step *s, int residual_fused, int swiglu_fused) {
   int depth = 0, min_depth = 0, in_op = 0, deep_blocks = 0, nblock = -1;
   const char *open[MAX_DEPTH] = {0};
   List top, blocks, inner[8];
@@ -329,6 +335,7 @@ static void check_structure(const Step *s, int residual_fused) {
   for (int k = 0; k < blocks.n && k < 8; k++) {
     const int fwd = strstr(blocks.name[k], " fwd") != NULL;
     const int ok = !fwd             ? equals(&inner[k], BLOCK_BWD, N_OF(BLOCK_BWD))
+                   : swiglu_fused   ? equals(&inner[k], BLOCK_FWD_FUSED_SWIGLU, N_OF(BLOCK_FWD_FUSED_SWIGLU))
                    : residual_fused ? equals(&inner[k], BLOCK_FWD_FUSED, N_OF(BLOCK_FWD_FUSED))
                                     : equals(&inner[k], BLOCK_FWD, N_OF(BLOCK_FWD));
     CHECK(ok, "%s holds the ops of llama.c's block %s, in order: %s", blocks.name[k], fwd ? "forward" : "backward",
@@ -360,7 +367,8 @@ static int gemm_range(const char *row, char *range, size_t len) {
   char use[16], kind[16];
   if (!gemm_row(row, use, kind)) return 0;
   if (!strcmp(kind, "head")) snprintf(range, len, "head ce");
-  else if (!strcmp(use, "fwd+res")) snprintf(range, len, "matmul+residual fwd %s", kind);  // the residual epilogue
+  else if (!strcmp(use, "fwd+res")) snprintf(range, len, "matmul+residual fwd %s", kind);   // the residual epilogue
+  else if (!strcmp(use, "fwd+swiglu")) snprintf(range, len, "matmul+swiglu fwd %s", kind);  // the SwiGLU epilogue
   else snprintf(range, len, "matmul %s %s", strcmp(use, "fwd") ? "bwd" : "fwd", kind);
   return 1;
 }
@@ -437,11 +445,12 @@ static void check_table(const Ops *ops, const char *recipe, const int *in, const
     if (in_list(UNTIMED, N_OF(UNTIMED), name)) timed_untimed += ut->n > 0;
     else if (ut->n == 0) empty++, printf("  ! range '%s' holds no row of the table\n", name);
     char use[8] = "fwd", kind[8];
-    const int res = sscanf(name, "matmul+residual fwd %7s", kind) == 1;  // its GEMM row: "gemm fwd+res KIND"
-    if (!res && sscanf(name, "matmul %7s %7s", use, kind) != 2) continue;
+    const int res = sscanf(name, "matmul+residual fwd %7s", kind) == 1;        // its GEMM row: "gemm fwd+res KIND"
+    const int swi = !res && sscanf(name, "matmul+swiglu fwd %7s", kind) == 1;  // "gemm fwd+swiglu KIND"
+    if (!res && !swi && sscanf(name, "matmul %7s %7s", use, kind) != 2) continue;
     matmuls++;
     const int fwd = !strcmp(use, "fwd");
-    const char *uses[2] = {res ? "fwd+res" : fwd ? "fwd" : "dgrad", fwd ? NULL : "wgrad"};
+    const char *uses[2] = {res ? "fwd+res" : swi ? "fwd+swiglu" : fwd ? "fwd" : "dgrad", fwd ? NULL : "wgrad"};
     for (int k = 0; k < 2; k++) {
       if (!uses[k]) continue;
       int found = 0;
@@ -500,7 +509,11 @@ int main(void) {
     const int fused = linear_fp4_fuses_residual(((CudaBackend *)ranged->ctx)->lin, (LinearId){0, LIN_O});
     CHECK(fused == (k == 2 && cuda_device_cc() == 90), "%s: the residual add in the o GEMM's epilogue: %s", recipes[k],
           fused ? "yes" : "no");
-    check_structure(all, fused);
+    const int swiglu = linear_fp4_fuses_swiglu(((CudaBackend *)ranged->ctx)->lin, (LinearId){0, LIN_UP},
+                                               (LinearId){0, LIN_DOWN}, NVTX_N, 384);
+    CHECK(k == 2 || !swiglu, "%s: SwiGLU in the up GEMM's epilogue only with fusion on: %s", recipes[k],
+          swiglu ? "yes" : "no");
+    check_structure(all, fused, swiglu);
     snprintf(what, sizeof what, "%s: the per-kernel table against the ranges", recipes[k]);
     TEST_SECTION(what);
     check_table(ranged, recipes[k], in, tg, all);
