@@ -40,13 +40,16 @@ if grep -q '^CUDA_BUILD := 1' "$tmp/tree/b/deps.mk" 2>/dev/null; then
   out=$(deps_build env PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_RETRIES=0)
   check "... and the next make does not try again" '[ -z "$out" ]'
 
-  # The Makefile: the flags on gemm_cutlass.cu alone when the headers are there, a note when not.
+  # The Makefile: the flags on the two CUTLASS files alone when the headers are there, a note when not.
   mkdir -p "$tmp/cl/include/cutlass" && touch "$tmp/cl/include/cutlass/cutlass.h" "$tmp/cl/include/cutlass/version.h"
   out=$(AUTO_DEPS=0 make -n BUILD="$tmp/b1" CUTLASS_HOME="$tmp/cl" 2>&1)
   line=$(grep -- "-c fp4/gemm_cutlass.cu" <<<"$out")
   check "with headers: gemm_cutlass.cu gets FP4_HAVE_CUTLASS, NDEBUG and the include path" \
     'grep -q -- "-DFP4_HAVE_CUTLASS -DNDEBUG -I$tmp/cl/include --expt-relaxed-constexpr" <<<"$line"'
-  check "... and no other file does" '[ "$(grep -c -- "-DFP4_HAVE_CUTLASS" <<<"$out")" -eq 1 ]'
+  line=$(grep -- "-c model/cuda/swiglu_epilogue.cu" <<<"$out")
+  check "... and so does swiglu_epilogue.cu (the SwiGLU epilogue)" \
+    'grep -q -- "-DFP4_HAVE_CUTLASS -DNDEBUG -I$tmp/cl/include --expt-relaxed-constexpr" <<<"$line"'
+  check "... and no other file does" '[ "$(grep -c -- "-DFP4_HAVE_CUTLASS" <<<"$out")" -eq 2 ]'
   out=$(AUTO_DEPS=0 make -n BUILD="$tmp/b2" CUTLASS_HOME="$tmp/none" 2>&1)
   check "without: the stub is built and a note says why" \
     'grep -q -- "-c fp4/gemm_cutlass.cu" <<<"$out" && ! grep -q -- "-DFP4_HAVE_CUTLASS" <<<"$out" &&
