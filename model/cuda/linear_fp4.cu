@@ -400,14 +400,36 @@ static void forget_x(LinearFp4 *L) {
 
 // Fusion on: precision.fusion is not off.
 static int fusing(const LinearFp4 *L) { return L->recipe.fusion != FUSION_OFF; }
-// The newer fusions (the residual epilogue, the fused SwiGLU backward) run under precision.fusion: on,
-// and under auto once a GPU session has passed their tests (gpu_test_fp4_gemm, gpu_test_fused,
-// gpu_test_fp4_linear) and `gpu_check.sh fusion` measured the step faster with them: then its *_IN_AUTO
-// becomes 1 (docs/formats.md §4 has the measurements).
+// The newer fusions (the residual epilogue, the fused SwiGLU backward, the SwiGLU epilogue) run under
+// precision.fusion: on, and under auto once a GPU session has passed their tests (gpu_test_fp4_gemm,
+// gpu_test_fused, gpu_test_swiglu_epilogue, gpu_test_fp4_linear) and `gpu_check.sh fusion` measured the step
+// faster with them: then its *_IN_AUTO becomes 1 (docs/formats.md §4 has the measurements).
+// FP4_FUSIONS (environment, for measuring each alone: `gpu_check.sh fusion`) narrows `on` to a comma list of
+// residual, swiglu_bwd, swiglu_epilogue; unset: all three.
 #define RESIDUAL_EPILOGUE_IN_AUTO 0
 #define SWIGLU_BWD_FUSED_IN_AUTO 0
-static int fusing_new(const LinearFp4 *L, int in_auto) {
-  return fusing(L) && (L->recipe.fusion == FUSION_ON || in_auto);
+#define SWIGLU_EPILOGUE_IN_AUTO 0
+enum { NEW_RESIDUAL = 1, NEW_SWIGLU_BWD = 2, NEW_SWIGLU_EPILOGUE = 4 };
+static int new_fusions_on(void) {
+  static int mask = -1;
+  if (mask < 0) {
+    const char *e = getenv("FP4_FUSIONS");
+    if (!e) return mask = 7;
+    mask = 0;
+    const char *names[3] = {"residual", "swiglu_bwd", "swiglu_epilogue"};
+    for (const char *p = e; *p;) {
+      const size_t n = strcspn(p, ",");
+      int known = 0;
+      for (int i = 0; i < 3; i++)
+        if (n == strlen(names[i]) && !strncmp(p, names[i], n)) mask |= 1 << i, known = 1;
+      if (!known && n) die("FP4_FUSIONS=%s: '%.*s' is not one of residual, swiglu_bwd, swiglu_epilogue", e, (int)n, p);
+      p += n + (p[n] == ',');
+    }
+  }
+  return mask;
+}
+static int fusing_new(const LinearFp4 *L, int in_auto, int which) {
+  return fusing(L) && ((L->recipe.fusion == FUSION_ON && (new_fusions_on() & which)) || in_auto);
 }
 long linear_fp4_fused_calls(const LinearFp4 *L) { return L->fused_calls; }
 
@@ -465,11 +487,10 @@ int linear_fp4_fused_swiglu(LinearFp4 *L, LinearId leader, const void *x_token, 
   return 1;
 }
 
-// SwiGLU and down's producers in up's GEMM epilogue: its own switch into auto, as the newer fusions'.
-#define SWIGLU_EPILOGUE_IN_AUTO 0
 int linear_fp4_fuses_swiglu(const LinearFp4 *L, LinearId up, LinearId down, int N, int F) {
   if (up.kind != LIN_UP || down.kind != LIN_DOWN || up.layer != down.layer || N % 128 || F % 128) return 0;
-  if (!fusing_new(L, SWIGLU_EPILOGUE_IN_AUTO) || !linear_fp4_fusable(L, down) || !fp4_gemm_cutlass_available())
+  if (!fusing_new(L, SWIGLU_EPILOGUE_IN_AUTO, NEW_SWIGLU_EPILOGUE) || !linear_fp4_fusable(L, down) ||
+      !fp4_gemm_cutlass_available())
     return 0;
   const LinearFormat *f = linear_fp4_runs(L, up, CONTR_FPROP) ? format_of(L, up, CONTR_FPROP) : NULL;
   return f == &linear_mxfp4 && format_of(L, down, CONTR_FPROP) == &linear_mxfp4 && linear_fp8_path(L, f);
@@ -514,7 +535,7 @@ void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *u
 // rounded to BF16 first (fp4_gemm_fp8_src), so with beta 1 the bits are those of the GEMM then the add.
 int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
   const LinearFormat *f = linear_fp4_runs(L, id, CONTR_FPROP) ? format_of(L, id, CONTR_FPROP) : NULL;
-  return fusing_new(L, RESIDUAL_EPILOGUE_IN_AUTO) && f && linear_fp8_path(L, f);
+  return fusing_new(L, RESIDUAL_EPILOGUE_IN_AUTO, NEW_RESIDUAL) && f && linear_fp8_path(L, f);
 }
 
 // dY of linear id quantized by one dual producer of its format on the FP8 path (Dgrad and Wgrad in
@@ -530,7 +551,7 @@ static const LinearFormat *dy_fusable(const LinearFp4 *L, LinearId id) {
 int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
                                 const bf16 *dout, const bf16 *gate, const bf16 *up, int N, int F) {
   const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
-  const LinearFormat *f = fusing_new(L, SWIGLU_BWD_FUSED_IN_AUTO) ? dy_fusable(L, g) : NULL;
+  const LinearFormat *f = fusing_new(L, SWIGLU_BWD_FUSED_IN_AUTO, NEW_SWIGLU_BWD) ? dy_fusable(L, g) : NULL;
   if (!f || dy_fusable(L, u) != f) return 0;
   const int blk = dy_col_blk(L, f);
   const QOp rg = linear_scratch_op(L, f, S_DY_ROW, 1, 0, N, F), cg = linear_scratch_op(L, f, S_DY_COL, 1, blk, F, N);

@@ -28,7 +28,7 @@
 # default): ./train --bench-save at 8B shapes with CKPT_LAYERS (4) layers: the stall of an asynchronous checkpoint
 # save (state copied into pinned host memory) and its background write, extrapolated per rank of 1-8 (target: under
 # 1 s per rank; docs/checkpoint_format.md). fusion (not default): the MXFP4 8B bench with precision.fusion off,
-# auto and on, in one call: each fusion's rows of the per-kernel table and the time per layer before and after.
+# auto and on in one call (FUSION_MODES; on:NAME narrows on to one fusion, FP4_FUSIONS): each fusion's rows of the per-kernel table and the time per layer before and after.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -146,14 +146,16 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
 fi
 
 if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, auto, on (precision.fusion), one call
-  # (auto: the fusions measured faster; on: also the residual epilogue and the fused SwiGLU backward)
-  for f in ${FUSION_MODES:-off auto on}; do  # FUSION_MODES: a subset, e.g. "off on"
-    timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 \
-      --set precision.fusion=$f >"$OUT/bench_fusion_$f.log" 2>&1
+  # (auto: the fusions measured faster; on: also the residual epilogue, the fused SwiGLU backward and the SwiGLU
+  # epilogue; on:NAME[,NAME]: `on` narrowed to those (FP4_FUSIONS), each measured alone against off)
+  for spec in ${FUSION_MODES:-off auto on}; do  # e.g. "off on:residual on:swiglu_bwd on:swiglu_epilogue on"
+    f=${spec%%:*}; only=; [[ $spec == *:* ]] && only=${spec#*:}; tag=${spec//[:,]/_}
+    FP4_FUSIONS=${only:-residual,swiglu_bwd,swiglu_epilogue} timeout 300 ./train configs/llama3_8b.yaml --bench \
+      --layers "$layers" --set precision.recipe=mxfp4 --set precision.fusion=$f >"$OUT/bench_fusion_$tag.log" 2>&1
     grep -E "^(residual|swiglu (fwd|bwd)|rmsnorm fwd)|gemm fwd(\+res|\+swiglu)? (o|up|down) |quant x fwd|quant dy dual" \
-      "$OUT/bench_fusion_$f.log"
-    note "fusion $f: $(grep '^per layer' "$OUT/bench_fusion_$f.log" | head -n 1 || echo "no result")"
-    while read -r l; do note "fusion $f: $l"; done < <(grep '^BENCH' "$OUT/bench_fusion_$f.log")
+      "$OUT/bench_fusion_$tag.log"
+    note "fusion $spec: $(grep '^per layer' "$OUT/bench_fusion_$tag.log" | head -n 1 || echo "no result")"
+    while read -r l; do note "fusion $spec: $l"; done < <(grep '^BENCH' "$OUT/bench_fusion_$tag.log")
   done
 fi
 
