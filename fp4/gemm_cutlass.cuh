@@ -99,8 +99,9 @@ using EpilogueTree = fusion::Sm90EVT<
                     fusion::Sm90AccFetch>>;
 
 // One kernel: the scale pair (A_BLK: A in BLK128x128, else B), the out type, tile, cluster, schedule,
-// and the epilogue's tree of nodes (EpilogueTree's by default).
-template <bool A_BLK, class D, class Tile, class Cluster, bool PINGPONG, class Tree = EpilogueTree<D>>
+// and the epilogue's tree of nodes (EpilogueTree's by default). C: beta's matrix type, void for a tree that
+// reads none (then the epilogue keeps no shared memory for it, and the mainloop gets that for its stages).
+template <bool A_BLK, class D, class Tile, class Cluster, bool PINGPONG, class Tree = EpilogueTree<D>, class C = D>
 struct Kernel {
   using E4M3 = cutlass::float_e4m3_t;
   static constexpr auto MAJOR_A = A_BLK ? GMMA::Major::K : GMMA::Major::MN;
@@ -116,7 +117,7 @@ struct Kernel {
   static constexpr int ALIGN_D = 16 / sizeof(D);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, D, cutlass::layout::RowMajor, ALIGN_D, D,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, C, cutlass::layout::RowMajor, ALIGN_D, D,
       cutlass::layout::RowMajor, ALIGN_D, EpiSchedule, Tree>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4M3, cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16,
@@ -176,7 +177,8 @@ void run_tree(void *out, const void *src, Fp8Operand A, Fp8Operand B, int M, int
                    scale_layout<typename K::LayoutSFA>(M, K_, A.blk128),
                    B.scale,
                    scale_layout<typename K::LayoutSFB>(N, K_, B.blk128)};
-  args.epilogue = {tree, (const D *)(src ? src : out), sC, (D *)out, sD};
+  if constexpr (std::is_void_v<typename GK::ElementC>) args.epilogue = {tree, nullptr, sC, (D *)out, sD};
+  else args.epilogue = {tree, (const D *)(src ? src : out), sC, (D *)out, sD};
   args.hw_info.device_id = 0;
   CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
   args.hw_info.sm_count = cuda_sm_count();
