@@ -7,7 +7,7 @@
 // and, per 128 x 128 tile of h in shared memory, runs the dual producer of fp4/mx_dual.cuh on it: h's
 // row copy (down's Fprop operand, RNE, FP8 with VEC128 scales) and its column copy (down's Wgrad operand,
 // RNE, H32 or none, VEC128 or BLK128x128), the bytes mx_quantize_dual_swiglu_cuda writes from gate and
-// up (gpu_test_fused checks them). It saves that producer's read of gate and up and a launch.
+// up (gpu_test_swiglu_epilogue checks them). It saves that producer's read of up (gate it still reads) and a launch.
 //   A [M, K] (x, VEC128 scales), B [N, K] (W_up, BLK128x128 scales), gate and up [M, N] BF16;
 //   M, N multiples of 128 (whole tiles: the producer's 128-column groups); row: FP8 (VEC128), col: FP8.
 #pragma once
