@@ -50,8 +50,9 @@ echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if has build; then
   t0=$SECONDS
   # AUTO_DEPS=0: nothing to install from here; a build without its CUDA backend is a failure here.
-  # CUDA_ARCHS=90a: Hopper's code alone (sm_100a is compile-checked by every other build, CI's included)
-  if AUTO_DEPS=0 make -j"$(nproc)" all CUDA_ARCHS="${CUDA_ARCHS:-90a}" DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
+  # CUDA_ARCHS=90a: Hopper's code alone (sm_100a is compile-checked by every other build, CI's included);
+  # BUILD_TARGETS (default all): fewer make targets for a short call, e.g. "train build/gpu_tests/gpu_test_fused"
+  if AUTO_DEPS=0 make -j"$(nproc)" ${BUILD_TARGETS:-all} CUDA_ARCHS="${CUDA_ARCHS:-90a}" DEPS=.deps/root CUDNN_FE=.deps/cudnn_fe/include CUDA_HOME=/usr/local/cuda \
        >"$OUT/build.log" 2>&1 && grep -q '^CUDA_BUILD := 1' build/deps.mk; then note "build ok ($((SECONDS - t0))s)"
   else tail -n 40 "$OUT/build.log"; cp "$OUT/build.log" "$DEST/"; note "build FAILED"; exit 1; fi
 fi
