@@ -44,12 +44,7 @@ static float *make_input(int kind, int rows, int K) {
   return x;
 }
 
-static void *dalloc(size_t bytes) {
-  void *p;
-  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
-  CUDA_CHECK(cudaMemset(p, 0xAB, bytes ? bytes : 1));  // garbage: every output byte must be written
-  return p;
-}
+static void *dalloc(size_t bytes) { return dev_alloc(bytes, 0xAB); }  // garbage: every output byte must be written
 
 static void *upload(const void *h, size_t bytes) {
   void *d = dalloc(bytes);

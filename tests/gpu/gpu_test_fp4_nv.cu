@@ -65,11 +65,7 @@ static float *make_input(int kind, int rows, int K) {
 }
 
 // ---- device helpers -------------------------------------------------------------------------------
-static void *dalloc(size_t bytes) {
-  void *p;
-  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
-  return p;
-}
+static void *dalloc(size_t bytes) { return dev_alloc(bytes, -1); }
 
 static bf16 *upload_bf16(const float *x, size_t n) {
   bf16 *h = (bf16 *)xmalloc(n * sizeof(bf16) + 1), *d = (bf16 *)dalloc(n * sizeof(bf16));

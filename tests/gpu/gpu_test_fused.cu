@@ -21,12 +21,7 @@
 typedef __nv_bfloat16 bf16;
 static Rng rng;
 
-static void *dalloc(size_t n) {
-  void *p;
-  CUDA_CHECK(cudaMalloc(&p, n ? n : 1));
-  CUDA_CHECK(cudaMemset(p, 0, n ? n : 1));
-  return p;
-}
+static void *dalloc(size_t n) { return dev_alloc(n, 0); }
 
 // rows x K BF16 values: normal, every 37th an outlier (x 100) when outliers, every 101st an exact zero.
 static bf16 *make_bf16(size_t rows, size_t K, float scale, int outliers = 1) {

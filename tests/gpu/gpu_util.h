@@ -57,6 +57,14 @@ static void download_floats(float *h, const void *d, size_t n, int fp32) {
   free(t);
 }
 
+// A device buffer of `bytes` (at least 16), every byte `fill` (0-255; -1: left as cudaMalloc leaves it).
+static void *dev_alloc(size_t bytes, int fill) {
+  void *p;
+  CUDA_CHECK(cudaMalloc(&p, bytes > 16 ? bytes : 16));
+  if (fill >= 0) CUDA_CHECK(cudaMemset(p, fill, bytes > 16 ? bytes : 16));
+  return p;
+}
+
 // n bytes of a and b equal, each a device (a_dev, b_dev: 1) or host buffer, once cuda_stream()'s work is
 // done; when what is given, a mismatch prints how many bytes differ and the first (with its row and column
 // when row_len > 0).
