@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The build's cost on this machine (docs/gemm_cutlass.md): wall and CPU seconds and peak memory of
-# fp4/gemm_cutlass.cu.o alone, then of a clean `make -j2` of a copy of the tree with and without
+# the CUTLASS files alone (gemm_cutlass.cu, swiglu_epilogue.cu), after a clean `make -j2` of a copy of the tree with and without
 # CUTLASS (CUTLASS_HOME=none). Run it on an otherwise idle machine; it prints one line per build.
 #   bash scripts/dev/build_cost.sh
 set -euo pipefail
@@ -25,3 +25,5 @@ rm -rf build
 measure "make -j2 (with CUTLASS)" make -j2 all
 rm -f build/fp4/gemm_cutlass.cu.o
 measure "fp4/gemm_cutlass.cu.o alone" make build/fp4/gemm_cutlass.cu.o
+rm -f build/model/cuda/swiglu_epilogue.cu.o
+measure "model/cuda/swiglu_epilogue.cu.o alone" make build/model/cuda/swiglu_epilogue.cu.o
