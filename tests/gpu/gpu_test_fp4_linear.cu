@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "fp4/gemm_cutlass.h"
 #include "fp4/mxfp4.h"
 #include "fp4/recipe.h"
 #include "common/cuda_common.h"
@@ -386,11 +387,12 @@ static void test_model(void) {
   // Format-aware fusion: with saving on, the attention and FFN norms and SwiGLU run inside the
   // producers of q's, gate's and down's FP4 inputs (model/cuda/quant_fused.h; their BF16 outputs are never
   // written), and on the FP8 path the o and down projections add the residual in their GEMM's epilogue
-  // (Ops.matmul_residual_fwd) and SwiGLU's backward runs inside gate's and up's dY producer
-  // (Ops.swiglu_bwd_into). Off, the ops write BF16, the linears quantize it and the residual add is a
+  // (Ops.matmul_residual_fwd), SwiGLU's backward runs inside gate's and up's dY producer
+  // (Ops.swiglu_bwd_into), and SwiGLU with down's producers runs in up's GEMM epilogue (Ops.matmul_swiglu_fwd,
+  // CUTLASS on Hopper). Off, the ops write BF16, the linears quantize it and the residual add is a
   // kernel of its own. No bit may change: H32 and no Hadamard, FP8 and exact-reference GEMMs.
   {
-    // mx as it ships (precision.fusion auto: not the two fusions yet to run on a GPU), then every fusion
+    // mx as it ships (precision.fusion auto: not the fusions yet to run on a GPU), then every fusion
     Recipe on = mx, noh = mx, ref = mx, xt = mx;
     noh.hadamard = 0, ref.gemm = GEMM_REFERENCE, ref.wgrad_2d = WGRAD_2D_OFF, xt.wgrad_2d = WGRAD_2D_X;
     on.fusion = noh.fusion = ref.fusion = xt.fusion = FUSION_ON;
@@ -411,6 +413,10 @@ static void test_model(void) {
                             linear_fp4_fuses_residual(LF, (LinearId){c.n_layers - 1, LIN_DOWN});
       CHECK(res_fused == new_ones, "%s: the residual add in the o and down epilogues: %s", fname[k],
             res_fused ? "yes" : "no");
+      // and SwiGLU with down's producers in up's GEMM epilogue (CUTLASS on Hopper; N and F multiples of 128)
+      const int swi_fused = linear_fp4_fuses_swiglu(LF, (LinearId){0, LIN_UP}, (LinearId){0, LIN_DOWN}, N, c.ffn_dim);
+      CHECK(swi_fused == (new_ones && fp4_gemm_cutlass_available()), "%s: SwiGLU in up's GEMM epilogue: %s", fname[k],
+            swi_fused ? "yes" : "no");
       // per block: both norms and SwiGLU forward, and under fusion on, on the FP8 path, SwiGLU's backward
       const long per_block = 3 + new_ones;
       CHECK(fused == per_block * c.n_layers, "%s: %ld fused producers ran, expected %ld per block (%ld)", fname[k],
@@ -425,6 +431,7 @@ static void test_model(void) {
             res_fused ? ", SwiGLU's backward into gate's and up's dY, the residual adds into the o/down epilogues,"
                       : "",
             on.loss);
+      if (swi_fused && on.loss == off.loss) printf("  %s: ... and with SwiGLU in up's GEMM epilogue\n", fname[k]);
       free(on.grads), free(off.grads);
     }
   }
