@@ -67,14 +67,17 @@ typedef struct {
 
 // Median ms of the forward and of the backward over `steps` synced calls each, cycling through the
 // n_sets document sets (docs NULL: plain causal), after one untimed call of each. Each backward
-// follows an untimed forward on its own documents (their lse).
-static void time_variant(const Ops *op, const Buffers *b, const DocMask *docs, int n_sets, int steps, double *fwd_ms,
-                         double *bwd_ms) {
+// follows an untimed forward on its own documents (their lse). flush (NULL: none): a buffer of
+// flush_bytes zeroed before each timed call, so that q, k, v (16-64 MB at 8B shapes, within a GPU's L2)
+// come from memory as in a training step, not from the L2 the previous repetition left them in.
+static void time_variant(const Ops *op, const Buffers *b, const DocMask *docs, int n_sets, int steps, void *flush,
+                         size_t flush_bytes, double *fwd_ms, double *bwd_ms) {
   double *t = xmalloc((size_t)steps * sizeof(double));
   for (int pass = 0; pass < 2; pass++) {
     for (int s = -n_sets; s < steps; s++) {  // negative s: the warm-up calls
       const DocMask *d = docs ? &docs[(s + n_sets) % n_sets] : NULL;
       if (pass == 1) op->attention_fwd(op->ctx, b->out, b->lse, b->q, b->k, b->v, d, b->B, b->T, b->H, b->KV, b->hd);
+      if (flush) op->zero(op->ctx, flush, flush_bytes);
       op->sync(op->ctx);
       double t0 = now_seconds();
       if (pass == 0) op->attention_fwd(op->ctx, b->out, b->lse, b->q, b->k, b->v, d, b->B, b->T, b->H, b->KV, b->hd);
@@ -148,10 +151,15 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
       WEB_DOC_MEAN, WEB_DOC_SIGMA, DRAWS, b.B, (double)total_docs / DRAWS, longest,
       100.0 * pairs / DRAWS / causal_pairs);
 
-  double pf, pb, mf, mb;
-  time_variant(op, &b, NULL, 1, steps, &pf, &pb);
-  time_variant(op, &b, docs, DRAWS, steps, &mf, &mb);
+  double pf, pb, mf, mb, cf = 0, cb = 0;
+  time_variant(op, &b, NULL, 1, steps, NULL, 0, &pf, &pb);
+  time_variant(op, &b, docs, DRAWS, steps, NULL, 0, &mf, &mb);
   const double bb = time_back_to_back(op, &b, steps);
+  // plain causal again with the L2 flushed before each call (GPU backends: 256 MB, several times any L2)
+  const int gpu = strcmp(op->name, "cpu") != 0;
+  const size_t flush_bytes = (size_t)256 << 20;
+  void *flush = gpu ? op->alloc(op->ctx, flush_bytes) : NULL;
+  if (flush) time_variant(op, &b, NULL, 1, steps, flush, flush_bytes, &cf, &cb);
   // FLOPs as FlashAttention counts them: 2 matmuls of 2 * hd per (query, key) pair and head forward,
   // 5 backward; the pairs are those computed, the causal triangle or the documents' triangles.
   const double f_plain = 4.0 * causal_pairs * b.H * b.hd, f_docs = 4.0 * pairs / DRAWS * b.H * b.hd;
@@ -163,10 +171,14 @@ int bench_attention_main(const TrainConfig *cfg, const Ops *op, int steps) {
   printf("| document-masked | %.3f | %.3f | %.3f | %.3g, %.3g, %.3g |\n", mf, mb, mf + mb, f_docs / mf * 1e-9,
          2.5 * f_docs / mb * 1e-9, 3.5 * f_docs / (mf + mb) * 1e-9);
   printf("| plain causal, %d pairs back to back | - | - | %.3f | -, -, %.3g |\n", steps, bb, 3.5 * f_plain / bb * 1e-9);
+  if (flush)
+    printf("| plain causal, L2 flushed before each call | %.3f | %.3f | %.3f | %.3g, %.3g, %.3g |\n", cf, cb, cf + cb,
+           f_plain / cf * 1e-9, 2.5 * f_plain / cb * 1e-9, 3.5 * f_plain / (cf + cb) * 1e-9);
   printf("BENCH attention %s plain causal     fwd+bwd %8.3f ms\n", op->name, pf + pb);
   printf("BENCH attention %s document-masked  fwd+bwd %8.3f ms  (%.2fx plain; the pairs alone would give %.2fx)\n",
          op->name, mf + mb, (mf + mb) / (pf + pb), pairs / DRAWS / causal_pairs);
 
+  if (flush) op->release(op->ctx, flush);
   void *bufs[] = {b.q, b.k, b.v, b.out, b.dout, b.dq, b.dk, b.dv, b.lse};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) op->release(op->ctx, bufs[i]);
   for (int d = 0; d < DRAWS; d++) op->release(op->ctx, (void *)docs[d].start), op->release(op->ctx, (void *)docs[d].cu);
