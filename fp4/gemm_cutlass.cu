@@ -35,18 +35,14 @@
 namespace {
 using namespace fp4_cutlass;
 
-// The kernel (fp4/gemm_cutlass.cuh's T128, C11, cooperative), instantiated for the two scale-pair/out
-// combinations the linear uses. (Two-CTA clusters along M or N and the ping-pong schedule with 64-row
-// tiles were built too and won no shape of an 8B block against cuBLASLt on an H100, where this one won
-// one: docs/gemm_cutlass.md; removed on 2026-12-05.)
-
-template <class TileBf16, class TileF32, class Cluster, bool PP>
+// The kernel (fp4/gemm_cutlass.cuh's), for the two scale-pair/out combinations the linear uses: BF16 out
+// with a BLK128x128 B (Fprop, Dgrad), fp32 out with a BLK128x128 A (Wgrad). (Two-CTA clusters along M
+// or N and the ping-pong schedule with 64-row tiles were built too and won no shape of an 8B block
+// against cuBLASLt on an H100, where this one won one: docs/gemm_cutlass.md; removed on 2026-12-05.)
 void run_pair(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
               float beta, int raster, int swizzle) {
-  if (out_fp32) run<Kernel<true, float, TileF32, Cluster, PP>>(out, src, A, B, M, N, K, alpha, beta, raster, swizzle);
-  else
-    run<Kernel<false, cutlass::bfloat16_t, TileBf16, Cluster, PP>>(out, src, A, B, M, N, K, alpha, beta, raster,
-                                                                   swizzle);
+  if (out_fp32) run<Kernel<true, float>>(out, src, A, B, M, N, K, alpha, beta, raster, swizzle);
+  else run<Kernel<false, cutlass::bfloat16_t>>(out, src, A, B, M, N, K, alpha, beta, raster, swizzle);
 }
 
 struct Cfg {
@@ -131,6 +127,6 @@ extern "C" void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, F
 #ifdef FP4_HAVE_CUTLASS
   if (cfg < 0 || cfg >= NCFG) die("fp4_gemm_cutlass: configuration %d is not one of the %d this build has", cfg, NCFG);
   const Cfg c = CFGS[cfg];
-  run_pair<T128, T128, C11, false>(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
+  run_pair(out, src, out_fp32, A, B, M, N, K, alpha, beta, c.raster, c.swizzle);
 #endif
 }

@@ -98,10 +98,13 @@ using EpilogueTree = fusion::Sm90EVT<
     fusion::Sm90EVT<fusion::Sm90Compute<MulRn, D, float, cutlass::FloatRoundStyle::round_to_nearest>, ScalarF,
                     fusion::Sm90AccFetch>>;
 
-// One kernel: the scale pair (A_BLK: A in BLK128x128, else B), the out type, tile, cluster, schedule,
-// and the epilogue's tree of nodes (EpilogueTree's by default). C: beta's matrix type, void for a tree that
-// reads none (then the epilogue keeps no shared memory for it, and the mainloop gets that for its stages).
-template <bool A_BLK, class D, class Tile, class Cluster, bool PINGPONG, class Tree = EpilogueTree<D>, class C = D>
+// One kernel, 128x128x128 tiles, a one-CTA cluster, the cooperative schedule (the one configuration
+// kept: docs/gemm_cutlass.md): the scale pair (A_BLK: A in BLK128x128, else B), the out type, and the
+// epilogue's tree of nodes (EpilogueTree's by default). C: beta's matrix type, void for a tree that reads
+// none (then the epilogue keeps no shared memory for it, and the mainloop gets that for its stages).
+using T128 = Shape<_128, _128, _128>;
+using C11 = Shape<_1, _1, _1>;
+template <bool A_BLK, class D, class Tree = EpilogueTree<D>, class C = D>
 struct Kernel {
   using E4M3 = cutlass::float_e4m3_t;
   static constexpr auto MAJOR_A = A_BLK ? GMMA::Major::K : GMMA::Major::MN;
@@ -110,18 +113,16 @@ struct Kernel {
       cutlass::detail::Sm90BlockwiseScaleConfig<A_BLK ? 128 : 1, A_BLK ? 1 : 128, 128, MAJOR_A, MAJOR_B>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using MainSchedule = std::conditional_t<PINGPONG, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
-                                          cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpiSchedule = std::conditional_t<PINGPONG, cutlass::epilogue::TmaWarpSpecialized,
-                                         cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   static constexpr int ALIGN_D = 16 / sizeof(D);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, C, cutlass::layout::RowMajor, ALIGN_D, D,
-      cutlass::layout::RowMajor, ALIGN_D, EpiSchedule, Tree>::CollectiveOp;
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T128, C11, cutlass::epilogue::collective::EpilogueTileAuto,
+      float, float, C, cutlass::layout::RowMajor, ALIGN_D, D, cutlass::layout::RowMajor, ALIGN_D, EpiSchedule,
+      Tree>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4M3, cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16,
-      E4M3, cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, 16, float, Tile, Cluster,
+      E4M3, cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, 16, float, T128, C11,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainSchedule>::CollectiveOp;
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
@@ -206,9 +207,5 @@ void run(void *out, const void *src, Fp8Operand A, Fp8Operand B, int M, int N, i
       {{beta}, {nullptr}, {}}, {}, {{{alpha}, {nullptr}, {}}, {}, {}}, {}};
   run_tree<K>(out, src, A, B, M, N, K_, tree, raster, swizzle);
 }
-
-// The kernel the linear uses: 128x128x128 tiles, one-CTA clusters, the cooperative schedule.
-using T128 = Shape<_128, _128, _128>;
-using C11 = Shape<_1, _1, _1>;
 
 }  // namespace fp4_cutlass

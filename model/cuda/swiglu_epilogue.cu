@@ -159,7 +159,7 @@ using SwigluTree = fusion::Sm90EVT<
 template <int COL, class GateLoad>
 void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
             const SwigluMxArgs &sa, int raster, int swizzle) {
-  using Kn = Kernel<false, bf16c, T128, C11, false, SwigluTree<OUT_FP8, COL, GateLoad>, void>;  // no C
+  using Kn = Kernel<false, bf16c, SwigluTree<OUT_FP8, COL, GateLoad>, void>;  // no C
   StrideRow dg{};
   get<0>(dg) = N;
   get<2>(dg) = (int64_t)M * N;

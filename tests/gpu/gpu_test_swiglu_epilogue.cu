@@ -23,7 +23,7 @@
 typedef __nv_bfloat16 bf16;
 static Rng rng;
 
-static void *dalloc(size_t n) { return dev_alloc(n, 0xAB); }  // poison: every output byte must be written
+static void *dalloc(size_t n) { return dev_alloc(n, 0xAB); }
 
 // rows x K normal BF16 values times scale; every 97th an exact zero.
 static bf16 *make_bf16(size_t rows, size_t K, float scale) {
@@ -56,19 +56,20 @@ static Operands make_operands(int M, int N, int K) {
 }
 static void free_operands(Operands *o) { cudaFree(o->xq), cudaFree(o->wq), cudaFree(o->xs), cudaFree(o->ws); }
 
-// down's input copies: FP8 rows (VEC128), FP8 columns in VEC128 or BLK128x128.
+// down's input copies: FP8 rows (VEC128), FP8 columns in VEC128 or BLK128x128, every byte `fill` first (the
+// reference's and the kernel's differ, so a byte either leaves unwritten shows as a mismatch).
 typedef struct {
   MxOut row, col;
   size_t bytes, row_s, col_s;
 } Outs;
-static Outs make_outs(int rows, int K, int blk) {
+static Outs make_outs(int rows, int K, int blk, int fill) {
   Outs o;
   memset(&o, 0, sizeof o);
   o.bytes = (size_t)rows * K;
   o.row_s = mx_vec128_scale_count(rows, K) * 4;
   o.col_s = (blk ? mx_blk128_scale_count(K, rows) : mx_vec128_scale_count(K, rows)) * 4;
-  o.row = MxOut{(uint8_t *)dalloc(o.bytes), NULL, (float *)dalloc(o.row_s), 1, 1.0f, 0, NULL};
-  o.col = MxOut{(uint8_t *)dalloc(o.bytes), NULL, (float *)dalloc(o.col_s), 1, 1.0f, blk, NULL};
+  o.row = MxOut{(uint8_t *)dev_alloc(o.bytes, fill), NULL, (float *)dev_alloc(o.row_s, fill), 1, 1.0f, 0, NULL};
+  o.col = MxOut{(uint8_t *)dev_alloc(o.bytes, fill), NULL, (float *)dev_alloc(o.col_s, fill), 1, 1.0f, blk, NULL};
   return o;
 }
 static void free_outs(Outs *o) {
@@ -90,7 +91,7 @@ static void test_shape(int M, int N, int K) {
     for (int had = 0; had < 2; had++)
       for (int cfg = 0; cfg < 2; cfg++) {  // raster along M, swizzle 1, gate read by the threads; along N,
                                            // swizzle 4, gate by TMA
-        Outs ref = make_outs(M, N, blk), got = make_outs(M, N, blk);
+        Outs ref = make_outs(M, N, blk, 0xAB), got = make_outs(M, N, blk, 0x5C);
         mx_quantize_dual_swiglu_cuda(gate, up_ref, M, N, MX_SCALE_UP, ref.row, had, ref.col);
         CUDA_CHECK(cudaMemset(up, 0xff, (size_t)M * N * 2));
         up_gemm_swiglu_mx_cuda(up, gate, op.A, op.B, M, N, K, ALPHA, MX_SCALE_UP, got.row, had, got.col, cfg,
@@ -159,7 +160,7 @@ static void bench(void) {
     b.M = shapes[s][0], b.N = shapes[s][1], b.K = shapes[s][2];
     b.op = make_operands(b.M, b.N, b.K);
     b.gate = make_bf16(b.M, b.N, 1.0f), b.up = (bf16 *)dalloc((size_t)b.M * b.N * 2);
-    b.o = make_outs(b.M, b.N, 1);
+    b.o = make_outs(b.M, b.N, 1, 0);
     const double f0 = 1e3 * time_median_ms(run_fused, &b), f1 = 1e3 * time_median_ms(run_fused_tma, &b),
                  f = f0 < f1 ? f0 : f1, c = 1e3 * time_median_ms(run_cutlass_then_producer, &b),
                  l = 1e3 * time_median_ms(run_cublaslt_then_producer, &b), g = 1e3 * time_median_ms(run_cublaslt, &b),
