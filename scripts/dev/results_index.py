@@ -69,6 +69,7 @@ PRINTED_BY = [
     ("hf_compare", "`scripts/hf/hf_compare.py` (`gpu_check.sh hf`)"),
     ("hf_doc_mask", "`scripts/hf/hf_doc_mask.py` (`gpu_check.sh hf` on the GPU; by hand on the CPU)"),
     ("build_cost", "`scripts/dev/build_cost.sh` (the build's time and peak memory, CPU)"),
+    ("cutlass_resources", "`scripts/dev/cutlass_resources.sh` (ptxas's registers, spill and mainloop stages per CUTLASS kernel, CPU)"),
     ("compare_harness", "`scripts/eval/compare_harness.py` (`gpu_check.sh harness`)"),
     ("harness_", "lm-evaluation-harness's scores, written by `scripts/eval/compare_harness.py`"),
     ("engine_", "`./train --eval-only`, run by `scripts/eval/compare_harness.py`"),
