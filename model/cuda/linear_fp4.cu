@@ -313,11 +313,14 @@ static int shares_x_with(LinearKind follower, LinearKind prev) {
 
 // 1 when the scratch of this use still holds x's quantization in format f for this follower; records
 // the call.
+static int x_shared(const LinearFp4 *L, int use, LinearId id, const LinearFormat *f, const bf16 *x, int N, int in) {
+  const XQuant *r = &L->xq[use];
+  return L->share_x && r->x == x && r->f == f && r->N == N && r->in == in && r->layer == id.layer &&
+         shares_x_with(id.kind, r->kind);
+}
 static int reuse_x(LinearFp4 *L, int use, LinearId id, const LinearFormat *f, const bf16 *x, int N, int in) {
-  XQuant *r = &L->xq[use];
-  int hit = L->share_x && r->x == x && r->f == f && r->N == N && r->in == in && r->layer == id.layer &&
-            shares_x_with(id.kind, r->kind);
-  *r = (XQuant){x, f, N, in, id.layer, id.kind, 0};
+  const int hit = x_shared(L, use, id, f, x, N, in);
+  L->xq[use] = (XQuant){x, f, N, in, id.layer, id.kind, 0};
   return hit;
 }
 
@@ -506,14 +509,15 @@ void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *u
     die("linear_fp4_forward_swiglu: layer %d: no SwiGLU epilogue here (ask linear_fp4_fuses_swiglu)", id.layer);
   const LinearFormat *f = format_of(L, id, CONTR_FPROP);
   check_shape(f, id, N, in, F);
+  if (!x_shared(L, XQ_ROW, id, f, x, N, in)) {  // x not quantized by gate just before: the two ops apart
+    linear_fp4_forward(L, id, up, x, w, w16, wversion, N, in, F, NULL);
+    if (!linear_fp4_fused_swiglu(L, down, x_token, gate, up, N, F))
+      die("linear_fp4_forward_swiglu: layer %d: down's fused producer refused", id.layer);
+    return;
+  }
+  reuse_x(L, XQ_ROW, id, f, x, N, in);  // up's use of gate's copy, recorded
   const QWeight *qw = weight_of(L, id, w, w16, wversion, in, F);
   const QOp xq = linear_scratch_op(L, f, S_X_ROW, 1, 0, N, in);
-  if (!reuse_x(L, XQ_ROW, id, f, x, N, in)) {  // up's input not shared with gate's (share_x off): quantize it
-    PhiloxStream none = {};
-    int mk = cuda_prof_begin(L->b);
-    f->rows(L, x, N, in, 0, none, xq, linear_dev_scalar(L, D_AMAX_X));
-    book_mem(L, f, mk, "quant x fwd", NULL, quant_bytes(f, 1, N, in, 1));
-  }
   QOp hq;
   SavedX *sv;
   fused_outputs(L, down, N, F, &hq, &sv, S_X_ROW2);  // down's copies: the row copy beside up's input, not on it
