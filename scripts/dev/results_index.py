@@ -43,6 +43,7 @@ PRINTED_BY = [
     ("bench_mxfp4_own", "`./train ... --bench --set precision.fp4_gemm=fp8_own` (`gpu_check.sh benchown` until our own GEMM was removed on 2026-12-05)"),
     ("bench_mxfp4_tuned", "`./train ... --bench --set precision.fp4_gemm=fp8` (`gpu_check.sh benchown`)"),
     ("bench_route_", "`./train configs/paper/ROUTE.yaml --bench --layers 2,4 --bench-steps N` (`gpu_check.sh benchroutes`, N = ROUTE_STEPS: 3 until 2026-12-05 05:00, then 10)"),
+    ("attention_in_step", "`python3 scripts/gpu/torch_peers.py --attention-profile --sdpa cudnn|default` (PyTorch's SDPA inside its own compiled step; `gpu_check.sh attnpeer`)"),
     ("attention_peer", "`python3 scripts/gpu/attention_peer.py` (`gpu_check.sh attnpeer`)"),
     ("bench_attention_det", "`./train configs/llama3_8b.yaml --bench-attention --set parallel.deterministic=...` (`gpu_check.sh attnpeer`)"),
     ("bench_attention", "`./train configs/llama3_8b.yaml --bench-attention` (`gpu_check.sh docmask`)"),
