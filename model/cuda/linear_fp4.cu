@@ -412,9 +412,6 @@ static int fusing(const LinearFp4 *L) { return L->recipe.fusion != FUSION_OFF; }
 #define RESIDUAL_EPILOGUE_IN_AUTO 0
 #define SWIGLU_BWD_FUSED_IN_AUTO 0
 #define SWIGLU_EPILOGUE_IN_AUTO 0
-// The SwiGLU epilogue's gate: 1 by TMA ahead of the epilogue (4 mainloop stages), 0 read by the epilogue's
-// threads (5 stages); gpu_test_swiglu_epilogue times both.
-#define SWIGLU_GATE_TMA 0
 enum { NEW_RESIDUAL = 1, NEW_SWIGLU_BWD = 2, NEW_SWIGLU_EPILOGUE = 4 };
 static int new_fusions_on(void) {
   static int mask = -1;
@@ -528,8 +525,7 @@ void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *u
   const float *alpha_dev = NULL;
   const float alpha = f->alpha(L, NULL, qw->amax, &alpha_dev);
   int mk = cuda_prof_begin(L->b);
-  up_gemm_swiglu_mx_cuda(up, gate, a, b, N, F, in, alpha, linear_mx_mode(L), row, L->recipe.hadamard == 32, col, 0, 1,
-                         SWIGLU_GATE_TMA);
+  up_gemm_swiglu_mx_cuda(up, gate, a, b, N, F, in, alpha, linear_mx_mode(L), row, L->recipe.hadamard == 32, col, 0, 1);
   if (mk >= 0) {
     GemmShape s = {0, 0, 1, N, F, in, GEMM_ENGINE_FP8_BLK};
     // the GEMM's operands and up, gate read, down's two copies (E4M3 and a float per 128) written

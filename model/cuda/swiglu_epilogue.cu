@@ -137,29 +137,22 @@ struct Sm90SwigluMx {
 };
 
 using StrideRow = cutlass::gemm::TagToStrideC_t<cutlass::layout::RowMajor>;  // [M, N] row-major, as the out
-// gate, two ways: read by the consumer threads from global memory per subtile (CUTLASS's Sm90AuxLoad without
-// stages), or brought into shared memory by TMA from the epilogue's load warp, ahead of the consumers (2
-// stages of a subtile: 16 KB of the mainloop's shared memory).
-using GateLoadGmem = fusion::Sm90AuxLoad<0, cutlass::epilogue::collective::EpilogueTileAuto, bf16c,
-                                         cutlass::layout::RowMajor, void, void, 8, false>;
-using EpiDesc =
-    cutlass::epilogue::collective::detail::EpilogueDescriptor<T128, cutlass::epilogue::collective::EpilogueTileAuto,
-                                                              void, bf16c,
-                                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using GateDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, bf16c>;
-using GateLoadTma = fusion::Sm90AuxLoad<2, typename GateDesc::EpilogueTile, bf16c, StrideRow,
-                                        typename GateDesc::SmemLayoutAtom, typename GateDesc::CopyOpS2R, 8, false>;
-template <int ROW, int COL, class GateLoad>
+// gate: read by the consumer threads from global memory per subtile (CUTLASS's Sm90AuxLoad without stages).
+// A second form, gate brought into shared memory by TMA from the epilogue's load warp, wrote wrong bytes on an
+// H100 (2026-12-05) and was 0.95x of this one's time while both stayed 1.5x slower than GEMM + producer; removed.
+using GateLoad = fusion::Sm90AuxLoad<0, cutlass::epilogue::collective::EpilogueTileAuto, bf16c,
+                                     cutlass::layout::RowMajor, void, void, 8, false>;
+template <int ROW, int COL>
 using SwigluTree = fusion::Sm90EVT<
     Sm90SwigluMx<ROW, COL>,
     fusion::Sm90EVT<fusion::Sm90Compute<MulRn, bf16c, float, cutlass::FloatRoundStyle::round_to_nearest>, ScalarF,
                     fusion::Sm90AccFetch>,
     GateLoad>;
 
-template <int COL, class GateLoad>
+template <int COL>
 void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
             const SwigluMxArgs &sa, int raster, int swizzle) {
-  using Kn = Kernel<false, bf16c, SwigluTree<OUT_FP8, COL, GateLoad>, void>;  // no C
+  using Kn = Kernel<false, bf16c, SwigluTree<OUT_FP8, COL>, void>;  // no C
   StrideRow dg{};
   get<0>(dg) = N;
   get<2>(dg) = (int64_t)M * N;
@@ -189,18 +182,16 @@ extern "C" const char *swiglu_epilogue_unsupported(Fp8Operand A, Fp8Operand B, i
 
 extern "C" void up_gemm_swiglu_mx_cuda(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M,
                                        int N, int K, float alpha, MxScale mode, MxOut row, int hadamard, MxOut col,
-                                       int raster, int swizzle, int gate_tma) {
+                                       int raster, int swizzle) {
   const char *why = swiglu_epilogue_unsupported(A, B, M, N, K, row, col);
   if (why) die("up_gemm_swiglu_mx_cuda: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if (!up || !gate || ((uintptr_t)up | (uintptr_t)gate) % 16)
     die("up_gemm_swiglu_mx_cuda: up and gate must be 16-byte aligned device pointers");
 #ifdef FP4_HAVE_CUTLASS
   const SwigluMxArgs sa = {row, col, mode, hadamard};
-  if (col.blk128 && gate_tma) launch<OUT_FP8_BLK, GateLoadTma>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
-  else if (col.blk128) launch<OUT_FP8_BLK, GateLoadGmem>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
-  else if (gate_tma) launch<OUT_FP8, GateLoadTma>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
-  else launch<OUT_FP8, GateLoadGmem>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
+  if (col.blk128) launch<OUT_FP8_BLK>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
+  else launch<OUT_FP8>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
 #else
-  (void)mode, (void)hadamard, (void)alpha, (void)raster, (void)swizzle, (void)gate_tma;
+  (void)mode, (void)hadamard, (void)alpha, (void)raster, (void)swizzle;
 #endif
 }

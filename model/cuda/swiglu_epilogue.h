@@ -22,12 +22,11 @@ extern "C" {
 
 // NULL where the kernel runs these arguments, else why not (no CUTLASS, not Hopper, shapes, outputs).
 const char *swiglu_epilogue_unsupported(Fp8Operand A, Fp8Operand B, int M, int N, int K, MxOut row, MxOut col);
-// raster 0: along M, 1: along N; swizzle 1 or 4 (fp4/gemm_cutlass.cu's configurations). gate_tma: gate comes
-// into shared memory by TMA from the epilogue's load warp, ahead of the consumers; 0: the consumer threads
-// read it from global memory per subtile (the same bits either way).
+// raster 0: along M, 1: along N; swizzle 1 or 4 (fp4/gemm_cutlass.cu's configurations). The epilogue's threads
+// read gate from global memory per subtile.
 void up_gemm_swiglu_mx_cuda(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N,
                             int K, float alpha, MxScale mode, MxOut row, int hadamard, MxOut col, int raster,
-                            int swizzle, int gate_tma);
+                            int swizzle);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,6 @@ for l in log:
         if "Sm90SwigluMx" in name:
             col = re.search(r"Sm90SwigluMxILi\d+ELi(\d+)", name).group(1)
             what.append("SwiGLU epilogue, columns " + ("BLK128x128" if col == "3" else "VEC128"))
-            what.append("gate by TMA" if "Sm90AuxLoadILi2" in name else "gate loaded by the threads")
         else:
             what.append("fp32 out (Wgrad)" if "MulRnEfE" in name or "MulRnEff" in name else "BF16 out (Fprop, Dgrad)")
         print(f"{f}: {', '.join(what)}: {m.group(1)} registers, {spill} bytes spilled, "
