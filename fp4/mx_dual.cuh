@@ -377,27 +377,39 @@ __global__ void __launch_bounds__(256, 3)
   mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s, row_out, hadamard, col_out);
 }
 
-// Two sources derived from the same inputs (a Src2's load2<W>(row, b, u): the SwiGLU backward's dgate (W 0)
-// and dup (W 1), each the dY of its own linear): the dual producer of each in turn on the same tile, with its
-// own random stream and outputs. The second source's inputs are read again, from L2 (this CTA just read
-// them): holding its blocks in registers through the first's producer took 128 registers with spills and ran
-// 1,487 us against the unfused kernels' 853 at 8192 x 14336 on an H100 (gpu_test_fused, 2026-12-05).
+// Two sources derived from the same inputs (a Src2's load2(row, b, first, second): the SwiGLU backward's dgate
+// and dup, each the dY of its own linear): both formed from one read of the inputs; the first's blocks stay in
+// registers, the second's go straight into a second 128x128 tile (dynamic shared memory, 32 KB), and the dual
+// producer runs on each in turn, with its own random stream and outputs. Two earlier forms lost to the unfused
+// kernels (swiglu_bwd + two dual producers, 856 us at 8192 x 14336 on an H100): the second source's blocks held
+// in registers through the first's producer (128 registers with spills: 1,487 us), and the second source
+// formed again from a second read of the inputs (2,185 us; gpu_test_fused, 2026-12-05).
 template <int ROW, int COL, bool SR, class Src2>
 __global__ void __launch_bounds__(256, 2)
     mx_dual2_kernel(Src2 src, int rows, int K, MxScale mode, PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1,
                     MxOut row1, MxOut col1, int hadamard) {
   __shared__ uint4 tile[TILE * 16];
-  __shared__ int tile_e;
+  extern __shared__ uint4 tile2[];  // TILE * 16: the second source's values, as mx_tile_put lays them out
+  __shared__ int tile_e[2];         // one per source: both 0 before the first producer's barrier
   const int tr = blockIdx.y, tc = blockIdx.x;
-  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
+  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e[0] = tile_e[1] = 0;
   uint4 raw[2][4];
   bool valid[2];
-  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.template load2<0>(row, b, raw[it]); });
-  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s0, row0, hadamard, col0);
-  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) { src.template load2<1>(row, b, raw[it]); });
-  __syncthreads();  // every read of the tile and of tile_e is done: the second source reuses both
-  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e = 0;
-  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s1, row1, hadamard, col1);
+  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) {
+    uint4 second[4];
+    src.load2(row, b, raw[it], second);
+    const int id = threadIdx.x + it * 256;
+    mx_tile_put(tile2, id >> 2, id & 3, second);
+  });
+  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e[0], tr, tc, rows, K, mode, s0, row0, hadamard, col0);
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    const int id = threadIdx.x + it * 256;
+    if (valid[it]) mx_tile_get(tile2, id >> 2, id & 3, raw[it]);
+  }
+  // in_tile: tile2's stores came before the first producer's barrier (its column phase), so it is whole here
+  mx_dual_tile<ROW, COL, SR>(raw, valid, tile2, &tile_e[1], tr, tc, rows, K, mode, s1, row1, hadamard, col1,
+                             threadIdx.x, CtaBarrier{}, true);
 }
 
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)
@@ -478,9 +490,14 @@ static int mx_dual2_launch(const Src2 &src, int rows, int K, MxScale mode, MxRou
       mx_out_kind(row1) != OUT_FP8 || row1.blk128 || mx_col_kind(col1) != ck)
     return 0;
   dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
-#define DUAL2(C, S)                    \
-  mx_dual2_kernel<OUT_FP8, C, S, Src2> \
-      <<<grid, 256, 0, cuda_stream()>>>(src, rows, K, mode, s0, row0, col0, s1, row1, col1, hadamard)
+  const int smem2 = TILE * 16 * (int)sizeof(uint4);  // tile2: with the static tile, over the 48 KB default
+#define DUAL2(C, S)                                                                                                    \
+  do {                                                                                                                 \
+    CUDA_CHECK(cudaFuncSetAttribute(mx_dual2_kernel<OUT_FP8, C, S, Src2>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                    smem2));                                                                           \
+    mx_dual2_kernel<OUT_FP8, C, S, Src2>                                                                               \
+        <<<grid, 256, smem2, cuda_stream()>>>(src, rows, K, mode, s0, row0, col0, s1, row1, col1, hadamard);           \
+  } while (0)
   if (ck == OUT_FP8_BLK) {
     if (sr) DUAL2(OUT_FP8_BLK, true);
     else DUAL2(OUT_FP8_BLK, false);
