@@ -377,41 +377,6 @@ __global__ void __launch_bounds__(256, 3)
   mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e, tr, tc, rows, K, mode, s, row_out, hadamard, col_out);
 }
 
-// Two sources derived from the same inputs (a Src2's load2(row, b, first, second): the SwiGLU backward's dgate
-// and dup, each the dY of its own linear): both formed from one read of the inputs; the first's blocks stay in
-// registers, the second's go straight into a second 128x128 tile (dynamic shared memory, 32 KB), and the dual
-// producer runs on each in turn, with its own random stream and outputs. Two earlier forms lost to the unfused
-// kernels (swiglu_bwd + two dual producers, 856 us at 8192 x 14336 on an H100): the second source's blocks held
-// in registers through the first's producer (128 registers with spills: 1,487 us), and the second source
-// formed again from a second read of the inputs (2,185 us; gpu_test_fused, 2026-12-05).
-template <int ROW, int COL, bool SR, class Src2>
-__global__ void __launch_bounds__(256, 2)
-    mx_dual2_kernel(Src2 src, int rows, int K, MxScale mode, PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1,
-                    MxOut row1, MxOut col1, int hadamard) {
-  __shared__ uint4 tile[TILE * 16];
-  extern __shared__ uint4 tile2[];  // TILE * 16: the second source's values, as mx_tile_put lays them out
-  __shared__ int tile_e[2];         // one per source: both 0 before the first producer's barrier
-  const int tr = blockIdx.y, tc = blockIdx.x;
-  if (COL == OUT_FP8_BLK && threadIdx.x == 0) tile_e[0] = tile_e[1] = 0;
-  uint4 raw[2][4];
-  bool valid[2];
-  mx_dual_load(tr, tc, rows, K, valid, [&](int it, size_t row, int b) {
-    uint4 second[4];
-    src.load2(row, b, raw[it], second);
-    const int id = threadIdx.x + it * 256;
-    mx_tile_put(tile2, id >> 2, id & 3, second);
-  });
-  mx_dual_tile<ROW, COL, SR>(raw, valid, tile, &tile_e[0], tr, tc, rows, K, mode, s0, row0, hadamard, col0);
-#pragma unroll
-  for (int it = 0; it < 2; it++) {
-    const int id = threadIdx.x + it * 256;
-    if (valid[it]) mx_tile_get(tile2, id >> 2, id & 3, raw[it]);
-  }
-  // in_tile: tile2's stores came before the first producer's barrier (its column phase), so it is whole here
-  mx_dual_tile<ROW, COL, SR>(raw, valid, tile2, &tile_e[1], tr, tc, rows, K, mode, s1, row1, hadamard, col1,
-                             threadIdx.x, CtaBarrier{}, true);
-}
-
 // ---- host side of the dual producer, for any source (mxfp4.cu, model/cuda/quant_fused.cu)
 static inline int mx_out_kind(const MxOut &o) { return o.q == NULL ? OUT_NONE : o.fp8 ? OUT_FP8 : OUT_PACKED; }
 // The column copy's kind: the FP8 embedding with BLK128x128 scales when blk128 is set.
@@ -477,35 +442,4 @@ static void mx_dual_launch(const Src &src, int rows, int K, MxScale mode, MxRoun
 #undef DUAL_SR
 #undef DUAL
   CUDA_CHECK_LAUNCH();
-}
-
-// Launches mx_dual2_kernel over a rows x K pair of sources (rows % 32 == 0, K % 32 == 0; checked by the
-// caller): the FP8 embedding only (a VEC128 row copy, RNE or SR, and a VEC128 or BLK128x128 column
-// copy, RNE), the outputs of the FP8 GEMM path; 0 and nothing launched for other outputs.
-template <class Src2>
-static int mx_dual2_launch(const Src2 &src, int rows, int K, MxScale mode, MxRound row_rnd, int hadamard,
-                           PhiloxStream s0, MxOut row0, MxOut col0, PhiloxStream s1, MxOut row1, MxOut col1) {
-  const int ck = mx_col_kind(col0), sr = row_rnd == MX_SR;
-  if (mx_out_kind(row0) != OUT_FP8 || row0.blk128 || (ck != OUT_FP8 && ck != OUT_FP8_BLK) ||
-      mx_out_kind(row1) != OUT_FP8 || row1.blk128 || mx_col_kind(col1) != ck)
-    return 0;
-  dim3 grid((K + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
-  const int smem2 = TILE * 16 * (int)sizeof(uint4);  // tile2: with the static tile, over the 48 KB default
-#define DUAL2(C, S)                                                                                                    \
-  do {                                                                                                                 \
-    CUDA_CHECK(cudaFuncSetAttribute(mx_dual2_kernel<OUT_FP8, C, S, Src2>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                    smem2));                                                                           \
-    mx_dual2_kernel<OUT_FP8, C, S, Src2>                                                                               \
-        <<<grid, 256, smem2, cuda_stream()>>>(src, rows, K, mode, s0, row0, col0, s1, row1, col1, hadamard);           \
-  } while (0)
-  if (ck == OUT_FP8_BLK) {
-    if (sr) DUAL2(OUT_FP8_BLK, true);
-    else DUAL2(OUT_FP8_BLK, false);
-  } else {
-    if (sr) DUAL2(OUT_FP8, true);
-    else DUAL2(OUT_FP8, false);
-  }
-#undef DUAL2
-  CUDA_CHECK_LAUNCH();
-  return 1;
 }

@@ -728,9 +728,7 @@ static void backward_blocks(Llama *m) {
     if (ffn_recomputed(m, l)) ffn_hidden_fwd(m, l, &w, &s);
     // feed-forward
     linear_bwd(m, lin(l, LIN_DOWN), a->dswi, dw.w_down, a->dres, s.swi, w.w_down, N, F, D, 0);
-    if (op->swiglu_bwd_into && !m->tap)  // a tap reads dgate and dup in BF16
-      op->swiglu_bwd_into(op->ctx, l, a->dgate, a->dup, a->dswi, s.gate, s.up, N, F);
-    else op->swiglu_bwd(op->ctx, a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
+    op->swiglu_bwd(op->ctx, a->dgate, a->dup, a->dswi, s.gate, s.up, (size_t)N * F);
     linear_bwd(m, lin(l, LIN_GATE), a->dnorm, dw.w_gate, a->dgate, s.ffn_in, w.w_gate, N, D, F, 0);
     linear_bwd(m, lin(l, LIN_UP), a->dnorm, dw.w_up, a->dup, s.ffn_in, w.w_up, N, D, F, 1);
     op->rmsnorm_bwd(op->ctx, a->dres, dw.ffn_norm, a->dnorm, s.res_mid, w.ffn_norm, s.ffn_rstd, N, D);

@@ -197,13 +197,6 @@ typedef struct Ops {
   int (*matmul_swiglu_fwd)(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
                            const void *gate, int N, int in, int F);
   void (*swiglu_bwd)(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
-  // swiglu_bwd of block `layer` (N x F values) whose dgate and dup are the dout of that block's gate and up
-  // backward, called next (gate first, then up, each with both dx and dw). Where both linears quantize
-  // their dY through one fused producer (format-aware fusion), the backend computes dgate and dup inside
-  // it, makes both linears' copies and leaves dgate and dup unwritten; otherwise swiglu_bwd. NULL: none.
-  void (*swiglu_bwd_into)(void *ctx, int layer, void *dgate, void *dup, const void *dout, const void *gate,
-                          const void *up, int N, int F);
-
   // out = a + b (out may alias a).
   void (*residual_fwd)(void *ctx, void *out, const void *a, const void *b, size_t n);
   // out[N, out_dim] = res + x W^T with the residual add in the linear's GEMM epilogue, for a linear id

@@ -154,8 +154,6 @@ static const char *SCRATCH_WHAT[S_N] = {"FP4 x (Fprop)",
                                         "FP4 packed column staging",
                                         "CTA-local chunk amaxes",
                                         "CTA-local GEMM accumulator",
-                                        "FP4 dY (Dgrad), up's from the fused SwiGLU backward",
-                                        "FP4 dY^T (Wgrad), up's from the fused SwiGLU backward",
                                         "FP4 x (Fprop), down's from up's GEMM epilogue"};
 
 QOp linear_scratch_op(LinearFp4 *L, const LinearFormat *f, int role, int fp8, int blk128, int rows, int K) {
@@ -395,7 +393,6 @@ size_t linear_fp4_saved_bytes(const LinearFp4 *L) { return L->saved_bytes; }
 
 static void forget_x(LinearFp4 *L) {
   memset(L->xq, 0, sizeof L->xq);
-  memset(&L->dyf, 0, sizeof L->dyf);
   forget_saved(L);
 }
 
@@ -403,29 +400,28 @@ static void forget_x(LinearFp4 *L) {
 
 // Fusion on: precision.fusion is not off.
 static int fusing(const LinearFp4 *L) { return L->recipe.fusion != FUSION_OFF; }
-// The newer fusions (the residual epilogue, the fused SwiGLU backward, the SwiGLU epilogue) run under
+// The newer fusions (the residual epilogue, the SwiGLU epilogue) run under
 // precision.fusion: on, and under auto once a GPU session has passed their tests (gpu_test_fp4_gemm,
-// gpu_test_fused, gpu_test_swiglu_epilogue, gpu_test_fp4_linear) and `gpu_check.sh fusion` measured the step
+// gpu_test_swiglu_epilogue, gpu_test_fp4_linear) and `gpu_check.sh fusion` measured the step
 // faster with them: then its *_IN_AUTO becomes 1 (docs/formats.md §4 has the measurements).
 // FP4_FUSIONS (environment, for measuring each alone: `gpu_check.sh fusion`) narrows `on` to a comma list of
-// residual, swiglu_bwd, swiglu_epilogue; unset: all three.
+// residual, swiglu_epilogue; unset: both.
 #define RESIDUAL_EPILOGUE_IN_AUTO 0
-#define SWIGLU_BWD_FUSED_IN_AUTO 0
 #define SWIGLU_EPILOGUE_IN_AUTO 0
-enum { NEW_RESIDUAL = 1, NEW_SWIGLU_BWD = 2, NEW_SWIGLU_EPILOGUE = 4 };
+enum { NEW_RESIDUAL = 1, NEW_SWIGLU_EPILOGUE = 2 };
 static int new_fusions_on(void) {
   static int mask = -1;
   if (mask < 0) {
     const char *e = getenv("FP4_FUSIONS");
-    if (!e) return mask = 7;
+    if (!e) return mask = 3;
     mask = 0;
-    const char *names[3] = {"residual", "swiglu_bwd", "swiglu_epilogue"};
+    const char *names[2] = {"residual", "swiglu_epilogue"};
     for (const char *p = e; *p;) {
       const size_t n = strcspn(p, ",");
       int known = 0;
-      for (int i = 0; i < 3; i++)
+      for (int i = 0; i < 2; i++)
         if (n == strlen(names[i]) && !strncmp(p, names[i], n)) mask |= 1 << i, known = 1;
-      if (!known && n) die("FP4_FUSIONS=%s: '%.*s' is not one of residual, swiglu_bwd, swiglu_epilogue", e, (int)n, p);
+      if (!known && n) die("FP4_FUSIONS=%s: '%.*s' is not one of residual, swiglu_epilogue", e, (int)n, p);
       p += n + (p[n] == ',');
     }
   }
@@ -525,7 +521,7 @@ void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *u
   const float *alpha_dev = NULL;
   const float alpha = f->alpha(L, NULL, qw->amax, &alpha_dev);
   int mk = cuda_prof_begin(L->b);
-  up_gemm_swiglu_mx_cuda(up, gate, a, b, N, F, in, alpha, linear_mx_mode(L), row, L->recipe.hadamard == 32, col, 0, 1);
+  up_gemm_swiglu_mx_cuda(up, gate, a, b, N, F, in, alpha, linear_mx_mode(L), row, L->recipe.hadamard == 32, col);
   if (mk >= 0) {
     GemmShape s = {0, 0, 1, N, F, in, GEMM_ENGINE_FP8_BLK};
     // the GEMM's operands and up, gate read, down's two copies (E4M3 and a float per 128) written
@@ -540,48 +536,6 @@ void linear_fp4_forward_swiglu(LinearFp4 *L, LinearId id, LinearId down, bf16 *u
 int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id) {
   const LinearFormat *f = linear_fp4_runs(L, id, CONTR_FPROP) ? format_of(L, id, CONTR_FPROP) : NULL;
   return fusing_new(L, RESIDUAL_EPILOGUE_IN_AUTO, NEW_RESIDUAL) && f && linear_fp8_path(L, f);
-}
-
-// dY of linear id quantized by one dual producer of its format on the FP8 path (Dgrad and Wgrad in
-// one format that has the fused SwiGLU backward).
-static const LinearFormat *dy_fusable(const LinearFp4 *L, LinearId id) {
-  if (!linear_fp4_runs(L, id, CONTR_DGRAD) || !linear_fp4_runs(L, id, CONTR_WGRAD)) return NULL;
-  const LinearFormat *f = format_of(L, id, CONTR_DGRAD);
-  const int ok = f == format_of(L, id, CONTR_WGRAD) && f->dual_swiglu_bwd && f->has_dual(L, L->recipe.sr_wgrad) &&
-                 linear_fp8_path(L, f);
-  return ok ? f : NULL;
-}
-
-int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
-                                const bf16 *dout, const bf16 *gate, const bf16 *up, int N, int F) {
-  const LinearId g = {layer, LIN_GATE}, u = {layer, LIN_UP};
-  const LinearFormat *f = fusing_new(L, SWIGLU_BWD_FUSED_IN_AUTO, NEW_SWIGLU_BWD) ? dy_fusable(L, g) : NULL;
-  if (!f || dy_fusable(L, u) != f) return 0;
-  const int blk = dy_col_blk(L, f);
-  const QOp rg = linear_scratch_op(L, f, S_DY_ROW, 1, 0, N, F), cg = linear_scratch_op(L, f, S_DY_COL, 1, blk, F, N);
-  const QOp ru = linear_scratch_op(L, f, S_DY_ROW2, 1, 0, N, F), cu = linear_scratch_op(L, f, S_DY_COL2, 1, blk, F, N);
-  int mk = cuda_prof_begin(L->b);
-  f->dual_swiglu_bwd(L, dout, gate, up, N, F, L->recipe.sr_dgrad, stream_for(L, g, USE_DY_ROW), rg, cg,
-                     stream_for(L, u, USE_DY_ROW), ru, cu);
-  // dout, gate and up read; both linears' row and column copies written
-  book_mem(L, f, mk, "quant dy dual", "(swiglu bwd fused)", 6.0 * N * F + 4 * qbytes(f, 1, N, F));
-  L->fused_calls++;
-  L->dyf = (DyFused){{dgate_token, dup_token}, layer, N, F, {1, 1}};
-  return 1;
-}
-
-// Which of the fused SwiGLU backward's copies linear id's backward takes: 0 gate's, 1 up's, -1 none.
-// Dies where copies wait for id but this call does not match them (a graph that changed its order).
-static int dy_fused_slot(LinearFp4 *L, LinearId id, const void *dout, int N, int out_dim, int both) {
-  const int k = id.kind == LIN_GATE ? 0 : id.kind == LIN_UP ? 1 : -1;
-  const DyFused *d = &L->dyf;
-  if (k < 0 || !d->pending[k] || d->layer != id.layer) return -1;
-  if (d->token[k] != dout || d->N != N || d->F != out_dim || !both)
-    die("linear_fp4: layer %d %s: its dY copies were made by the fused SwiGLU backward for dout %p (N=%d, F=%d), but "
-        "its backward got dout %p (N=%d, out=%d%s)",
-        id.layer, linear_kind_name(id.kind), d->token[k], d->N, d->F, dout, N, out_dim,
-        both ? "" : ", without both Dgrad and Wgrad");
-  return k;
 }
 
 // ---- the linear entries -------------------------------------------------------------------------
@@ -643,19 +597,16 @@ void linear_fp4_backward(LinearFp4 *L, LinearId id, bf16 *dx, float *dw, const b
   const int fp8d = linear_fp8_path(L, fd), fp8w = linear_fp8_path(L, fw);
   const QWeight *qw = dx ? weight_of(L, id, w, w16, wversion, in, out_dim) : NULL;
   QOp dyr = {}, dyc = {}, xc = {};
-  const int pre = dy_fused_slot(L, id, dout, N, out_dim, dx && dw);  // made by the fused SwiGLU backward
-  if (dx) dyr = linear_scratch_op(L, fd, pre == 1 ? S_DY_ROW2 : S_DY_ROW, fp8d, 0, N, out_dim);
-  if (dw) dyc = linear_scratch_op(L, fw, pre == 1 ? S_DY_COL2 : S_DY_COL, fp8w, dy_col_blk(L, fw), out_dim, N);
+  if (dx) dyr = linear_scratch_op(L, fd, S_DY_ROW, fp8d, 0, N, out_dim);
+  if (dw) dyc = linear_scratch_op(L, fw, S_DY_COL, fp8w, dy_col_blk(L, fw), out_dim, N);
   const PhiloxStream s_row = stream_for(L, id, USE_DY_ROW), s_col = stream_for(L, id, USE_DY_COL);
   const int sr_row = L->recipe.sr_dgrad, sr_col = L->recipe.sr_wgrad;
   float *amax_dy = linear_dev_scalar(L, D_AMAX_DY), *amax_dyc = linear_dev_scalar(L, D_AMAX_DY_COL);
 
   // dY: the Dgrad row copy and the Wgrad column copy, from one read where one format makes both, or
   // where the operand hybrid's producer makes the pair (its scales folded by a second pass)
-  int mk = pre >= 0 ? -1 : cuda_prof_begin(L->b);  // nothing to time when both copies are made already
-  if (pre >= 0) {
-    L->dyf.pending[pre] = 0;
-  } else if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
+  int mk = cuda_prof_begin(L->b);
+  if (dx && dw && fd == fw && fd->dual(L, dout, N, out_dim, sr_row, s_row, &dyr, sr_col, dyc)) {
     book_mem(L, fd, mk, "quant dy dual", NULL, 2.0 * N * out_dim + 2 * qbytes(fd, fp8d, N, out_dim));
   } else if (dx && dw && fusing(L) &&
              linear_hybrid_dual(L, fd, fw, dout, N, out_dim, sr_row, s_row, dyr, sr_col, dyc)) {

@@ -109,14 +109,6 @@ int linear_fp4_fusable(const LinearFp4 *L, LinearId leader);
 // followed by residual_fwd (R + bf16(GEMM) in fp32, rounded once; fp4_gemm_fp8_src). Then
 // linear_fp4_forward may take res.
 int linear_fp4_fuses_residual(const LinearFp4 *L, LinearId id);
-// SwiGLU's backward inside the dY producers of block layer's gate and up (Ops.swiglu_bwd_into): where both
-// linears run Dgrad and Wgrad in one format with a fused producer on the FP8 path and fusion is on, one
-// producer computes dgate and dup from dout, gate and up [N, F] and makes both linears' dY copies (row
-// and column); their backward, which must come next with dout == dgate_token / dup_token, takes them
-// instead of quantizing (the BF16 dgate and dup are never written). 0 and nothing done otherwise.
-int linear_fp4_fused_swiglu_bwd(LinearFp4 *L, int layer, const void *dgate_token, const void *dup_token,
-                                const __nv_bfloat16 *dout, const __nv_bfloat16 *gate, const __nv_bfloat16 *up, int N,
-                                int F);
 // SwiGLU and down's input producer in up's GEMM epilogue (Ops.matmul_swiglu_fwd, model/cuda/swiglu_epilogue.h):
 // 1 where up's Fprop and down's fused SwiGLU producer both run MXFP4 on the FP8 path, CUTLASS is built and
 // the GPU is Hopper, N and F are multiples of 128, and fusion is on. Then linear_fp4_forward_swiglu runs both.
@@ -201,17 +193,8 @@ typedef struct {
   int valid;    // written by the forward of the current micro-batch
 } SavedX;
 
-// gate's and up's dY copies made by the fused SwiGLU backward (linear_fp4_fused_swiglu_bwd), waiting for
-// their backward: pending[0] gate's (S_DY_ROW, S_DY_COL), pending[1] up's (S_DY_ROW2, S_DY_COL2).
-typedef struct {
-  const void *token[2];  // the dgate and dup pointers their backward passes as dout
-  int layer, N, F;
-  int pending[2];
-} DyFused;
-
-// scratch per operand role (S_DY_ROW2, S_DY_COL2: up's dY copies made with gate's by the fused SwiGLU backward)
-// S_X_ROW2: down's x row copy made in up's GEMM epilogue, while that GEMM still reads S_X_ROW
-enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_CTA_AMAX, S_CTA_ACC, S_DY_ROW2, S_DY_COL2, S_X_ROW2, S_N };
+// scratch per operand role; S_X_ROW2: down's x row copy made in up's GEMM epilogue, while that GEMM still reads S_X_ROW
+enum { S_X_ROW, S_DY_ROW, S_DY_COL, S_X_COL, S_PACKED_TMP, S_CTA_AMAX, S_CTA_ACC, S_X_ROW2, S_N };
 enum { XQ_ROW, XQ_COL, XQ_N };
 // Device scalars (tensor amaxes and the GEMM alpha of formats that scale per tensor), 64 bytes apart.
 enum { D_AMAX_X, D_AMAX_DY, D_AMAX_DY_COL, D_AMAX_X_COL, D_ALPHA, D_N };
@@ -238,7 +221,6 @@ struct LinearFp4 {
   int save_inputs;
   size_t saved_bytes;
   long fused_calls;
-  DyFused dyf;
 };
 
 // One FP4 format as the linear layer runs it: data, producers and the GEMM scale. amax arguments are
@@ -272,11 +254,6 @@ struct LinearFormat {
   // The GEMM's alpha for operands a and b: a host value, or 1 with *alpha_dev set to a device
   // alpha computed from their tensor amaxes.
   float (*alpha)(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev);
-  // SwiGLU's backward inside the dY duals of gate (row_g, col_g, stream s_g) and up (row_u, col_u, s_u) from
-  // one read of dout, gate and up, on the FP8 path where the format has a dual producer (NULL: none).
-  void (*dual_swiglu_bwd)(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int rows, int K, int sr_row,
-                          PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
-                          const QOp &col_u);
 };
 extern const LinearFormat linear_mxfp4, linear_nvfp4, linear_nvfp4_cta;  // linear_mxfp4.cu, ...
 // The operand hybrid's dY producer (linear_nvfp4_cta.cu): the Dgrad row copy in format fd and the Wgrad

@@ -61,18 +61,6 @@ static void dual_swiglu(LinearFp4 *L, const bf16 *gate, const bf16 *up, int n, i
                                linear_col_out(L, col, n, K));
 }
 
-// SwiGLU's backward inside gate's and up's dY duals: each as dual() would quantize its BF16 values. The
-// caller (linear_fp4.cu's dy_fusable) asked for it on the FP8 path with a dual producer only.
-static void dual_swiglu_bwd(LinearFp4 *L, const bf16 *dout, const bf16 *gate, const bf16 *up, int n, int K, int sr_row,
-                            PhiloxStream s_g, const QOp &row_g, const QOp &col_g, PhiloxStream s_u, const QOp &row_u,
-                            const QOp &col_u) {
-  if (!mx_quantize_dual2_swiglu_bwd_cuda(dout, gate, up, n, K, linear_mx_mode(L), sr_row ? MX_SR : MX_RNE,
-                                         L->recipe.hadamard == 32, s_g, linear_mx_out(row_g),
-                                         linear_col_out(L, col_g, n, K), s_u, linear_mx_out(row_u),
-                                         linear_col_out(L, col_u, n, K)))
-    die("linear_mxfp4: the fused SwiGLU backward takes the FP8 embedding's copies only");
-}
-
 static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const float **alpha_dev) {
   const float u = mx_unit(linear_mx_mode(L));
   *alpha_dev = NULL;
@@ -81,5 +69,5 @@ static float alpha(LinearFp4 *L, const float *amax_a, const float *amax_b, const
 
 const LinearFormat linear_mxfp4 = {
     FMT_MXFP4, "mxfp4", "mx",     32,   /*reads=*/1,  /*fp8_embed=*/1, /*outer=*/0, weight,
-    rows,      cols,    has_dual, dual, dual_rmsnorm, dual_swiglu,     alpha,       dual_swiglu_bwd,
+    rows,      cols,    has_dual, dual, dual_rmsnorm, dual_swiglu,     alpha,
 };

@@ -560,13 +560,6 @@ static void cu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, c
   cuda_prof_end(b, mk, "swiglu bwd", PROF_MEM, 10.0 * n, 0, NULL);
 }
 
-static void cu_swiglu_bwd_into(void *ctx, int layer, void *dgate, void *dup, const void *dout, const void *gate,
-                               const void *up, int N, int F) {
-  CudaBackend *b = (CudaBackend *)ctx;
-  if (linear_fp4_fused_swiglu_bwd(b->lin, layer, dgate, dup, cb(dout), cb(gate), cb(up), N, F)) return;
-  cu_swiglu_bwd(ctx, dgate, dup, dout, gate, up, (size_t)N * F);
-}
-
 static void cu_residual_fwd(void *ctx, void *out, const void *x, const void *y, size_t n) {
   CudaBackend *b = (CudaBackend *)ctx;
   int mk = cuda_prof_begin(b);
@@ -693,7 +686,6 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->matmul_swiglu_fwd = cu_matmul_swiglu_fwd;
   o->swiglu_bwd = cu_swiglu_bwd;
   o->residual_fwd = cu_residual_fwd;
-  o->swiglu_bwd_into = cu_swiglu_bwd_into;
   o->head_ce = cu_head_ce;
   o->head_nll = cu_head_nll;
   o->host_memory = 0;

@@ -54,30 +54,6 @@ struct MxSrcSwiglu {
   }
 };
 
-// SwiGLU's backward: dgate (first) and dup (second) of block b of row, from dout, gate and up, rounded to BF16.
-struct MxSrcSwigluBwd {
-  const bf16 *dout, *gate, *up;
-  int K;
-  __device__ __forceinline__ void load2(size_t row, int b, uint4 *first, uint4 *second) const {
-    const size_t off = row * K + (size_t)b * 32;
-    const uint4 *pd = (const uint4 *)(dout + off), *pg = (const uint4 *)(gate + off), *pu = (const uint4 *)(up + off);
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-      const uint4 d4 = pd[c], g4 = pg[c], u4 = pu[c];
-      const uint32_t d[4] = {d4.x, d4.y, d4.z, d4.w}, g[4] = {g4.x, g4.y, g4.z, g4.w}, uu[4] = {u4.x, u4.y, u4.z, u4.w};
-      uint32_t o[4], p[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        float dg0, du0, dg1, du1;
-        swiglu_bwd_value(bf16_lo(d[i]), bf16_lo(g[i]), bf16_lo(uu[i]), &dg0, &du0);
-        swiglu_bwd_value(bf16_hi(d[i]), bf16_hi(g[i]), bf16_hi(uu[i]), &dg1, &du1);
-        o[i] = pack_bf16x2(dg0, dg1), p[i] = pack_bf16x2(du0, du1);
-      }
-      first[c] = make_uint4(o[0], o[1], o[2], o[3]), second[c] = make_uint4(p[0], p[1], p[2], p[3]);
-    }
-  }
-};
-
 static void check_args(const char *who, int rows, int K, const void *const *ptrs, const char *const *names, int n,
                        const MxOut &row, const MxOut &col) {
   if (rows <= 0 || K <= 0 || rows % 32 || K % 32)
@@ -107,16 +83,4 @@ void mx_quantize_dual_swiglu_cuda(const bf16 *gate, const bf16 *up, int rows, in
   check_args("mx_quantize_dual_swiglu_cuda", rows, K, p, n, 2, row, col);
   PhiloxStream none = {};
   mx_dual_launch<MxSrcSwiglu, false>(MxSrcSwiglu{gate, up, K}, rows, K, mode, MX_RNE, none, row, hadamard, col);
-}
-
-int mx_quantize_dual2_swiglu_bwd_cuda(const bf16 *dout, const bf16 *gate, const bf16 *up, int rows, int K, MxScale mode,
-                                      MxRound row_rnd, int hadamard, PhiloxStream s_gate, MxOut row_gate,
-                                      MxOut col_gate, PhiloxStream s_up, MxOut row_up, MxOut col_up) {
-  const void *p[3] = {dout, gate, up};
-  const char *n[3] = {"dout", "gate", "up"};
-  check_args("mx_quantize_dual2_swiglu_bwd_cuda", rows, K, p, n, 3, row_gate, col_gate);
-  check_args("mx_quantize_dual2_swiglu_bwd_cuda", rows, K, p, n, 3, row_up, col_up);
-  if (row_rnd == MX_SR) philox_check_range("mx_quantize_dual2_swiglu_bwd_cuda", (uint64_t)rows * K);
-  return mx_dual2_launch(MxSrcSwigluBwd{dout, gate, up, K}, rows, K, mode, row_rnd, hadamard, s_gate, row_gate,
-                         col_gate, s_up, row_up, col_up);
 }

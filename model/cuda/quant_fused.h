@@ -17,11 +17,3 @@ void mx_quantize_dual_rmsnorm_cuda(const __nv_bfloat16 *x, const float *rstd, co
                                    MxScale mode, MxOut row, int hadamard, MxOut col);
 void mx_quantize_dual_swiglu_cuda(const __nv_bfloat16 *gate, const __nv_bfloat16 *up, int rows, int K, MxScale mode,
                                   MxOut row, int hadamard, MxOut col);
-// SwiGLU's backward inside the dY producers of gate and up: dgate and dup (swiglu_backward_cuda's values,
-// never written in BF16) computed from dout, gate and up [rows, K] in one read, each quantized as
-// mx_quantize_dual_cuda would quantize it: its row copy (row_rnd, with its own stream s_gate / s_up) and
-// its RNE column copy (H32 or none). The FP8 embedding only (the FP8 GEMM path's VEC128 rows, VEC128 or
-// BLK128x128 columns, both pairs alike); returns 0 and does nothing for other outputs.
-int mx_quantize_dual2_swiglu_bwd_cuda(const __nv_bfloat16 *dout, const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
-                                      int rows, int K, MxScale mode, MxRound row_rnd, int hadamard, PhiloxStream s_gate,
-                                      MxOut row_gate, MxOut col_gate, PhiloxStream s_up, MxOut row_up, MxOut col_up);

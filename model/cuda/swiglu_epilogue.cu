@@ -151,7 +151,7 @@ using SwigluTree = fusion::Sm90EVT<
 
 template <int COL>
 void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
-            const SwigluMxArgs &sa, int raster, int swizzle) {
+            const SwigluMxArgs &sa) {
   using Kn = Kernel<false, bf16c, SwigluTree<OUT_FP8, COL>, void>;  // no C
   StrideRow dg{};
   get<0>(dg) = N;
@@ -159,7 +159,7 @@ void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Opera
   // children first: (alpha, acc, multiply), the gate load, then the node's own
   typename Kn::GemmKernel::CollectiveEpilogue::FusionCallbacks::Arguments tree{
       {{{alpha}, {nullptr}, {}}, {}, {}}, {(const bf16c *)gate, bf16c(0.0f), dg}, sa};
-  run_tree<Kn>(up, NULL, A, B, M, N, K, tree, raster, swizzle);
+  run_tree<Kn>(up, NULL, A, B, M, N, K, tree, 0, 1);  // raster along M, swizzle 1: see the header
 }
 
 }  // namespace
@@ -181,17 +181,16 @@ extern "C" const char *swiglu_epilogue_unsupported(Fp8Operand A, Fp8Operand B, i
 }
 
 extern "C" void up_gemm_swiglu_mx_cuda(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M,
-                                       int N, int K, float alpha, MxScale mode, MxOut row, int hadamard, MxOut col,
-                                       int raster, int swizzle) {
+                                       int N, int K, float alpha, MxScale mode, MxOut row, int hadamard, MxOut col) {
   const char *why = swiglu_epilogue_unsupported(A, B, M, N, K, row, col);
   if (why) die("up_gemm_swiglu_mx_cuda: M=%d, N=%d, K=%d: %s", M, N, K, why);
   if (!up || !gate || ((uintptr_t)up | (uintptr_t)gate) % 16)
     die("up_gemm_swiglu_mx_cuda: up and gate must be 16-byte aligned device pointers");
 #ifdef FP4_HAVE_CUTLASS
   const SwigluMxArgs sa = {row, col, mode, hadamard};
-  if (col.blk128) launch<OUT_FP8_BLK>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
-  else launch<OUT_FP8>(up, gate, A, B, M, N, K, alpha, sa, raster, swizzle);
+  if (col.blk128) launch<OUT_FP8_BLK>(up, gate, A, B, M, N, K, alpha, sa);
+  else launch<OUT_FP8>(up, gate, A, B, M, N, K, alpha, sa);
 #else
-  (void)mode, (void)hadamard, (void)alpha, (void)raster, (void)swizzle;
+  (void)mode, (void)hadamard, (void)alpha;
 #endif
 }

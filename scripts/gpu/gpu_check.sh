@@ -27,8 +27,9 @@
 # once each under Nsight Systems when it is there, with the ranges' summary (docs/logging.md). ckptstall (not
 # default): ./train --bench-save at 8B shapes with CKPT_LAYERS (4) layers: the stall of an asynchronous checkpoint
 # save (state copied into pinned host memory) and its background write, extrapolated per rank of 1-8 (target: under
-# 1 s per rank; docs/checkpoint_format.md). fusion (not default): the MXFP4 8B bench with precision.fusion off,
-# auto and on in one call (FUSION_MODES; on:NAME narrows on to one fusion, FP4_FUSIONS): each fusion's rows of the per-kernel table and the time per layer before and after.
+# 1 s per rank; docs/checkpoint_format.md). fusion (not default): the MXFP4 8B bench with each precision.fusion setting
+# of FUSION_MODES in one call (default "auto on:residual on:swiglu_epilogue on"; on:NAME narrows on to one fusion,
+# FP4_FUSIONS): each fusion's rows of the per-kernel table and the profiled step's time per layer against the first.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -146,15 +147,23 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
   grep -E 'attention (fwd|bwd)' "$OUT/clocks_step.log"
 fi
 
-if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion off, auto, on (precision.fusion), one call
-  # (auto: the fusions measured faster; on: also the residual epilogue, the fused SwiGLU backward and the SwiGLU
-  # epilogue; on:NAME[,NAME]: `on` narrowed to those (FP4_FUSIONS), each measured alone against off)
-  for spec in ${FUSION_MODES:-off auto on}; do  # e.g. "off on:residual on:swiglu_bwd on:swiglu_epilogue on"
+if has fusion; then  # issue 30.3: the MXFP4 8B step with format-aware fusion settings (precision.fusion), one call
+  # (auto: the fusions measured faster; on: also the residual epilogue and the SwiGLU epilogue; on:NAME[,NAME]: `on`
+  # narrowed to those (FP4_FUSIONS), each measured alone against auto, the first setting). Per setting: the rows
+  # it changes, and the profiled step's total (4 layers at BENCH_LAYERS 2,4) against the first setting's, per layer.
+  base=
+  for spec in ${FUSION_MODES:-auto on:residual on:swiglu_epilogue on}; do
     f=${spec%%:*}; only=; [[ $spec == *:* ]] && only=${spec#*:}; tag=${spec//[:,]/_}
-    FP4_FUSIONS=${only:-residual,swiglu_bwd,swiglu_epilogue} timeout 300 ./train configs/llama3_8b.yaml --bench \
+    FP4_FUSIONS=${only:-residual,swiglu_epilogue} timeout 300 ./train configs/llama3_8b.yaml --bench \
       --layers "$layers" --set precision.recipe=mxfp4 --set precision.fusion=$f >"$OUT/bench_fusion_$tag.log" 2>&1
     grep -E "^(residual|swiglu (fwd|bwd)|rmsnorm fwd)|gemm fwd(\+res|\+swiglu)? (o|up|down) |quant x fwd|quant dy dual" \
       "$OUT/bench_fusion_$tag.log"
+    tot=$(awk '/^where the time goes: one step at/ {n = $8} /^total / {t = $2} END {if (t) print t, n}' "$OUT/bench_fusion_$tag.log")
+    if [ -n "$tot" ]; then
+      read -r t n <<<"$tot"; [ -z "$base" ] && base=$t && bspec=$spec
+      note "fusion $spec: profiled step $t ms at $n layers; $(awk -v t="$t" -v b="$base" -v n="$n" \
+        'BEGIN {printf "%+.3f ms per layer", (t - b) / n}') against $bspec"
+    fi
     note "fusion $spec: $(grep '^per layer' "$OUT/bench_fusion_$tag.log" | head -n 1 || echo "no result")"
     while read -r l; do note "fusion $spec: $l"; done < <(grep '^BENCH' "$OUT/bench_fusion_$tag.log")
   done

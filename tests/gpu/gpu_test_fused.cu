@@ -119,40 +119,6 @@ static void test_swiglu(int rows, int F) {
   cudaFree(g), cudaFree(u), cudaFree(y);
 }
 
-// SwiGLU's backward inside gate's and up's dY producers (mx_quantize_dual2_swiglu_bwd_cuda) == swiglu_backward_cuda,
-// then each of dgate and dup through mx_quantize_dual_cuda with its own stream: RNE and SR rows, FP8 with
-// VEC128 and BLK128x128 columns, H32 and none; the packed forms are refused (0, nothing written).
-static void test_swiglu_bwd(int rows, int F) {
-  bf16 *d = make_bf16(rows, F, 0.01f), *g = make_bf16(rows, F, 2.0f), *u = make_bf16(rows, F, 1.0f);
-  bf16 *dg = (bf16 *)dalloc((size_t)rows * F * 2), *du = (bf16 *)dalloc((size_t)rows * F * 2);
-  swiglu_backward_cuda(dg, du, d, g, u, (size_t)rows * F);
-  const PhiloxStream sg = philox_stream(5, 9, 1, 3, 4 * 4 + 0), su = philox_stream(5, 9, 1, 3, 4 * 5 + 0);
-  for (int kind = 1; kind < 3; kind++)
-    for (int sr = 0; sr < 2; sr++)
-      for (int had = 0; had < 2; had++) {
-        Outs rg = make_outs(rows, F, kind), ru = make_outs(rows, F, kind), fg = make_outs(rows, F, kind),
-             fu = make_outs(rows, F, kind);
-        const MxRound rnd = sr ? MX_SR : MX_RNE;
-        mx_quantize_dual_cuda(dg, rows, F, MX_SCALE_UP, rnd, sg, rg.row, had, rg.col);
-        mx_quantize_dual_cuda(du, rows, F, MX_SCALE_UP, rnd, su, ru.row, had, ru.col);
-        const int ran = mx_quantize_dual2_swiglu_bwd_cuda(d, g, u, rows, F, MX_SCALE_UP, rnd, had, sg, fg.row, fg.col,
-                                                          su, fu.row, fu.col);
-        CHECK(ran, "swiglu bwd %d x %d (%s): the fused producer refused FP8 outputs", rows, F, out_form(kind));
-        CHECK(same_outs(&rg, &fg) && same_outs(&ru, &fu),
-              "swiglu bwd %d x %d (%s, %s rows, %s): fused bytes differ from swiglu_bwd + dual producer (gate %s, up "
-              "%s)",
-              rows, F, out_form(kind), sr ? "SR" : "RNE", had ? "H32" : "no Hadamard",
-              same_outs(&rg, &fg) ? "same" : "differs", same_outs(&ru, &fu) ? "same" : "differs");
-        free_outs(&rg), free_outs(&ru), free_outs(&fg), free_outs(&fu);
-      }
-  Outs pg = make_outs(rows, F, 0), pu = make_outs(rows, F, 0);
-  CHECK(!mx_quantize_dual2_swiglu_bwd_cuda(d, g, u, rows, F, MX_SCALE_UP, MX_RNE, 1, sg, pg.row, pg.col, su, pu.row,
-                                           pu.col),
-        "swiglu bwd %d x %d: packed outputs are refused (the FP8 path's only)", rows, F);
-  free_outs(&pg), free_outs(&pu);
-  cudaFree(d), cudaFree(g), cudaFree(u), cudaFree(dg), cudaFree(du);
-}
-
 // ---- benchmark ------------------------------------------------------------------------------------
 typedef struct {
   int rows, K, swiglu;
@@ -208,47 +174,6 @@ static void bench(void) {
     }
 }
 
-// The fused SwiGLU backward (dY copies of gate and up, SR rows + H32 FP8 columns in BLK128x128, the paper's
-// recipe on the FP8 path) against the copy ceiling, and the unfused swiglu_bwd + two dual producers.
-typedef struct {
-  int rows, K;
-  bf16 *d, *g, *u, *dg, *du;
-  Outs og, ou;
-} Bench2;
-static const PhiloxStream B2_SG = {{1, 2}, 3, 4, 5}, B2_SU = {{6, 7}, 8, 9, 10};
-static void run_fused2(void *p) {
-  Bench2 *B = (Bench2 *)p;
-  mx_quantize_dual2_swiglu_bwd_cuda(B->d, B->g, B->u, B->rows, B->K, MX_SCALE_UP, MX_SR, 1, B2_SG, B->og.row, B->og.col,
-                                    B2_SU, B->ou.row, B->ou.col);
-}
-static void run_unfused2(void *p) {
-  Bench2 *B = (Bench2 *)p;
-  swiglu_backward_cuda(B->dg, B->du, B->d, B->g, B->u, (size_t)B->rows * B->K);
-  mx_quantize_dual_cuda(B->dg, B->rows, B->K, MX_SCALE_UP, MX_SR, B2_SG, B->og.row, 1, B->og.col);
-  mx_quantize_dual_cuda(B->du, B->rows, B->K, MX_SCALE_UP, MX_SR, B2_SU, B->ou.row, 1, B->ou.col);
-}
-static void bench_swiglu_bwd(void) {
-  const int toks[2] = {8192, 16384};
-  for (int ti = 0; ti < 2; ti++) {
-    Bench2 B;
-    memset(&B, 0, sizeof B);
-    B.rows = toks[ti], B.K = 14336;
-    const size_t n = (size_t)B.rows * B.K;
-    B.d = make_bf16(B.rows, B.K, 0.01f, 0), B.g = make_bf16(B.rows, B.K, 1.0f, 0),
-    B.u = make_bf16(B.rows, B.K, 1.0f, 0);
-    B.dg = (bf16 *)dalloc(n * 2), B.du = (bf16 *)dalloc(n * 2);
-    B.og = make_outs(B.rows, B.K, 2), B.ou = make_outs(B.rows, B.K, 2);
-    // dout, gate, up read; two row and two column copies written (E4M3 + a float per 128)
-    const double bytes = 6.0 * n + 4.0 * (n + n / 32.0);
-    const double us = 1e3 * time_median_ms(run_fused2, &B), un = 1e3 * time_median_ms(run_unfused2, &B),
-                 gbs = bytes / (us * 1e-6) / 1e9;
-    printf("%-46s %6d %6d %9.1f %8.0f %5.1f%% %12.1f\n", "SwiGLU bwd -> gate's + up's dY copies (fused)", B.rows, B.K,
-           us, gbs, gbs / copy_gbs_here() * 100, un);
-    cudaFree(B.d), cudaFree(B.g), cudaFree(B.u), cudaFree(B.dg), cudaFree(B.du);
-    free_outs(&B.og), free_outs(&B.ou);
-  }
-}
-
 int main(int argc, char **argv) {
   rng_seed(&rng, 77);
   TEST_SECTION("RMSNorm fused into the dual producer == rmsnorm + dual producer");
@@ -257,8 +182,6 @@ int main(int argc, char **argv) {
   TEST_SECTION("SwiGLU fused into the dual producer == swiglu + dual producer");
   const int fr[4] = {32, 96, 288, 256}, ff[4] = {96, 544, 1024, 14336};
   for (int i = 0; i < 4; i++) test_swiglu(fr[i], ff[i]);
-  TEST_SECTION("SwiGLU's backward fused into gate's and up's dY producers == swiglu_bwd + two dual producers");
-  for (int i = 0; i < 4; i++) test_swiglu_bwd(fr[i], ff[i]);
-  if (!(argc > 1 && !strcmp(argv[1], "--no-bench"))) bench(), bench_swiglu_bwd();
+  if (!(argc > 1 && !strcmp(argv[1], "--no-bench"))) bench();
   TEST_END();
 }

@@ -88,27 +88,22 @@ static void test_shape(int M, int N, int K) {
   CHECK(same_bytes_at("CUTLASS vs cuBLASLt up", up_ref, 1, up_lt, 1, (size_t)M * N * 2, N * 2),
         "%d x %d x %d: CUTLASS's GEMM differs from cuBLASLt's (the unfused reference itself)", M, N, K);
   for (int blk = 0; blk < 2; blk++)
-    for (int had = 0; had < 2; had++)
-      for (int cfg = 0; cfg < 2; cfg++) {  // raster along M, swizzle 1 (the model's); along N, swizzle 4
-        Outs ref = make_outs(M, N, blk, 0xAB), got = make_outs(M, N, blk, 0x5C);
-        mx_quantize_dual_swiglu_cuda(gate, up_ref, M, N, MX_SCALE_UP, ref.row, had, ref.col);
-        CUDA_CHECK(cudaMemset(up, 0xff, (size_t)M * N * 2));
-        up_gemm_swiglu_mx_cuda(up, gate, op.A, op.B, M, N, K, ALPHA, MX_SCALE_UP, got.row, had, got.col, cfg,
-                               cfg ? 4 : 1);
-        const char *form = blk ? "BLK128x128 columns" : "VEC128 columns";
-        CHECK(same_bytes_at("up", up_ref, 1, up, 1, (size_t)M * N * 2, N * 2),
-              "%d x %d x %d (%s, %s, raster %s): up differs from the GEMM's", M, N, K, form, had ? "H32" : "no H",
-              cfg ? "N" : "M");
-        CHECK(same_bytes_at("row copy", ref.row.q, 1, got.row.q, 1, ref.bytes, N) &&
-                  same_bytes_at("row scales", ref.row.scale, 1, got.row.scale, 1, ref.row_s, 0),
-              "%d x %d x %d (%s, %s, raster %s): the row copy differs from GEMM + fused producer", M, N, K, form,
-              had ? "H32" : "no H", cfg ? "N" : "M");
-        CHECK(same_bytes_at("column copy", ref.col.q, 1, got.col.q, 1, ref.bytes, M) &&
-                  same_bytes_at("column scales", ref.col.scale, 1, got.col.scale, 1, ref.col_s, 0),
-              "%d x %d x %d (%s, %s, raster %s): the column copy differs from GEMM + fused producer", M, N, K, form,
-              had ? "H32" : "no H", cfg ? "N" : "M");
-        free_outs(&ref), free_outs(&got);
-      }
+    for (int had = 0; had < 2; had++) {
+      Outs ref = make_outs(M, N, blk, 0xAB), got = make_outs(M, N, blk, 0x5C);
+      mx_quantize_dual_swiglu_cuda(gate, up_ref, M, N, MX_SCALE_UP, ref.row, had, ref.col);
+      CUDA_CHECK(cudaMemset(up, 0xff, (size_t)M * N * 2));
+      up_gemm_swiglu_mx_cuda(up, gate, op.A, op.B, M, N, K, ALPHA, MX_SCALE_UP, got.row, had, got.col);
+      const char *form = blk ? "BLK128x128 columns" : "VEC128 columns", *h = had ? "H32" : "no H";
+      CHECK(same_bytes_at("up", up_ref, 1, up, 1, (size_t)M * N * 2, N * 2),
+            "%d x %d x %d (%s, %s): up differs from the GEMM's", M, N, K, form, h);
+      CHECK(same_bytes_at("row copy", ref.row.q, 1, got.row.q, 1, ref.bytes, N) &&
+                same_bytes_at("row scales", ref.row.scale, 1, got.row.scale, 1, ref.row_s, 0),
+            "%d x %d x %d (%s, %s): the row copy differs from GEMM + fused producer", M, N, K, form, h);
+      CHECK(same_bytes_at("column copy", ref.col.q, 1, got.col.q, 1, ref.bytes, M) &&
+                same_bytes_at("column scales", ref.col.scale, 1, got.col.scale, 1, ref.col_s, 0),
+            "%d x %d x %d (%s, %s): the column copy differs from GEMM + fused producer", M, N, K, form, h);
+      free_outs(&ref), free_outs(&got);
+    }
   cudaFree(gate), cudaFree(up_ref), cudaFree(up_lt), cudaFree(up);
   free_operands(&op);
 }
@@ -122,8 +117,7 @@ typedef struct {
 } Bench;
 static void run_fused(void *p) {
   Bench *b = (Bench *)p;
-  up_gemm_swiglu_mx_cuda(b->up, b->gate, b->op.A, b->op.B, b->M, b->N, b->K, ALPHA, MX_SCALE_UP, b->o.row, 1, b->o.col,
-                         0, 1);
+  up_gemm_swiglu_mx_cuda(b->up, b->gate, b->op.A, b->op.B, b->M, b->N, b->K, ALPHA, MX_SCALE_UP, b->o.row, 1, b->o.col);
 }
 static void run_cutlass_then_producer(void *p) {
   Bench *b = (Bench *)p;
