@@ -6,6 +6,11 @@ and divided by the profiled depth. The head, embedding and optimizer rows are re
     python3 scripts/gpu/profile_summary.py docs/results/2026-11-30/bf16_bench_b3d7a88.log
     python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30/bf16_bench_b3d7a88.log
 
+--against BASE.log prints, per layer, each row of the table that differs from BASE's (a fusion's rows:
+those it replaces and its own) and the whole profiled step's difference, e.g. for `gpu_check.sh fusion`:
+
+    python3 scripts/gpu/profile_summary.py --against bench_fusion_auto.log bench_fusion_on_residual.log
+
 --bound TOKS adds the best step this profile allows at 32 layers, and what reaching TOKS tok/s
 would take. The bound keeps only what no fusion removes: every GEMM at the faster of its measured
 time and the table's ceiling (the best of cuBLASLt's top algorithms at that shape, timed alone),
@@ -30,7 +35,8 @@ def gemm_floor(rows, pred):
     return t
 
 
-def main(path, args):
+def read_table(path, args):
+    """(layers, {op: ms per step}, {op: (ms, achieved TFLOP/s, ceiling TFLOP/s)}) of the log's last table."""
     layers, rows, full = None, {}, {}
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"where the time goes: one step at (\d+) layers", line)
@@ -48,6 +54,26 @@ def main(path, args):
             full[name] = (ms, float(rates[0]) if rates else 0.0, float(rates[1]) if len(rates) > 1 else 0.0)
     if not layers:
         sys.exit(f"{path}: no 'where the time goes' table")
+    return layers, rows, full
+
+
+def against(base, path, args, threshold=0.01):
+    """The rows of path's table that differ from base's by more than threshold ms per layer, per layer."""
+    lb, rb, _ = read_table(base, args)
+    lp, rp, _ = read_table(path, args)
+    if lb != lp:
+        sys.exit(f"{path}: profiled at {lp} layers, {base} at {lb}")
+    print(f"{path} against {base} (ms per layer, profiled step at {lp} layers):")
+    for k in sorted(set(rb) | set(rp), key=lambda k: -abs(rp.get(k, 0.0) - rb.get(k, 0.0))):
+        d = (rp.get(k, 0.0) - rb.get(k, 0.0)) / lp
+        if abs(d) > threshold:
+            print(f"  {k:44s} {rb.get(k, 0.0) / lp:7.3f} -> {rp.get(k, 0.0) / lp:7.3f}  {d:+7.3f}")
+    tb, tp = sum(rb.values()), sum(rp.values())
+    print(f"  {'the whole step':44s} {tb / lp:7.3f} -> {tp / lp:7.3f}  {(tp - tb) / lp:+7.3f}")
+
+
+def main(path, args):
+    layers, rows, full = read_table(path, args)
 
     def total(pred):
         return sum(v for k, v in rows.items() if pred(k))
@@ -104,7 +130,11 @@ if __name__ == "__main__":
     ap.add_argument("--opt-bytes", type=float, default=30.0, help="AdamW bytes per parameter (fp32 p, m, v, grad + BF16 copy)")
     ap.add_argument("--params", type=float, default=8.03e9)
     ap.add_argument("--tokens", type=float, default=8192, help="tokens per step")
+    ap.add_argument("--against", help="a bench log to compare each log's rows with, per layer")
     args = ap.parse_args()
     for p in args.logs:
         args.copy_tbs = COPY_TBS  # each log's own table may name its GPU's
-        main(p, args)
+        if args.against:
+            against(args.against, p, args)
+        else:
+            main(p, args)
