@@ -136,8 +136,8 @@ static const Key KEYS[] = {
     KENUM("precision.fusion", fusion, "auto", RECIPE_FUSION,
           "format-aware fusion around the FP4 GEMMs, the same bits either way: auto = those that have run on a GPU "
           "and measured faster (RMSNorm and SwiGLU inside the quantizers); on = also the newer ones (the residual "
-          "add in the o/down GEMM epilogue, SwiGLU's backward inside the dY producer, SwiGLU and down's producer "
-          "in up's GEMM epilogue); off = none (for measuring)"),
+          "add in the o/down GEMM epilogue, SwiGLU and down's producer in up's GEMM epilogue); off = none (for "
+          "measuring)"),
     KINT("precision.bf16_first_blocks", bf16_first_blocks, "0", 0, BIG, "the first N blocks stay in BF16"),
     KINT("precision.bf16_last_blocks", bf16_last_blocks, "0", 0, BIG,
          "the last N blocks stay in BF16 (the paper's NVFP4 variant keeps 4)"),
