@@ -2,6 +2,8 @@
 # Everything GPU-side in one call, for the GPU machine (no internet: carry .deps/ from scripts/deps.sh fetch):
 # build, CPU tests, GPU tests, the HF transformers oracle, the benchmark and the PyTorch peer, then a
 # short summary table. Logs go to $OUT (or out/) when set.
+# build: the binaries of `scripts/gpu/prebuilt.sh pack` where .prebuilt was carried for this very tree (no
+# make; docs/build.md), else make.
 #   bash scripts/gpu/gpu_check.sh [build] [tests|gputests] [hf] [bench] [docmask] [benchown] [nsys] [benchfp4] [fp4train] [crash] [peer]
 #                                 [probe] [replicate] [harness] [benchroutes] [repro] [benchdet] [nvtx] [ckptstall] [dgraddiag] [attnpeer] [clocks]
 #                                 [fusion]
@@ -48,7 +50,15 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"
 
-if has build; then
+if has build && ! has tests && [ -z "${BUILD_TARGETS:-}" ] && [ -f .prebuilt/stamp ] &&
+  env_line=$(bash scripts/gpu/prebuilt.sh unpack 2>"$OUT/prebuilt.log"); then
+  # binaries carried from the development machine for this very tree (scripts/gpu/prebuilt.sh pack): no build
+  eval "$env_line"
+  note "build: prebuilt binaries ($(head -n 1 .prebuilt/stamp | cut -d' ' -f2); $(./train --help >/dev/null 2>&1 &&
+    echo "./train loads" || echo "./train DOES NOT LOAD"))"
+elif has build; then
+  [ -f .prebuilt/stamp ] && note "build: prebuilt binaries not used: $(tail -n 1 "$OUT/prebuilt.log" 2>/dev/null ||
+    echo "the CPU tests or BUILD_TARGETS ask for a build")"
   t0=$SECONDS
   # AUTO_DEPS=0: nothing to install from here; a build without its CUDA backend is a failure here.
   # CUDA_ARCHS=90a: Hopper's code alone (sm_100a is compile-checked by every other build, CI's included);
