@@ -44,6 +44,14 @@ out=$(python3 scripts/gpu/profile_summary.py --bound 12000 "$tmp/p3.log" 2>&1)
 check "profile_summary --bound: AdamW at the table's copy ceiling" 'echo "$out" | grep -q "optimizer 80.3 ms" && echo "$out" | grep -q "at 3 TB/s"'
 out=$(python3 scripts/gpu/profile_summary.py --bound 12000 docs/results/2026-11-30/mxfp4_bench_38675d0.log 2>&1)
 check "profile_summary --bound counts the FP8 GEMMs (docs/results_fp4.md: 16,403 tok/s)" 'echo "$out" | grep -Eq "optimizer every step +499.4 ms/step +16403 tok/s/GPU"'
+# --against: the rows that differ from a base log's, per layer (docs/formats.md's fusion table: the SwiGLU
+# epilogue 6.331 / 4 = 1.583 ms where up's GEMM took 2.779 / 4 = 0.695), and the whole step's difference
+out=$(python3 scripts/gpu/profile_summary.py --against docs/results/2026-12-05/bench_fusion_auto_h100_ed6bc6e.log \
+  docs/results/2026-12-05/bench_fusion_on_h100_ed6bc6e.log 2>&1)
+check "profile_summary --against: a fused row, a replaced row and the whole step per layer" \
+  'echo "$out" | grep -Eq "cutlass gemm fwd\+swiglu up +0.000 -> +1.583 +\+1.583$" && echo "$out" | grep -Eq "fp8 gemm fwd up +0.695 -> +0.000 +-0.695$" && echo "$out" | grep -Eq "the whole step +30.649 -> +32.139 +\+1.490$"'
+out=$(python3 scripts/gpu/profile_summary.py --against docs/results/2026-11-30/bf16_bench_b3d7a88.log "$tmp/p.log" 2>&1); rc=$?
+check "profile_summary --against: logs profiled at other depths are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "profiled at"'
 # scripts/gpu/gap_summary.py on a hand-made nsys cuda_gpu_trace CSV: kernels at 0-10, 12-20 (2 us gap),
 # 20-30 (none), 25-30 inside the previous one, 9,000,040-.. after a 9 ms host pause (left out):
 # 2 us idle against 10 + 8 + 10 + 7 = 35 us busy, 2 / 37 = 5.41%.
