@@ -148,7 +148,9 @@ print(f"median {s.median(x[0] for x in b):.0f} MHz, {s.median(x[1] for x in b):.
   for what in attention step; do
     nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 20 >"$OUT/clocks_$what.csv" 2>/dev/null &
     smi=$!
-    if [ $what = attention ]; then timeout 300 ./train configs/llama3_8b.yaml --bench-attention >"$OUT/clocks_$what.log" 2>&1
+    # attention: CLOCKS_ATTN_STEPS (200) calls per form, about 1 s each: the default 10 gave 5 busy samples
+    if [ $what = attention ]; then timeout 300 ./train configs/llama3_8b.yaml --bench-attention \
+      --bench-steps "${CLOCKS_ATTN_STEPS:-200}" >"$OUT/clocks_$what.log" 2>&1
     else timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" --set precision.recipe=mxfp4 >"$OUT/clocks_$what.log" 2>&1; fi
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     busy "$OUT/clocks_$what.csv" >"$OUT/clocks_$what.txt" 2>&1
