@@ -49,8 +49,7 @@ typedef struct {
   // FUSION_AUTO: those that have run on a GPU and measured faster (RMSNorm and SwiGLU inside the
   // quantizers, the operand hybrid's one dY producer); FUSION_ON: also the newer ones (the residual add in
   // the GEMM epilogue, SwiGLU and down's producers in up's GEMM epilogue: model/cuda/linear_fp4.cu's
-  // *_IN_AUTO say when auto takes them); FUSION_OFF: none, every op a
-  // kernel of its own (for measuring them).
+  // *_IN_AUTO say when auto takes them); FUSION_OFF: none, every op a kernel of its own (for measuring them).
   int fusion;
   int nspans;  // precision.blocks, in the order given (no two overlap)
   BlockSpan spans[RECIPE_MAX_SPANS];

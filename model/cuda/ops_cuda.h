@@ -306,7 +306,7 @@ void f32_to_bf16_cuda(bf16 *dst, const float *src, size_t n);
 // same bits either way.
 __device__ __forceinline__ float rmsnorm_value(float x, float r, float w) { return w * (x * r); }      // HF's order
 __device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }  // torch's silu
-// SwiGLU's backward for one element (swiglu.cu's kernel and the fused dY producer): d silu/dg = sig + g sig (1 - sig).
+// SwiGLU's backward for one element (swiglu.cu's kernel): d silu/dg = sig + g sig (1 - sig).
 __device__ __forceinline__ void swiglu_bwd_value(float d, float g, float u, float *dg, float *du) {
   const float sig = 1.0f / (1.0f + expf(-g));
   *dg = d * u * sig * (1.0f + g * (1.0f - sig));
