@@ -50,12 +50,14 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/gpu.txt"
 
+# binaries carried from the development machine for this very tree (scripts/gpu/prebuilt.sh pack): no build,
+# where they unpack and ./train loads here (else make, below, which rebuilds them)
 if has build && ! has tests && [ -z "${BUILD_TARGETS:-}" ] && [ -f .prebuilt/stamp ] &&
-  env_line=$(bash scripts/gpu/prebuilt.sh unpack 2>"$OUT/prebuilt.log"); then
-  # binaries carried from the development machine for this very tree (scripts/gpu/prebuilt.sh pack): no build
+  env_line=$(bash scripts/gpu/prebuilt.sh unpack 2>"$OUT/prebuilt.log") &&
+  (eval "$env_line" && ./train --help >/dev/null 2>>"$OUT/prebuilt.log" ||
+    { echo "./train does not load here" >>"$OUT/prebuilt.log"; false; }); then
   eval "$env_line"
-  note "build: prebuilt binaries ($(head -n 1 .prebuilt/stamp | cut -d' ' -f2); $(./train --help >/dev/null 2>&1 &&
-    echo "./train loads" || echo "./train DOES NOT LOAD"))"
+  note "build: prebuilt binaries ($(head -n 1 .prebuilt/stamp | cut -d' ' -f2))"
 elif has build; then
   [ -f .prebuilt/stamp ] && note "build: prebuilt binaries not used: $(tail -n 1 "$OUT/prebuilt.log" 2>/dev/null ||
     echo "the CPU tests or BUILD_TARGETS ask for a build")"
