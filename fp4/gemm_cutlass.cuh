@@ -99,18 +99,18 @@ using EpilogueTree = fusion::Sm90EVT<
                     fusion::Sm90AccFetch>>;
 
 // One kernel, 128x128x128 tiles, a one-CTA cluster, the cooperative schedule (the one configuration
-// kept: docs/gemm_cutlass.md): the scale pair (A_BLK: A in BLK128x128, else B), the out type, and the
-// epilogue's tree of nodes (EpilogueTree's by default). C: beta's matrix type, void for a tree that reads
-// none (then the epilogue keeps no shared memory for it, and the mainloop gets that for its stages).
+// kept: docs/gemm_cutlass.md), for A with VEC128 scales (per row, 128 along K) and B with BLK128x128 ones:
+// the out type D, the epilogue's tree of nodes (EpilogueTree's by default), C: beta's matrix type (void for
+// a tree that reads none: then the epilogue keeps no shared memory for it, and the mainloop gets that for
+// its stages), and the layout of C and D (RowMajor; ColumnMajor for the Wgrad, computed transposed:
+// gemm_cutlass.cu's run_pair). The promotion takes one scale per accumulator row and one per tile; the
+// other pair (BLK128x128 A, VEC128 B: a scale per accumulator column) ran at 0.74x cuBLASLt on an H100.
 using T128 = Shape<_128, _128, _128>;
 using C11 = Shape<_1, _1, _1>;
-template <bool A_BLK, class D, class Tree = EpilogueTree<D>, class C = D>
+template <class D, class Tree = EpilogueTree<D>, class C = D, class LayoutCD = cutlass::layout::RowMajor>
 struct Kernel {
   using E4M3 = cutlass::float_e4m3_t;
-  static constexpr auto MAJOR_A = A_BLK ? GMMA::Major::K : GMMA::Major::MN;
-  static constexpr auto MAJOR_B = A_BLK ? GMMA::Major::MN : GMMA::Major::K;
-  using ScaleConfig =
-      cutlass::detail::Sm90BlockwiseScaleConfig<A_BLK ? 128 : 1, A_BLK ? 1 : 128, 128, MAJOR_A, MAJOR_B>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, GMMA::Major::MN, GMMA::Major::K>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
@@ -118,8 +118,7 @@ struct Kernel {
   static constexpr int ALIGN_D = 16 / sizeof(D);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T128, C11, cutlass::epilogue::collective::EpilogueTileAuto,
-      float, float, C, cutlass::layout::RowMajor, ALIGN_D, D, cutlass::layout::RowMajor, ALIGN_D, EpiSchedule,
-      Tree>::CollectiveOp;
+      float, float, C, LayoutCD, ALIGN_D, D, LayoutCD, ALIGN_D, EpiSchedule, Tree>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4M3, cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16,
       E4M3, cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, 16, float, T128, C11,
@@ -145,13 +144,19 @@ Layout scale_layout(int rows, int K, int blk) {
   }
 }
 
-// The stride of a [rows, cols] row-major operand (cols contiguous) in CUTLASS's (rows, cols, batch)
-// form: what its make_cute_packed_stride gives (tools/util, not in the headers fetched).
+// The stride of a packed [rows, cols] matrix in CUTLASS's (rows, cols, batch) form, row-major (cols
+// contiguous) or column-major (rows contiguous), as the stride type says: what its make_cute_packed_stride
+// gives (tools/util, not in the headers fetched).
 template <class S>
 S packed_stride(int rows, int cols) {
-  static_assert(is_static_v<decltype(get<1>(S{}))> && get<1>(S{}) == 1, "cols must be the unit stride");
   S s{};
-  get<0>(s) = cols;
+  if constexpr (is_static_v<decltype(get<1>(S{}))>) {
+    static_assert(get<1>(S{}) == 1, "a static column stride must be the unit one");
+    get<0>(s) = cols;
+  } else {
+    static_assert(is_static_v<decltype(get<0>(S{}))> && get<0>(S{}) == 1, "rows or cols must be the unit stride");
+    get<1>(s) = rows;
+  }
   get<2>(s) = (int64_t)rows * cols;
   return s;
 }

@@ -152,7 +152,7 @@ using SwigluTree = fusion::Sm90EVT<
 template <int COL>
 void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
             const SwigluMxArgs &sa) {
-  using Kn = Kernel<false, bf16c, SwigluTree<OUT_FP8, COL>, void>;  // no C
+  using Kn = Kernel<bf16c, SwigluTree<OUT_FP8, COL>, void>;  // no C
   StrideRow dg{};
   get<0>(dg) = N;
   get<2>(dg) = (int64_t)M * N;
