@@ -66,19 +66,16 @@ const Cfg CFGS[] = {
     {1, 4, "128x128c1/N4"},
 };
 constexpr int NCFG = sizeof CFGS / sizeof CFGS[0];
-// The first TUNED of them have run on hardware and may be chosen by the tuner: all four, each with
-// cuBLASLt's bits on every shape of tests/gpu/gpu_test_fp4_gemm.cu on an H100 (2026-12-05, 1426fc8);
-// the tuner still keeps one only where its result has cuBLASLt's bits on that very call, and only where
-// it is faster. FP4_CUTLASS_TUNED=N in the environment overrides the count (0: cuBLASLt everywhere).
-constexpr int TUNED = 4;
-int tuned_count(void) {
-  static int t = -1;
-  if (t < 0) {
-    const char *e = getenv("FP4_CUTLASS_TUNED");
-    t = e ? atoi(e) : TUNED;
-    t = t < 0 ? 0 : t > NCFG ? NCFG : t;
-  }
-  return t;
+// The first TUNED_* of them have run on hardware and may be chosen by the tuner, per out type. BF16: all
+// four, each with cuBLASLt's bits on every shape of tests/gpu/gpu_test_fp4_gemm.cu on an H100 (2026-12-05,
+// 1426fc8). fp32: none since the Wgrad kernel was rebuilt transposed (run_pair; not yet run on a GPU). The
+// tuner still keeps one only where its result has cuBLASLt's bits on that very call, and only where it is
+// faster. FP4_CUTLASS_TUNED=N in the environment overrides both counts (0: cuBLASLt everywhere).
+constexpr int TUNED_BF16 = 4, TUNED_F32 = 0;
+int tuned_count(int out_fp32) {
+  const char *e = getenv("FP4_CUTLASS_TUNED");
+  const int t = e ? atoi(e) : out_fp32 ? TUNED_F32 : TUNED_BF16;
+  return t < 0 ? 0 : t > NCFG ? NCFG : t;
 }
 
 }  // namespace
@@ -110,11 +107,12 @@ extern "C" const char *fp4_gemm_cutlass_unsupported(int out_fp32, Fp8Operand A, 
   return NULL;
 }
 
-extern "C" int fp4_gemm_cutlass_configs(int *tuned) {
+extern "C" int fp4_gemm_cutlass_configs(int out_fp32, int *tuned) {
 #ifdef FP4_HAVE_CUTLASS
-  if (tuned) *tuned = tuned_count();
+  if (tuned) *tuned = tuned_count(out_fp32);
   return NCFG;
 #else
+  (void)out_fp32;
   if (tuned) *tuned = 0;
   return 0;
 #endif

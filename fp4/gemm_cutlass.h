@@ -33,9 +33,9 @@ void fp4_gemm_cutlass_cfg(void *out, const void *src, int out_fp32, Fp8Operand A
                           float alpha, float beta, int cfg);
 // The number of configurations of the per-shape search (0 when the kernel is not built): the kernel
 // (tile 128x128, cooperative, one-CTA cluster) with a raster order and a swizzle. *tuned (if not
-// NULL): how many of them, the first ones, have run on hardware and may be chosen by the tuner
-// (fp4_gemm_fp8_on): a training run is not where a kernel runs first.
-int fp4_gemm_cutlass_configs(int *tuned);
+// NULL): how many of them, the first ones, have run on hardware for this out type (BF16 or fp32) and
+// may be chosen by the tuner (fp4_gemm_fp8_on): a training run is not where a kernel runs first.
+int fp4_gemm_cutlass_configs(int out_fp32, int *tuned);
 // "128x128c1/N4": tile, cluster (c1: one CTA), raster (M or N: the order the persistent CTAs walk
 // tiles in) and swizzle.
 const char *fp4_gemm_cutlass_cfg_name(int cfg);

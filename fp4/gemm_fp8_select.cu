@@ -79,7 +79,7 @@ void choose(Fp8Choice *c, const void *out, const void *src, int out_fp32, Fp8Ope
   c->kernel = 0, c->ms_lt = c->ms_cutlass = 0, c->why = NULL;
   int ncut = 0;  // CUTLASS's configurations that may be chosen
   c->why_cutlass = fp4_gemm_cutlass_unsupported(out_fp32, A, B, M, N, K);
-  if (!c->why_cutlass) fp4_gemm_cutlass_configs(&ncut);
+  if (!c->why_cutlass) fp4_gemm_cutlass_configs(out_fp32, &ncut);
   if (!c->why_cutlass && !ncut) c->why_cutlass = "none of its configurations has run on hardware yet";
   if (c->why_cutlass) return void(c->why = "no other kernel: cuBLASLt");
   if (only < 0 && lt_context()->untimed) return void(c->why = "no timing: cuBLASLt");

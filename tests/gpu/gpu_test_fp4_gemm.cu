@@ -214,7 +214,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
   const char *no_cutlass = fp4_gemm_cutlass_unsupported(out_fp32, fp8_of(A), fp8_of(B), M, N, K);
   if (!no_cutlass) {
     float *got_cut = (float *)xmalloc(n * 4), *oracle = ok ? got_fp8 : NULL;  // cuBLASLt's bits
-    for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++) {
+    for (int ci = 0; ci < fp4_gemm_cutlass_configs(0, NULL); ci++) {
       auto cut = [&] { fp4_gemm_cutlass_cfg(d_out, NULL, out_fp32, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); };
       char path[40];
       snprintf(path, sizeof path, "cutlass%d", ci);
@@ -305,7 +305,7 @@ static void run_use(const char *name, const Operand *A, const Operand *B, int ou
     };
     run_src("fp8 src", [&] { fp4_gemm_fp8_src(d_out, d_src, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta); });
     if (!no_cutlass)
-      for (int ci = 0; ci < fp4_gemm_cutlass_configs(NULL); ci++)
+      for (int ci = 0; ci < fp4_gemm_cutlass_configs(0, NULL); ci++)
         run_src(fp4_gemm_cutlass_cfg_name(ci),
                 [&] { fp4_gemm_cutlass_cfg(d_out, d_src, 0, fp8_of(A), fp8_of(B), M, N, K, ALPHA, beta, ci); });
     fp4_gemm_fp8_choices_reset();
@@ -706,7 +706,7 @@ static void bench_cutlass(const char *model, int dim, int kv, int ffn) {
   snprintf(title, sizeof title, "CUTLASS blockwise FP8 GEMM vs cuBLASLt block-scaled, %s block, T = 8192 (TFLOP/s)",
            model);
   TEST_SECTION(title);
-  const int ncfg = fp4_gemm_cutlass_configs(NULL);
+  const int ncfg = fp4_gemm_cutlass_configs(0, NULL);
   BlockGemm gs[21];
   const int ngemm = block_gemms(dim, kv, ffn, gs);
   printf("  %-5s %-6s %6s %6s %6s | %8s", "shape", "use", "M", "N", "K", "cuBLASLt");
