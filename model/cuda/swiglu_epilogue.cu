@@ -153,9 +153,7 @@ template <int COL>
 void launch(__nv_bfloat16 *up, const __nv_bfloat16 *gate, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,
             const SwigluMxArgs &sa) {
   using Kn = Kernel<bf16c, SwigluTree<OUT_FP8, COL>, void>;  // no C
-  StrideRow dg{};
-  get<0>(dg) = N;
-  get<2>(dg) = (int64_t)M * N;
+  const StrideRow dg = packed_stride<StrideRow>(M, N);       // gate [M, N], as up
   // children first: (alpha, acc, multiply), the gate load, then the node's own
   typename Kn::GemmKernel::CollectiveEpilogue::FusionCallbacks::Arguments tree{
       {{{alpha}, {nullptr}, {}}, {}, {}}, {(const bf16c *)gate, bf16c(0.0f), dg}, sa};
