@@ -659,12 +659,13 @@ static void test_saved_inputs(void) {
   free(g0), free(g1), free(l0), free(l1);
 }
 
-// The graph's fused entry (Ops.matmul_residual_fwd) as a backend that fuses would be handed it: this table
-// computes it with the CPU backend's own matmul and residual add, so the bits must be the plain table's, and
-// a wiring mistake (another block's buffer, res and x swapped, a wrong layer) would change them or the record. It
-// declines the residual fusion (fuses_residual 0) in block FUSE_DECLINE, so the graph's fallback runs beside it.
+// The graph's fused entries (Ops.matmul_residual_fwd, Ops.matmul_swiglu_fwd) as a backend that fuses would be
+// handed them: this table computes them with the CPU backend's own matmul, residual add and SwiGLU, so the bits
+// must be the plain table's, and a wiring mistake (another block's buffer, res and x or gate and up swapped, a
+// wrong layer or linear) would change them or the record. It declines both fusions in block FUSE_DECLINE
+// (fuses_residual 0, matmul_swiglu_fwd returning 0), so the graph's fallback runs beside them.
 enum { FUSE_DECLINE = 1 };
-static int g_res_calls[2], g_res_declined;
+static int g_res_calls[2], g_res_declined, g_swi_calls, g_swi_declined;
 static float *g_res_tmp;
 static size_t g_res_tmp_n;
 
@@ -684,13 +685,25 @@ static void fusing_residual(void *ctx, LinearId id, void *out, const void *res, 
   g_res_calls[id.kind == LIN_DOWN]++;
 }
 
+static int fusing_swiglu(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
+                         const void *gate, int N, int in, int F) {
+  if (up_id.kind != LIN_UP || down.kind != LIN_DOWN || up_id.layer != down.layer)
+    die("matmul_swiglu_fwd for %s and %s", linear_kind_name(up_id.kind), linear_kind_name(down.kind));
+  if (up_id.layer == FUSE_DECLINE) return g_swi_declined++, 0;
+  g_base->matmul_fwd(ctx, up_id, up, x, w, N, in, F);
+  g_base->swiglu_fwd(ctx, out, gate, up, (size_t)N * F);
+  g_swi_calls++;
+  return 1;
+}
+
 static void test_fused_entries(void) {
-  TEST_SECTION("the graph's fused entry (residual in the o/down GEMM)");
+  TEST_SECTION("the graph's fused entries (residual in the o/down GEMM, SwiGLU in up's GEMM)");
   g_base = cpu_backend_open();
   Ops fusing = *g_base;
   fusing.name = "cpu+fusing";
   fusing.fuses_residual = fusing_fuses;
   fusing.matmul_residual_fwd = fusing_residual;
+  fusing.matmul_swiglu_fwd = fusing_swiglu;
   LlamaConfig c;
   if (llama_preset("tiny", &c)) die("no tiny preset");
   c.n_layers = 3;
@@ -700,7 +713,7 @@ static void test_fused_entries(void) {
   float *l0 = xmalloc((size_t)N * V * sizeof(float)), *l1 = xmalloc((size_t)N * V * sizeof(float));
   for (int mode = 0; mode < 2; mode++) {
     const int rc = mode ? LLAMA_RECOMPUTE_FULL : LLAMA_RECOMPUTE_NONE;
-    memset(g_res_calls, 0, sizeof g_res_calls), g_res_declined = 0;
+    memset(g_res_calls, 0, sizeof g_res_calls), g_res_declined = g_swi_calls = g_swi_declined = 0;
     RecomputeRun plain = recompute_run_ops(&c, B, T, rc, g0, l0, cpu_backend_open());
     RecomputeRun fused = recompute_run_ops(&c, B, T, rc, g1, l1, &fusing);
     const char *what = mode ? "recompute full" : "recompute none";
@@ -713,6 +726,10 @@ static void test_fused_entries(void) {
     CHECK(g_res_calls[0] == fwd + rec && g_res_calls[1] == fwd && g_res_declined == 4 * 2 + (mode ? 2 : 0),
           "%s: residual fused for o %d times, down %d, declined %d (want %d, %d, %d)", what, g_res_calls[0],
           g_res_calls[1], g_res_declined, fwd + rec, fwd, 4 * 2 + (mode ? 2 : 0));
+    // SwiGLU's half of the block is recomputed as the attention half is (recompute full)
+    CHECK(g_swi_calls == fwd + rec && g_swi_declined == 4 + (mode ? 2 : 0),
+          "%s: SwiGLU fused into up's GEMM %d times, declined %d (want %d, %d)", what, g_swi_calls, g_swi_declined,
+          fwd + rec, 4 + (mode ? 2 : 0));
   }
   free(g_res_tmp), g_res_tmp = NULL, g_res_tmp_n = 0;
   free(g0), free(g1), free(l0), free(l1);
