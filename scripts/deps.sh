@@ -328,5 +328,6 @@ case "${1:-}" in
   build) deps_build && { deps_cutlass || true; } ;;
   test)  deps_test ;;
   fetch) deps_fetch && deps_cutlass fetch ;;
-  *) echo "usage: scripts/deps.sh build|test|fetch" >&2; exit 2 ;;
+  cudnn-dir) mkdir -p "$BUILD" && newest_cudnn ;;  # the folder of the newest cuDNN 9 here (scripts/gpu/prebuilt.sh)
+  *) echo "usage: scripts/deps.sh build|test|fetch|cudnn-dir" >&2; exit 2 ;;
 esac

@@ -14,7 +14,8 @@
 # Carry .prebuilt (about 21 MB with every GPU test, both archs) beside .deps: run's carry takes 64 MiB in all.
 # A tree that changed since pack gets the normal build (unpack exits 1 and says why). The binaries keep
 # the run paths of this machine (CUDA 13.0 in /usr/local/cuda, as there); cuDNN comes from the newest
-# found there (scripts/deps.sh's rule: PyTorch's wheel before the system's), by LD_LIBRARY_PATH.
+# found there (`scripts/deps.sh cudnn-dir`, the build's own rule: 9.19 from PyTorch's wheel on the H200
+# machine), by LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 P=.prebuilt
@@ -59,7 +60,7 @@ case "${1:-}" in
     # Python's tarfile: the GPU machine may lack the xz tool (it lacks zstd's)
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$P/bins.tar.xz" "$P/x"
     mv "$P/x/libs" "$P/libs" && cp -a "$P/x/." . && rm -rf "$P/x"
-    cudnn=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
+    cudnn=$(bash scripts/deps.sh cudnn-dir 2>/dev/null || true)  # the build's rule: the newest cuDNN 9 here
     # only the libraries this machine's loader does not find
     for l in $(LD_LIBRARY_PATH=${cudnn:-} ldd ./train | awk '/not found/ {print $1}'); do
       [ -f "$P/libs/$l" ] || { echo "prebuilt: ./train needs $l, which neither this machine nor the pack has" >&2; exit 1; }
