@@ -260,6 +260,19 @@ static void test_weight(int kind, int N, int K) {
       CHECK(check_out(what, wto, ct, st, K, N, 1), "%s", what);
       free_out(wo), free_out(wto);
     }
+    if (fp8) {  // the BF16 kernel with one output only (a hybrid's W or W^T)
+      const MxOut none = {NULL, NULL, NULL, 0, 1.0f};
+      for (int only_t = 0; only_t < 2; only_t++) {
+        MxOut o = only_t ? fp8_out(K, N, mx_blk128_scale_count(K, N), 1.0f)
+                         : fp8_out(N, K, mx_blk128_scale_count(N, K), 1.0f);
+        mx_quantize_weight_bf16_cuda(dwb, N, K, MX_SCALE_UP, rule, only_t ? none : o, only_t ? o : none);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CHECK(only_t ? check_out("weight bf16 fp8, W^T only", o, ct, st, K, N, 1)
+                     : check_out("weight bf16 fp8, W only", o, c, s, N, K, 1),
+              "weight %s %dx%d rule087=%d bf16 fp8, %s only", in_name[kind], N, K, rule, only_t ? "W^T" : "W");
+        free_out(o);
+      }
+    }
   }
   // The standalone embedding converters, from the CPU's packed codes.
   uint8_t *dc = (uint8_t *)dalloc(n / 2), *ds = (uint8_t *)dalloc(n / 32);
@@ -566,6 +579,9 @@ int main(int argc, char **argv) {
   for (int kind = 0; kind < IN_NKINDS; kind++)
     for (int i = 0; i < 4; i++) test_weight(kind, wn[i], wk[(kind + i) % 4]);
   test_weight(IN_NORMAL, 512, 4096);
+  // More tiles than the persistent BF16 kernel's CTAs (17 x 33 = 561 > 4 per SM x 132 SMs), edge tiles
+  // partial both ways: every CTA stages a next tile while quantizing one.
+  test_weight(IN_NORMAL, 2080, 4128);
   TEST_SECTION("float inputs near every threshold (exact 6 z / s_b), decode at e = 126, 127");
   test_float_blocks();
   test_decode();
