@@ -179,12 +179,6 @@ static __device__ __forceinline__ void mx_tile_put(uint4 *tile, int lr, int j, c
   for (int c = 0; c < 4; c++) tile[lr * 16 + swz(lr, j * 4 + c)] = u[c];
 }
 
-// The inverse of mx_tile_put: a row 32-block of the tile (tile row lr, 32-block j) as 4 x 16 bytes.
-static __device__ __forceinline__ void mx_tile_get(const uint4 *tile, int lr, int j, uint4 *u) {
-#pragma unroll
-  for (int c = 0; c < 4; c++) u[c] = tile[lr * 16 + swz(lr, j * 4 + c)];
-}
-
 // Phase 2 of a producer over the 128x128 tile (tr, tc) of a rows x K source (rows % 32 == 0,
 // K % 32 == 0), held in `tile` as mx_tile_put stored it: the column copy (32-blocks down the columns,
 // each rotated by rot(v) first, stored transposed [K, rows]). Every thread of the CTA calls it, after
@@ -211,16 +205,9 @@ static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile
   const int c4 = cw >> 2, base = c4 ^ (c4 >> 3) ^ (rb << 1);
   const uint32_t *t32 = (const uint32_t *)tile + rb * 2048 + (cw & 3);
   const uint32_t *pe = t32 + 4 * base, *po = t32 + 4 * (base ^ 2) + 64;
-  // Column h's 32 values: its BF16 halves of the tile words to the top, zeros below. Read per column (32
-  // loads each) rather than both columns' words held across the two: 32 registers fewer, four CTAs per SM.
-  // (stale tile words where !ok: read, never stored)
-  auto column = [&](int h, float *v) {
-    const uint32_t half = h ? 0x3244u : 0x1044u;
+  uint32_t w32[32];  // (stale tile words where !ok: read, never stored)
 #pragma unroll
-    for (int i = 0; i < 32; i += 2)
-      v[i] = __uint_as_float(__byte_perm(pe[i * 64], 0u, half)),
-      v[i + 1] = __uint_as_float(__byte_perm(po[i * 64], 0u, half));
-  };
+  for (int i = 0; i < 32; i += 2) w32[i] = pe[i * 64], w32[i + 1] = po[i * 64];
   if constexpr (COL == OUT_FP8_BLK) {
     // One exponent for the whole 128x128 tile (fp8_embed.h, as the weights): both columns' codes
     // first, the tile's largest block exponent through a warp max and a shared atomic, then the bytes.
@@ -230,7 +217,8 @@ static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       float v[32];
-      column(h, v);
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, h ? 0x3244u : 0x1044u));
       rot(v);
       sbh[h] = mx_block32_dev<false>(v, mode, NULL, pk[h]);
       if (ok) e = max(e, mx_embed_exp_of(sbh[h]));
@@ -258,10 +246,12 @@ static __device__ __forceinline__ void mx_tile_cols(const uint4 *tile, int *tile
         for (int l = L; l < L4; l++) col_out.scale[(size_t)tc * L4 + l] = 0.0f;
     }
   } else {
-#pragma unroll 1  // rolled, as phase 1
+#pragma unroll 1  // rolled, as phase 1: column h's BF16 halves by one permute with a selector per h
     for (int h = 0; h < 2; h++) {
+      const uint32_t half = h ? 0x3244u : 0x1044u;  // bytes 2-3 (or 0-1) of the word to the top, zeros below
       float v[32];
-      column(h, v);
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __uint_as_float(__byte_perm(w32[i], 0u, half));
       rot(v);
       if (COL == OUT_PACKED) {
         if (ok) {
@@ -331,33 +321,33 @@ static __device__ __forceinline__ void mx_dual_tile(const uint4 (&raw)[2][4], co
     }
   }
   if (ROW != OUT_NONE) {
-    // Rolled over the two blocks (half the code: the instruction cache was a stall reason). Where the tile
-    // holds the values, each block is read back from it (this thread's own stores, or ordered before the
-    // call), so the second block's 16 registers are not held through the first's quantization; else
-    // its registers move into the first's between the iterations (no dynamic register indexing).
+    // Rolled over the two blocks (half the code: the instruction cache was a stall reason); the second
+    // block's registers move into the first's between the iterations (no dynamic register indexing).
     uint4 cur[4] = {raw[0][0], raw[0][1], raw[0][2], raw[0][3]};
     bool cur_valid = valid[0];
 #pragma unroll 1
     for (int it = 0; it < 2; it++) {
       const int id = tid + it * 256, lr = id >> 2, j = id & 3, b = tc * 4 + j;
       const size_t row = (size_t)tr * TILE + lr;
-      if (COL != OUT_NONE) cur_valid = valid[it];
-      if (COL != OUT_NONE && cur_valid) mx_tile_get(tile, lr, j, cur);
       uint32_t w[16];
 #pragma unroll
       for (int c = 0; c < 4; c++)
         w[4 * c] = cur[c].x, w[4 * c + 1] = cur[c].y, w[4 * c + 2] = cur[c].z, w[4 * c + 3] = cur[c].w;
       row_block<ROW, SR>(w, cur_valid, row, b, rows, K, mode, s, row_out);
-      if (COL == OUT_NONE) {
 #pragma unroll
-        for (int c = 0; c < 4; c++) cur[c] = raw[1][c];
-        cur_valid = valid[1];
-      }
+      for (int c = 0; c < 4; c++) cur[c] = raw[1][c];
+      cur_valid = valid[1];
     }
   }
   if (COL == OUT_NONE) return;
   if (!in_tile) bar();  // phase 2: the column copy (an epilogue's tile was ordered before the call)
   mx_tile_cols<COL>(tile, tile_e, tr, tc, rows, K, mode, MxRotH32{hadamard}, col_out, tid, bar);
+}
+
+// The inverse of mx_tile_put: a row 32-block of the tile (tile row lr, 32-block j) as 4 x 16 bytes.
+static __device__ __forceinline__ void mx_tile_get(const uint4 *tile, int lr, int j, uint4 *u) {
+#pragma unroll
+  for (int c = 0; c < 4; c++) u[c] = tile[lr * 16 + swz(lr, j * 4 + c)];
 }
 
 // Phase 1's loads: the thread's two row blocks of tile (tr, tc), four lanes covering 256 contiguous
@@ -373,11 +363,9 @@ static __device__ __forceinline__ void mx_dual_load(int tr, int tc, int rows, in
   }
 }
 
-// (256, 4): four CTAs per SM (64 registers; the in-step dY variant spills 64 bytes to local memory). Three
-// left the last wave of an 8192 x 4096 launch (2048 tiles) 17% full and that of 8192 x 1024 (512 tiles)
-// 29%; with four the last waves are 88% and 97% full.
+// (256, 3): three CTAs per SM (80 registers); the SR variants would otherwise take ~118 and fit two.
 template <int ROW, int COL, bool SR, class Src>
-__global__ void __launch_bounds__(256, 4)
+__global__ void __launch_bounds__(256, 3)
     mx_dual_kernel(Src src, int rows, int K, MxScale mode, PhiloxStream s, MxOut row_out, int hadamard, MxOut col_out) {
   __shared__ uint4 tile[TILE * 16];
   __shared__ int tile_e;  // OUT_FP8_BLK: the tile's largest block exponent + 127

@@ -5,14 +5,14 @@
 #   bash scripts/gpu/ncu_producers.sh [skip:name:kernel:elements ...]
 # Each argument: SKIP, the number of launches of KERNEL (a name regex) to skip before the one profiled
 # (each benchmark case runs 3 + 15 times, in the order of the table; mx_dual_kernel runs 7 cases per
-# activation shape, mx_weight_fp8_kernel 1 per weight shape: the BF16 row), a label, and the case's element count (for
+# activation shape, mx_weight_kernel 3 per weight shape), a label, and the case's element count (for
 # thread-instructions per element). Default: the in-step dY producer (SR rows + H32 BLK128x128 columns) at
 # 8192 x 14336 and 8192 x 4096, and the BF16 weight producer at 14336 x 4096.
 set -u
 cd "$(dirname "$0")/../.."
 DEST=${OUT:-out}; mkdir -p "$DEST"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-cases=${*:-"162:dy_blk_8192x14336:mx_dual_kernel:117440512 36:dy_blk_8192x4096:mx_dual_kernel:33554432 18:w_bf16_14336x4096:mx_weight_fp8_kernel:58720256"}
+cases=${*:-"162:dy_blk_8192x14336:mx_dual_kernel:117440512 36:dy_blk_8192x4096:mx_dual_kernel:33554432 90:w_bf16_14336x4096:mx_weight_kernel:58720256"}
 for c in $cases; do
   IFS=: read -r skip name kernel elems <<<"$c"
   "$NCU" --clock-control none --kernel-name regex:"$kernel" --launch-skip "$skip" --launch-count 1 \

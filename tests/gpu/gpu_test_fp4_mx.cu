@@ -579,8 +579,7 @@ int main(int argc, char **argv) {
   for (int kind = 0; kind < IN_NKINDS; kind++)
     for (int i = 0; i < 4; i++) test_weight(kind, wn[i], wk[(kind + i) % 4]);
   test_weight(IN_NORMAL, 512, 4096);
-  // More tiles than the persistent BF16 kernel's CTAs (17 x 33 = 561 > 4 per SM x 132 SMs), edge tiles
-  // partial both ways: every CTA stages a next tile while quantizing one.
+  // More tiles than fit on the GPU at once (17 x 33 = 561), edge tiles partial both ways.
   test_weight(IN_NORMAL, 2080, 4128);
   TEST_SECTION("float inputs near every threshold (exact 6 z / s_b), decode at e = 126, 127");
   test_float_blocks();
