@@ -66,12 +66,13 @@ const Cfg CFGS[] = {
     {1, 4, "128x128c1/N4"},
 };
 constexpr int NCFG = sizeof CFGS / sizeof CFGS[0];
-// The first TUNED_* of them have run on hardware and may be chosen by the tuner, per out type. BF16: all
-// four, each with cuBLASLt's bits on every shape of tests/gpu/gpu_test_fp4_gemm.cu on an H100 (2026-12-05,
-// 1426fc8). fp32: none since the Wgrad kernel was rebuilt transposed (run_pair; not yet run on a GPU). The
-// tuner still keeps one only where its result has cuBLASLt's bits on that very call, and only where it is
-// faster. FP4_CUTLASS_TUNED=N in the environment overrides both counts (0: cuBLASLt everywhere).
-constexpr int TUNED_BF16 = 4, TUNED_F32 = 0;
+// The first TUNED_* of them have run on hardware and may be chosen by the tuner, per out type: all four
+// of each, with cuBLASLt's bits on every shape of tests/gpu/gpu_test_fp4_gemm.cu on an H100 (BF16
+// 2026-12-05 at 1426fc8; fp32, the transposed Wgrad of run_pair, at 0ec0a68). The tuner still keeps one
+// only where its result has cuBLASLt's bits on that very call, and only where it is faster (on the H100:
+// nowhere, docs/gemm_cutlass.md). FP4_CUTLASS_TUNED=N in the environment overrides both counts (0:
+// cuBLASLt everywhere).
+constexpr int TUNED_BF16 = 4, TUNED_F32 = 4;
 int tuned_count(int out_fp32) {
   const char *e = getenv("FP4_CUTLASS_TUNED");
   const int t = e ? atoi(e) : out_fp32 ? TUNED_F32 : TUNED_BF16;
