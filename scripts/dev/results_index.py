@@ -32,6 +32,7 @@ PRINTED_BY = [
     ("gpu_crash", "`tests/system/test_crash.sh` on the GPU (`gpu_check.sh crash`)"),
     ("crash_gpu", "`tests/system/test_crash.sh` on the GPU (`gpu_check.sh crash`)"),
     ("gpu_test_", "`build/gpu_tests/gpu_test_*` (tests/gpu/, `gpu_check.sh gputests`)"),
+    ("ncu_source_mix", "`python3 scripts/gpu/ncu_source_mix.py` on `NCU_SOURCE=1 scripts/gpu/ncu_producers.sh`'s source-page CSV"),
     ("producers_bench", "`build/gpu_tests/gpu_test_fp4_mx --bench-only` (the producers' table: the named commit's binary beside the call's, one call)"),
     ("ablate_clocks", "nvidia-smi's clock and power samples beside the ablation (`gpu_check.sh ablate`, removed with our own GEMM on 2026-12-05)"),
     ("ablate", "`gpu_test_fp4_gemm --ablate` (`gpu_check.sh ablate`, removed with our own GEMM on 2026-12-05)"),

@@ -25,6 +25,17 @@ for c in $cases; do
   awk -v n="$elems" '/Executed Instructions  / {gsub(",", "", $NF); printf "    thread-instructions per element %.1f\n", $NF * 32 / n}' \
     "$DEST/ncu_$name.txt"
 done
+# Per SASS line (NCU_SOURCE=1): each case's source page as CSV, summarized per opcode and stall reason by
+# scripts/gpu/ncu_source_mix.py (thread-instructions per element, where the samples fall).
+if [ -n "${NCU_SOURCE:-}" ]; then
+  for c in $cases; do
+    IFS=: read -r skip name kernel elems <<<"$c"
+    "$NCU" --clock-control none --kernel-name regex:"$kernel" --launch-skip "$skip" --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+      build/gpu_tests/gpu_test_fp4_mx --bench-only >"$DEST/ncu_source_$name.csv" 2>&1
+    python3 scripts/gpu/ncu_source_mix.py "$DEST/ncu_source_$name.csv" --elements "$elems" --top 12
+  done
+fi
 # Why warps wait (per issued instruction), for the first case: NCU_STALLS=1.
 if [ -n "${NCU_STALLS:-}" ]; then
   c=${cases%% *}; IFS=: read -r skip name kernel elems <<<"$c"

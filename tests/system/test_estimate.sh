@@ -90,4 +90,18 @@ check "speed_targets: a target whose runs are not in the logs is not passed" \
 out=$(python3 scripts/gpu/speed_targets.py docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_c500659.log \
   docs/results/2026-12-05/bench_route_mxfp4_rowsr_h32_f7ff973.log 2>&1); rc=$?
 check "speed_targets: two calls' figures for one run are refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "not one call.s figures"'
+# ncu_source_mix.py: an Nsight Compute source page (two SASS lines, one predicated) summed per opcode.
+cat >"$tmp/src.csv" <<'T'
+==PROF== Connected to process 1
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_long_sb","stall_math","stall_long_sb (Not Issued)"
+"0x10","FFMA R1, R2, R3, R4","30","300","10","20","0"
+"0x20","@P0 FFMA R5, R2, R3, R4","10","100","10","0","0"
+"0x30","LDG.E.128 R8, desc[UR4][R2.64]","60","100","60","0","0"
+T
+out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/src.csv" --elements 3200 2>&1)
+# FFMA: 400 of 500 warp instructions = 80%, 400 x 32 / 3200 = 4 per element, 40 of 100 samples
+check "ncu_source_mix: opcodes summed across predicates, per element and per sample" \
+  'echo "$out" | grep -Eq "^FFMA +80.00 +4.00 +40.00$" && echo "$out" | grep -q "long_sb 80.0, math 20.0"'
+out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/b.log" 2>&1); rc=$?
+check "ncu_source_mix: a file without a source page is an error naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "b.log: no source table"'
 echo "$pass passed, $fail failed"

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Where one kernel's instructions and warp stalls go, per SASS opcode, from Nsight Compute's source page:
+    ncu --section SourceCounters --section WarpStateStats --page source --print-source sass --csv ... > k.csv
+    python3 scripts/gpu/ncu_source_mix.py k.csv [--elements N] [--top K]
+(scripts/gpu/ncu_producers.sh writes those files with NCU_SOURCE=1.) Prints each opcode's share of the
+executed warp instructions (and, with --elements, thread instructions per element), its share of the stall
+samples, the stall reasons over all samples, and the K SASS lines with the most samples."""
+import argparse
+import collections
+import csv
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--elements", type=float, default=0, help="elements the kernel processed")
+    ap.add_argument("--top", type=int, default=0)
+    a = ap.parse_args()
+    lines = open(a.csv, errors="replace").read().split("\n")
+    heads = [i for i, l in enumerate(lines) if l.startswith('"Address","Source"')]
+    if not heads:
+        raise SystemExit(f"{a.csv}: no source table (run ncu with --page source --print-source sass --csv)")
+    rows = list(csv.reader(lines[heads[0]:]))
+    hdr = rows[0]
+    rows = [r for r in rows[1:] if len(r) == len(hdr)]
+    col = {h: i for i, h in enumerate(hdr)}
+
+    def num(r, h):
+        try:
+            return float(r[col[h]].replace(",", "") or 0)
+        except ValueError:
+            return 0.0
+
+    stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    n_ins = sum(num(r, "Instructions Executed") for r in rows)
+    n_smp = sum(num(r, "Warp Stall Sampling (All Samples)") for r in rows) or 1
+    ins, smp, why = collections.Counter(), collections.Counter(), collections.Counter()
+    for r in rows:
+        f = r[col["Source"]].split()
+        if not f:
+            continue
+        op = f[1] if f[0].startswith("@") and len(f) > 1 else f[0]
+        ins[op] += num(r, "Instructions Executed")
+        smp[op] += num(r, "Warp Stall Sampling (All Samples)")
+        for s in stalls:
+            why[s] += num(r, s)
+    print(f"{a.csv}: {n_ins:,.0f} warp instructions, {n_smp:,.0f} stall samples")
+    print(f"{'opcode':34s} {'instr %':>8s} {'per elem':>9s} {'samples %':>10s}")
+    for op, v in ins.most_common(24):
+        pe = f"{v * 32 / a.elements:9.2f}" if a.elements else f"{'':9s}"
+        print(f"{op:34s} {100 * v / n_ins:8.2f} {pe} {100 * smp[op] / n_smp:10.2f}")
+    print("stall reasons (% of samples):", ", ".join(f"{s[6:]} {100 * v / n_smp:.1f}" for s, v in why.most_common(8)))
+    for r in sorted(rows, key=lambda r: -num(r, "Warp Stall Sampling (All Samples)"))[: a.top]:
+        top = sorted(stalls, key=lambda s: -num(r, s))[:2]
+        print(f"  {100 * num(r, 'Warp Stall Sampling (All Samples)') / n_smp:5.1f}%  {r[col['Source']][:64]:64s} "
+              + ", ".join(f"{s[6:]} {num(r, s):.0f}" for s in top))
+
+
+if __name__ == "__main__":
+    main()
