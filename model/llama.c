@@ -563,9 +563,11 @@ static void ffn_hidden_fwd(Llama *m, int l, const LayerWeights *w, const LayerAc
                          m->c.norm_eps);
   else op->rmsnorm_fwd(op->ctx, s->ffn_in, s->ffn_rstd, s->res_mid, w->ffn_norm, N, D, m->c.norm_eps);
   op->matmul_fwd(op->ctx, lin(l, LIN_GATE), s->gate, s->ffn_in, w->w_gate, N, D, F);
-  if (op->matmul_swiglu_fwd && op->matmul_swiglu_fwd(op->ctx, lin(l, LIN_UP), lin(l, LIN_DOWN), s->up, s->swi,
-                                                     s->ffn_in, w->w_up, s->gate, N, D, F))
+  if (op->fuses_swiglu && op->fuses_swiglu(op->ctx, lin(l, LIN_UP), lin(l, LIN_DOWN), N, F)) {
+    op->matmul_swiglu_fwd(op->ctx, lin(l, LIN_UP), lin(l, LIN_DOWN), s->up, s->swi, s->ffn_in, w->w_up, s->gate, N, D,
+                          F);
     return;  // SwiGLU (and down's input producer) ran in up's GEMM epilogue
+  }
   op->matmul_fwd(op->ctx, lin(l, LIN_UP), s->up, s->ffn_in, w->w_up, N, D, F);
   if (op->swiglu_fwd_into) op->swiglu_fwd_into(op->ctx, lin(l, LIN_DOWN), s->swi, s->gate, s->up, N, F);
   else op->swiglu_fwd(op->ctx, s->swi, s->gate, s->up, (size_t)N * F);

@@ -191,11 +191,11 @@ typedef struct Ops {
                            int D, float eps);
   void (*swiglu_fwd_into)(void *ctx, LinearId leader, void *out, const void *gate, const void *up, int N, int F);
   // matmul_fwd(up_id, up, x, w, N, in, F) then swiglu_fwd_into(down, out, gate, up, N, F), with SwiGLU and
-  // down's producers in up's GEMM epilogue where the backend has that fusion (format-aware fusion): the same
-  // bits, one kernel. Returns 0 having done nothing where it has not (NULL: never); the caller then runs
-  // the two ops.
-  int (*matmul_swiglu_fwd)(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
-                           const void *gate, int N, int in, int F);
+  // down's producers in up's GEMM epilogue (format-aware fusion): the same bits, one kernel; for the linears
+  // and shape where fuses_swiglu says the backend has that fusion (NULL or 0: the caller runs the two ops).
+  int (*fuses_swiglu)(void *ctx, LinearId up_id, LinearId down, int N, int F);
+  void (*matmul_swiglu_fwd)(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x,
+                            const float *w, const void *gate, int N, int in, int F);
   void (*swiglu_bwd)(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n);
   // out = a + b (out may alias a).
   void (*residual_fwd)(void *ctx, void *out, const void *a, const void *b, size_t n);

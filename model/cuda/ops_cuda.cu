@@ -543,13 +543,16 @@ static void cu_swiglu_fwd_into(void *ctx, LinearId leader, void *out, const void
   cu_swiglu_fwd(ctx, out, gate, up, (size_t)N * F);
 }
 
-static int cu_matmul_swiglu_fwd(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x,
-                                const float *w, const void *gate, int N, int in, int F) {
+static int cu_fuses_swiglu(void *ctx, LinearId up_id, LinearId down, int N, int F) {
+  return linear_fp4_fuses_swiglu(((CudaBackend *)ctx)->lin, up_id, down, N, F);
+}
+
+static void cu_matmul_swiglu_fwd(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x,
+                                 const float *w, const void *gate, int N, int in, int F) {
   CudaBackend *b = (CudaBackend *)ctx;
-  if (!linear_fp4_fuses_swiglu(b->lin, up_id, down, N, F)) return 0;
   const bf16 *w16 = shadow_of(b, w, (size_t)in * F, "FP4 matmul_swiglu_fwd");
-  linear_fp4_forward_swiglu(b->lin, up_id, down, mb(up), out, cb(x), w, w16, b->wversion, cb(gate), N, in, F);
-  return 1;
+  linear_fp4_forward_swiglu(b->lin, up_id, down, mb(up), out, cb(x), w, w16, b->wversion, cb(gate), N, in,
+                            F);  // checks it fuses
 }
 
 static void cu_swiglu_bwd(void *ctx, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
@@ -683,6 +686,7 @@ static void fill_table(Ops *o, CudaBackend *b) {
   o->swiglu_fwd = cu_swiglu_fwd;
   o->rmsnorm_fwd_into = cu_rmsnorm_fwd_into;
   o->swiglu_fwd_into = cu_swiglu_fwd_into;
+  o->fuses_swiglu = cu_fuses_swiglu;
   o->matmul_swiglu_fwd = cu_matmul_swiglu_fwd;
   o->swiglu_bwd = cu_swiglu_bwd;
   o->residual_fwd = cu_residual_fwd;

@@ -663,7 +663,7 @@ static void test_saved_inputs(void) {
 // handed them: this table computes them with the CPU backend's own matmul, residual add and SwiGLU, so the bits
 // must be the plain table's, and a wiring mistake (another block's buffer, res and x or gate and up swapped, a
 // wrong layer or linear) would change them or the record. It declines both fusions in block FUSE_DECLINE
-// (fuses_residual 0, matmul_swiglu_fwd returning 0), so the graph's fallback runs beside them.
+// (fuses_residual and fuses_swiglu 0), so the graph's fallback runs beside them.
 enum { FUSE_DECLINE = 1 };
 static int g_res_calls[2], g_res_declined, g_swi_calls, g_swi_declined;
 static float *g_res_tmp;
@@ -685,15 +685,21 @@ static void fusing_residual(void *ctx, LinearId id, void *out, const void *res, 
   g_res_calls[id.kind == LIN_DOWN]++;
 }
 
-static int fusing_swiglu(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
-                         const void *gate, int N, int in, int F) {
+static int fusing_fuses_swiglu(void *ctx, LinearId up_id, LinearId down, int N, int F) {
+  if (up_id.kind != LIN_UP || down.kind != LIN_DOWN || up_id.layer != down.layer)
+    die("fuses_swiglu for %s and %s", linear_kind_name(up_id.kind), linear_kind_name(down.kind));
+  if (up_id.layer == FUSE_DECLINE) return g_swi_declined++, 0;
+  return 1;
+}
+
+static void fusing_swiglu(void *ctx, LinearId up_id, LinearId down, void *up, void *out, const void *x, const float *w,
+                          const void *gate, int N, int in, int F) {
   if (up_id.kind != LIN_UP || down.kind != LIN_DOWN || up_id.layer != down.layer)
     die("matmul_swiglu_fwd for %s and %s", linear_kind_name(up_id.kind), linear_kind_name(down.kind));
-  if (up_id.layer == FUSE_DECLINE) return g_swi_declined++, 0;
+  if (up_id.layer == FUSE_DECLINE) die("matmul_swiglu_fwd in block %d, whose fuses_swiglu said no", up_id.layer);
   g_base->matmul_fwd(ctx, up_id, up, x, w, N, in, F);
   g_base->swiglu_fwd(ctx, out, gate, up, (size_t)N * F);
   g_swi_calls++;
-  return 1;
 }
 
 static void test_fused_entries(void) {
@@ -703,6 +709,7 @@ static void test_fused_entries(void) {
   fusing.name = "cpu+fusing";
   fusing.fuses_residual = fusing_fuses;
   fusing.matmul_residual_fwd = fusing_residual;
+  fusing.fuses_swiglu = fusing_fuses_swiglu;
   fusing.matmul_swiglu_fwd = fusing_swiglu;
   LlamaConfig c;
   if (llama_preset("tiny", &c)) die("no tiny preset");
