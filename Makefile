@@ -137,6 +137,13 @@ $(BUILD)/gpu_tests/%: tests/gpu/%.cu $(BUILD)/libengine.a
 	$(NVCC) $(NVFLAGS) -c $< -o $@.o
 	$(CXX) -o $@ $@.o $(BUILD)/libengine.a $(LDLIBS)
 
+# The producers' GPU test with line info in the MXFP4 kernels, for Nsight Compute's per-source-line view
+# (NCU_SOURCE=1 NCU_LINEINFO_BIN=build/prof/gpu_test_fp4_mx_lineinfo scripts/gpu/ncu_producers.sh); not in `all`.
+$(BUILD)/prof/gpu_test_fp4_mx_lineinfo: $(BUILD)/gpu_tests/gpu_test_fp4_mx fp4/mxfp4.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -lineinfo -c fp4/mxfp4.cu -o $@.mxfp4.o
+	$(CXX) -o $@ $(BUILD)/gpu_tests/gpu_test_fp4_mx.o $@.mxfp4.o $(BUILD)/libengine.a $(LDLIBS)
+
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libengine.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libengine.a $(LDLIBS)

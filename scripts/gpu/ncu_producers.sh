@@ -34,6 +34,13 @@ if [ -n "${NCU_SOURCE:-}" ]; then
       --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
       build/gpu_tests/gpu_test_fp4_mx --bench-only >"$DEST/ncu_source_$name.csv" 2>&1
     python3 scripts/gpu/ncu_source_mix.py "$DEST/ncu_source_$name.csv" --elements "$elems" --top 12
+    # per source line: NCU_LINEINFO_BIN=build/prof/gpu_test_fp4_mx_lineinfo (make that target first)
+    if [ -n "${NCU_LINEINFO_BIN:-}" ]; then
+      "$NCU" --clock-control none --kernel-name regex:"$kernel" --launch-skip "$skip" --launch-count 1 \
+        --section SourceCounters --page source --print-source cuda,sass --csv "$NCU_LINEINFO_BIN" --bench-only \
+        >"$DEST/ncu_lines_$name.csv" 2>&1
+      python3 scripts/gpu/ncu_source_mix.py "$DEST/ncu_lines_$name.csv" --elements "$elems" --lines 40
+    fi
   done
 fi
 # Why warps wait (per issued instruction), for the first case: NCU_STALLS=1.

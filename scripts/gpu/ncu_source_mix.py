@@ -4,7 +4,9 @@
     python3 scripts/gpu/ncu_source_mix.py k.csv [--elements N] [--top K]
 (scripts/gpu/ncu_producers.sh writes those files with NCU_SOURCE=1.) Prints each opcode's share of the
 executed warp instructions (and, with --elements, thread instructions per element), its share of the stall
-samples, the stall reasons over all samples, and the K SASS lines with the most samples."""
+samples, the stall reasons over all samples, and the K SASS lines with the most samples. --lines K instead
+reads a page printed with --print-source cuda,sass from a -lineinfo build and prints instructions per source
+file and the K source lines that execute the most (per element with --elements)."""
 import argparse
 import collections
 import csv
@@ -15,8 +17,11 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--elements", type=float, default=0, help="elements the kernel processed")
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--lines", type=int, default=0, help="per source line (a cuda,sass page)")
     a = ap.parse_args()
     lines = open(a.csv, errors="replace").read().split("\n")
+    if a.lines:
+        return by_line(a, lines)
     heads = [i for i, l in enumerate(lines) if l.startswith('"Address","Source"')]
     if not heads:
         raise SystemExit(f"{a.csv}: no source table (run ncu with --page source --print-source sass --csv)")
@@ -54,6 +59,34 @@ def main():
         top = sorted(stalls, key=lambda s: -num(r, s))[:2]
         print(f"  {100 * num(r, 'Warp Stall Sampling (All Samples)') / n_smp:5.1f}%  {r[col['Source']][:64]:64s} "
               + ", ".join(f"{s[6:]} {num(r, s):.0f}" for s in top))
+
+
+def by_line(a, lines):
+    """The cuda,sass page: per file ("File Path" rows) a table whose rows with a "Line No" hold the line's
+    totals, followed by its SASS rows."""
+    per_line, per_file, text = collections.Counter(), collections.Counter(), {}
+    name, hdr = None, None
+    for r in csv.reader(lines):
+        if not r:
+            continue
+        if r[0] == "File Path":
+            name = r[1].rsplit("/", 1)[-1]
+        elif r[0] == "Line No":
+            hdr = r
+        elif hdr and len(r) == len(hdr) and r[0] and name:
+            v = float(r[hdr.index("Instructions Executed")].replace(",", "") or 0)
+            per_line[(name, int(r[0]))] += v
+            per_file[name] += v
+            text[(name, int(r[0]))] = r[1].strip()
+    if not per_file:
+        raise SystemExit(f"{a.csv}: no per-line table (ncu --print-source cuda,sass on a -lineinfo build)")
+    scale = 32 / a.elements if a.elements else 1.0
+    unit = "thread instructions per element" if a.elements else "warp instructions"
+    print(f"{a.csv}: {sum(per_file.values()) * scale:,.2f} {unit} attributed to source lines")
+    for f, v in per_file.most_common():
+        print(f"  {f:28s} {v * scale:10.2f}")
+    for (f, n), v in per_line.most_common(a.lines):
+        print(f"  {f}:{n:<5d} {v * scale:8.2f}  {text[(f, n)][:90]}")
 
 
 if __name__ == "__main__":

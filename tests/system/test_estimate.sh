@@ -102,6 +102,19 @@ out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/src.csv" --elements 3200 2>&1)
 # FFMA: 400 of 500 warp instructions = 80%, 400 x 32 / 3200 = 4 per element, 40 of 100 samples
 check "ncu_source_mix: opcodes summed across predicates, per element and per sample" \
   'echo "$out" | grep -Eq "^FFMA +80.00 +4.00 +40.00$" && echo "$out" | grep -q "long_sb 80.0, math 20.0"'
+cat >"$tmp/lines.csv" <<'T'
+"File Path","/src/fp4/a.cuh"
+"Line No","Source","Address","Source","Instructions Executed"
+"10","x = a * b;","-","-","300"
+"","","0x10","FMUL R1, R2, R3","300"
+"File Path","/src/fp4/b.h"
+"Line No","Source","Address","Source","Instructions Executed"
+"7","y = x + 1;","-","-","100"
+T
+out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/lines.csv" --elements 3200 --lines 2 2>&1)
+# 400 warp instructions x 32 / 3200 elements = 4 per element; a.cuh:10 holds 3 of them
+check "ncu_source_mix --lines: per file and per source line, per element" \
+  'echo "$out" | grep -q "4.00 thread instructions per element" && echo "$out" | grep -Eq "a.cuh:10 +3.00  x = a \* b;"'
 out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/b.log" 2>&1); rc=$?
 check "ncu_source_mix: a file without a source page is an error naming it" '[ $rc -ne 0 ] && echo "$out" | grep -q "b.log: no source table"'
 echo "$pass passed, $fail failed"
