@@ -39,10 +39,10 @@ using namespace fp4_cutlass;
 // with a VEC128 A and a BLK128x128 B (Fprop, Dgrad), and fp32 out with a BLK128x128 A and a VEC128 B
 // (Wgrad), which runs transposed, out^T = B . A^T into a column-major out^T (the same bytes as out
 // row-major), so that its VEC128 scales fall on the accumulator's rows as in Fprop: the kernel built for
-// that pair directly, one scale per accumulator column, ran at 0.74-0.75x cuBLASLt on an H100
-// (docs/gemm_cutlass.md; replaced on 2026-12-05, not yet run on a GPU). Each product a b is the same
-// either way round and so is the promotion's sa sb, so the bits are expected to stay cuBLASLt's; the
-// tuner checks them on every shape before it takes a configuration. (Two-CTA clusters along M or N and
+// that pair directly, one scale per accumulator column, ran at 0.74-0.75x cuBLASLt on an H100, this one
+// at 0.81-0.84x (docs/gemm_cutlass.md). Each product a b is the same either way round and so is the
+// promotion's sa sb, so the bits stay cuBLASLt's (gpu_test_fp4_gemm on an H100); the tuner still checks
+// them on every shape before it takes a configuration. (Two-CTA clusters along M or N and
 // the ping-pong schedule with 64-row tiles won no shape of an 8B block against cuBLASLt on an H100:
 // removed on 2026-12-05.)
 void run_pair(void *out, const void *src, int out_fp32, Fp8Operand A, Fp8Operand B, int M, int N, int K, float alpha,

@@ -185,7 +185,7 @@ fi
 
 if has benchown; then  # the MXFP4 step with cuBLASLt's block-scaled GEMM beside CUTLASS's and the tuned choice
   # (the tuned run chooses among CUTLASS's configurations that have run, fp4/gemm_cutlass.cu's TUNED_BF16
-  # and TUNED_F32; FP4_CUTLASS_TUNED=N overrides both: FP4_CUTLASS_TUNED=4 times the rebuilt fp32 kernel too)
+  # and TUNED_F32; FP4_CUTLASS_TUNED=N overrides both)
   for g in fp8_cublaslt fp8_cutlass fp8; do
     timeout 300 ./train configs/llama3_8b.yaml --bench --layers "$layers" \
       --set precision.recipe=mxfp4 --set precision.fp4_gemm=$g >"$OUT/bench_$g.log" 2>&1
