@@ -53,7 +53,7 @@ struct Ranged<R (*)(void *, A...)> {
   X(rmsnorm_fwd, "rmsnorm fwd") X(rmsnorm_bwd, "rmsnorm bwd") X(rmsnorm_fwd_into, "rmsnorm fwd")        \
   X(rope_fwd, "rope fwd") X(rope_bwd, "rope bwd") X(attention_fwd, "attention fwd")                     \
   X(attention_bwd, "attention bwd") X(swiglu_fwd, "swiglu fwd") X(swiglu_fwd_into, "swiglu fwd")        \
-  X(swiglu_bwd, "swiglu bwd") X(residual_fwd, "residual")               \
+  X(swiglu_bwd, "swiglu bwd") X(residual_fwd, "residual")                                               \
   X(head_ce, "head ce") X(head_nll, "head nll")
 // clang-format on
 

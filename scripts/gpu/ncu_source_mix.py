@@ -54,6 +54,17 @@ def main():
     for op, v in ins.most_common(24):
         pe = f"{v * 32 / a.elements:9.2f}" if a.elements else f"{'':9s}"
         print(f"{op:34s} {100 * v / n_ins:8.2f} {pe} {100 * smp[op] / n_smp:10.2f}")
+    if a.elements:  # the same instructions by kind, per element
+        kinds = collections.Counter()
+        for op, v in ins.items():
+            base = op.split(".")[0]
+            kind = ("FMA pipe (FFMA, FADD, FMUL)" if base in ("FFMA", "FADD", "FMUL")
+                    else "bytes and bits (LOP3, PRMT)" if base in ("LOP3", "PRMT")
+                    else "IMAD (all forms)" if base == "IMAD"
+                    else "max (FMNMX, HMNMX2)" if base in ("FMNMX", "HMNMX2")
+                    else "the rest")
+            kinds[kind] += v
+        print("per element by kind:", ", ".join(f"{k} {v * 32 / a.elements:.2f}" for k, v in kinds.most_common()))
     print("stall reasons (% of samples):", ", ".join(f"{s[6:]} {100 * v / n_smp:.1f}" for s, v in why.most_common(8)))
     for r in sorted(rows, key=lambda r: -num(r, "Warp Stall Sampling (All Samples)"))[: a.top]:
         top = sorted(stalls, key=lambda s: -num(r, s))[:2]

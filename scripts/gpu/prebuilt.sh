@@ -23,13 +23,11 @@ LIBS="libyaml-0.so.2 libzstd.so.1 libpcre2-8.so.0"
 
 # Every build input, in a fixed order, as "sha256  path" lines hashed once more. git lists them here;
 # the GPU machine's copy may have stale git metadata, so unpack hashes the list the stamp recorded.
+inputs() { git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' Makefile scripts/deps.sh | LC_ALL=C sort; }
 tree_hash() {
-  local list=${1:-}
-  if [ -z "$list" ]; then
-    list=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' Makefile scripts/deps.sh | LC_ALL=C sort)
-  fi
+  local list=${1:-$(inputs)}
   # shellcheck disable=SC2086
-  (cd . && sha256sum $list) | sha256sum | cut -d' ' -f1
+  sha256sum $list | sha256sum | cut -d' ' -f1
 }
 
 case "${1:-}" in
@@ -46,7 +44,7 @@ case "${1:-}" in
     for t in build/gpu_tests/gpu_test_*; do [[ $t == *.[od] ]] || bins+=("$t"); done
     tar cf - "${bins[@]}" -C "$P" libs | xz -T"$(nproc)" -6 >"$P/bins.tar.xz"
     rm -rf "$P/libs"
-    files=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' Makefile scripts/deps.sh | LC_ALL=C sort)
+    files=$(inputs)
     { echo "$(tree_hash "$files") $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +dirty)"
       echo "$files"; } >"$P/stamp"
     echo "prebuilt: $(du -h "$P/bins.tar.xz" | cut -f1) in $P/bins.tar.xz, ${#bins[@]} binaries, stamp $(head -c 12 "$P/stamp")"

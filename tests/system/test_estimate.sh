@@ -101,7 +101,8 @@ T
 out=$(python3 scripts/gpu/ncu_source_mix.py "$tmp/src.csv" --elements 3200 2>&1)
 # FFMA: 400 of 500 warp instructions = 80%, 400 x 32 / 3200 = 4 per element, 40 of 100 samples
 check "ncu_source_mix: opcodes summed across predicates, per element and per sample" \
-  'echo "$out" | grep -Eq "^FFMA +80.00 +4.00 +40.00$" && echo "$out" | grep -q "long_sb 80.0, math 20.0"'
+  'echo "$out" | grep -Eq "^FFMA +80.00 +4.00 +40.00$" && echo "$out" | grep -q "long_sb 80.0, math 20.0" &&
+   echo "$out" | grep -q "per element by kind: FMA pipe (FFMA, FADD, FMUL) 4.00, the rest 1.00"'
 cat >"$tmp/lines.csv" <<'T'
 "File Path","/src/fp4/a.cuh"
 "Line No","Source","Address","Source","Instructions Executed"
